@@ -1,0 +1,128 @@
+"""Checkpoint events: the one vocabulary every backend and every log parser speaks.
+
+A save is three moments on each rank -- it starts, it stops blocking training, it is complete on
+storage -- and a load is two. Backends record them as they happen (`EventRecorder`); log parsers
+recover them from text. Only `bench.report` turns events into numbers, so the timing rules
+(what "block time" means, how ranks combine, when a save counts as overlapped) live in one place.
+
+An event carries whatever its source could know and nothing more: a parser of a log without
+timestamps leaves the clocks empty and may instead give `elapsed_ns`, the duration a Megatron timer
+measured for the phase the event closes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from pathlib import Path
+
+
+class EventKind(str, Enum):
+    SAVE_START = "save_start"
+    # Training may go on from here; for a synchronous save this is the same moment as SAVE_END.
+    SAVE_BLOCK_END = "save_block_end"
+    # The checkpoint is complete on storage (for an async save: the writer finished).
+    SAVE_END = "save_end"
+    LOAD_START = "load_start"
+    LOAD_END = "load_end"
+
+
+class TimeSource(str, Enum):
+    """Where an event's time came from; the report names it with its resolution."""
+
+    RECORDED = "recorded"  # our own backends: monotonic + wall clock, ns
+    MEGATRON_TIMESTAMP = "megatron-timestamp"  # `[YYYY-MM-DD HH:MM:SS.ffffff]` in the message, 1 us
+    MEGATRON_TIMER = "megatron-timer"  # `save-checkpoint ...: (min, max)` timers, 10 us as printed
+    PRIMUS_PREFIX = "primus-prefix"  # `[YYYYMMDD HH:MM:SS]` line prefix, 1 s
+    NONE = "none"  # the source holds no time for this event
+
+
+RESOLUTION_S = {
+    TimeSource.RECORDED: time.get_clock_info("monotonic").resolution,
+    TimeSource.MEGATRON_TIMESTAMP: 1e-6,
+    TimeSource.MEGATRON_TIMER: 1e-5,
+    TimeSource.PRIMUS_PREFIX: 1.0,
+    TimeSource.NONE: None,
+}
+
+
+@dataclass(frozen=True)
+class CheckpointEvent:
+    kind: EventKind
+    rank: int | None = None  # None: the source does not say which rank
+    iteration: int | None = None
+    bytes: int | None = None  # bytes this rank wrote (save) or read (load), when known
+    mono_ns: int | None = None  # time.monotonic_ns(): comparable between ranks of one host only
+    wall_ns: int | None = None  # time.time_ns()
+    elapsed_ns: int | None = None  # duration of the phase this event closes, as the source measured it
+    path: str | None = None  # checkpoint directory the event is about
+    source: TimeSource = TimeSource.RECORDED
+    seq: int = 0  # order within its source (line number, or record count), for sources without clocks
+    error: str | None = None  # set on an *_END event when the operation failed
+    extra: dict = field(default_factory=dict)  # backend-specific facts (e.g. format, strategy)
+
+    def to_json(self) -> str:
+        record = {k: v for k, v in asdict(self).items() if v is not None and v != {}}
+        record["kind"] = self.kind.value
+        record["source"] = self.source.value
+        return json.dumps(record, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, line: str) -> CheckpointEvent:
+        record = json.loads(line)
+        record["kind"] = EventKind(record["kind"])
+        record["source"] = TimeSource(record.get("source", TimeSource.RECORDED.value))
+        return cls(**record)
+
+
+EVENTS_DIR_ENV = "CKPT_BENCH_EVENTS_DIR"
+
+
+class EventRecorder:
+    """Appends one rank's events to `<dir>/rank-<R>.jsonl`, one JSON object per line.
+
+    Each event is flushed as it is written so that a rank that dies mid-save still leaves the
+    events before its death on disk: the report marks that save incomplete instead of losing it.
+    """
+
+    def __init__(self, directory: str | os.PathLike, rank: int):
+        self.rank = rank
+        self.path = Path(directory) / f"rank-{rank}.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the rank
+        self._seq = 0
+
+    def record(self, kind: EventKind, iteration: int | None = None, **fields) -> CheckpointEvent:
+        self._seq += 1
+        event = CheckpointEvent(
+            kind=kind,
+            rank=self.rank,
+            iteration=iteration,
+            mono_ns=time.monotonic_ns(),
+            wall_ns=time.time_ns(),
+            seq=self._seq,
+            **fields,
+        )
+        self._file.write(event.to_json() + "\n")
+        self._file.flush()
+        return event
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def read_event_files(paths: Iterable[str | os.PathLike]) -> Iterator[CheckpointEvent]:
+    """Events from JSONL files written by `EventRecorder` (streamed, one line at a time)."""
+    for path in paths:
+        with open(path, encoding="utf-8") as lines:
+            for line in lines:
+                if line.strip():
+                    yield CheckpointEvent.from_json(line)
+
+
+def event_files(directory: str | os.PathLike) -> list[Path]:
+    return sorted(Path(directory).glob("rank-*.jsonl"), key=lambda p: int(p.stem.split("-")[1]))

@@ -1,0 +1,402 @@
+"""The report engine: checkpoint events in, the benchmark report out.
+
+Every backend and every log parser ends here, so each number has one definition:
+
+* A rank's *block time* is from its SAVE_START to its SAVE_BLOCK_END, its *total time* from
+  SAVE_START to SAVE_END (or the duration a source timer measured for that phase). A save's times
+  are the slowest rank's: training waits for the slowest rank, and a checkpoint is usable only when
+  the last rank has written. Per-rank durations are taken on each rank's own clock, so ranks on
+  different hosts never compare clocks.
+* Events pair by rank and iteration, never by position: a save that starts and never ends (a run
+  killed mid-save) is reported incomplete and is never matched with a later save's end.
+* A save that starts while an earlier async save of the same rank has not finished overlaps it:
+  both are marked, and the report is not `accurate`.
+* Bandwidth is bytes / total time in MiB/s. Bytes come from the checkpoint folder on disk when the
+  caller measured it, else from the bytes the ranks reported; never from a parameter count.
+* Top-level keys follow the Primus checkpoint tool's report (last complete save), with real types.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+
+from bench.events import RESOLUTION_S, CheckpointEvent, EventKind, TimeSource
+
+MIB = 1 << 20
+
+# Configuration keys of the Primus checkpoint tool's report, in its order. They come from the run's
+# resolved config (our launcher) or from a log's arguments dump (ckpt_report.py).
+CONFIG_KEYS = (
+    "world_size",
+    "data_parallel_size",
+    "ckpt_format",
+    "ckpt_fully_parallel_save",
+    "ckpt_fully_parallel_load",
+    "async_save",
+    "save",
+    "save_interval",
+    "optimizer",
+    "use_distributed_optimizer",
+    "params_dtype",
+    "main_params_dtype",
+    "exp_avg_dtype",
+    "exp_avg_sq_dtype",
+)
+
+UNITS = {"time": "s", "size": "bytes", "bandwidth": "MiB/s (bytes / 2**20 / s)"}
+
+
+@dataclass
+class _Operation:
+    """One save or load as one rank saw it."""
+
+    kind: str  # "save" | "load"
+    rank: int | None
+    iteration: int | None
+    start: CheckpointEvent | None = None
+    block_end: CheckpointEvent | None = None
+    end: CheckpointEvent | None = None
+    overlapped: bool = False
+
+    @property
+    def complete(self) -> bool:
+        return self.end is not None and self.end.error is None
+
+    @property
+    def error(self) -> str | None:
+        return self.end.error if self.end is not None else None
+
+    def block_s(self) -> float | None:
+        return _duration(self.start, self.block_end)
+
+    def total_s(self) -> float | None:
+        return _duration(self.start, self.end)
+
+    def events(self) -> list[CheckpointEvent]:
+        return [e for e in (self.start, self.block_end, self.end) if e is not None]
+
+
+def _duration(start: CheckpointEvent | None, end: CheckpointEvent | None) -> float | None:
+    """Seconds from `start` to `end` on one rank's clock, or the source's own measurement."""
+    if end is None:
+        return None
+    if end.elapsed_ns is not None:
+        return end.elapsed_ns / 1e9
+    if start is None:
+        return None
+    if start.mono_ns is not None and end.mono_ns is not None:
+        return (end.mono_ns - start.mono_ns) / 1e9
+    if start.wall_ns is not None and end.wall_ns is not None:
+        return (end.wall_ns - start.wall_ns) / 1e9
+    return None
+
+
+def _merge(old: CheckpointEvent | None, new: CheckpointEvent) -> CheckpointEvent:
+    """Two events for the same moment (e.g. a log line, then the timer printed after it): keep the
+    first one's clocks and fill in what only the second one knows."""
+    if old is None:
+        return new
+    filled = {
+        name: getattr(new, name)
+        for name in ("bytes", "mono_ns", "wall_ns", "elapsed_ns", "error", "path")
+        if getattr(old, name) is None and getattr(new, name) is not None
+    }
+    if "elapsed_ns" in filled and old.mono_ns is None and old.wall_ns is None:
+        filled["source"] = new.source
+    return replace(old, **filled) if filled else old
+
+
+class _RankTimeline:
+    """Pairs one rank's events, in the order the rank produced them, into operations."""
+
+    def __init__(self) -> None:
+        self.operations: list[_Operation] = []
+        self._latest: dict[tuple[str, int | None], _Operation] = {}
+        self.orphans: list[CheckpointEvent] = []
+
+    def add(self, event: CheckpointEvent) -> None:
+        kind = "load" if event.kind in (EventKind.LOAD_START, EventKind.LOAD_END) else "save"
+        if event.kind in (EventKind.SAVE_START, EventKind.LOAD_START):
+            self._start(kind, event)
+            return
+        op = self._find(kind, event.iteration)
+        if op is None:
+            self.orphans.append(event)  # an end whose start is not in the log (log begins mid-run)
+        elif event.kind == EventKind.SAVE_BLOCK_END:
+            op.block_end = _merge(op.block_end, event)
+        else:
+            op.end = _merge(op.end, event)
+
+    def _start(self, kind: str, event: CheckpointEvent) -> None:
+        op = _Operation(kind, event.rank, event.iteration, start=event)
+        if kind == "save":
+            for other in self._open_saves():
+                if other.block_end is not None:
+                    # An async save still in flight when the next one starts.
+                    other.overlapped = op.overlapped = True
+        self.operations.append(op)
+        self._latest[(kind, event.iteration)] = op
+        self._latest[(kind, None)] = op
+
+    def _open_saves(self) -> list[_Operation]:
+        return [op for op in self.operations if op.kind == "save" and op.end is None]
+
+    def _find(self, kind: str, iteration: int | None) -> _Operation | None:
+        op = self._latest.get((kind, iteration))
+        if op is None and iteration is not None:
+            # A load-end line may know the iteration while its start did not.
+            last = self._latest.get((kind, None))
+            if last is not None and last.iteration is None:
+                last.iteration = iteration
+                return last
+        return op
+
+
+@dataclass
+class _Checkpoint:
+    """One save (or load) across all ranks."""
+
+    kind: str
+    iteration: int | None
+    ranks: list[_Operation] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return all(op.complete for op in self.ranks)
+
+
+def _spread(values: dict[int | None, float]) -> dict | None:
+    if not values:
+        return None
+    max_rank = max(values, key=values.__getitem__)
+    min_rank = min(values, key=values.__getitem__)
+    return {
+        "max": _seconds(values[max_rank]),
+        "max_rank": max_rank,
+        "min": _seconds(values[min_rank]),
+        "min_rank": min_rank,
+    }
+
+
+def _seconds(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def _mib_per_s(nbytes: int | None, seconds: float | None) -> float | None:
+    if nbytes is None or not seconds or seconds <= 0:
+        return None
+    return round(nbytes / MIB / seconds, 2)
+
+
+def _stats(values: list[float], digits: int = 3) -> dict | None:
+    if not values:
+        return None
+    return {
+        "n": len(values),
+        "min": round(min(values), digits),
+        "median": round(statistics.median(values), digits),
+        "mean": round(statistics.fmean(values), digits),
+        "max": round(max(values), digits),
+        "stdev": round(statistics.stdev(values), digits) if len(values) > 1 else None,
+    }
+
+
+class ReportBuilder:
+    """Collects events (streamed: memory grows with the number of saves, not of events) and
+    builds the report dict."""
+
+    def __init__(self) -> None:
+        self._timelines: dict[int | None, _RankTimeline] = defaultdict(_RankTimeline)
+
+    def add(self, event: CheckpointEvent) -> None:
+        self._timelines[event.rank].add(event)
+
+    def add_all(self, events: Iterable[CheckpointEvent]) -> ReportBuilder:
+        for event in events:
+            self.add(event)
+        return self
+
+    @property
+    def has_events(self) -> bool:
+        return any(t.operations for t in self._timelines.values())
+
+    def _checkpoints(self, kind: str) -> list[_Checkpoint]:
+        """Group rank operations: the k-th save of iteration I on every rank is one checkpoint."""
+        grouped: dict[tuple[int | None, int], _Checkpoint] = {}
+        order: list[tuple[int | None, int]] = []
+        for timeline in self._timelines.values():
+            seen: dict[int | None, int] = defaultdict(int)
+            for op in timeline.operations:
+                if op.kind != kind:
+                    continue
+                key = (op.iteration, seen[op.iteration])
+                seen[op.iteration] += 1
+                if key not in grouped:
+                    grouped[key] = _Checkpoint(kind, op.iteration)
+                    order.append(key)
+                grouped[key].ranks.append(op)
+        checkpoints = [grouped[k] for k in order]
+        checkpoints.sort(key=lambda c: _first_time(c))
+        return checkpoints
+
+    def build(
+        self,
+        run_info: dict | None = None,
+        folder_sizes: dict[int, int] | None = None,
+        verification: dict | None = None,
+        environment: dict | None = None,
+        load_cache: str | None = None,
+        notes: list[str] | None = None,
+    ) -> dict:
+        """The report. `folder_sizes` maps iteration -> bytes of its `iter_*` folder on disk."""
+        run_info = run_info or {}
+        notes = list(notes or [])
+        saves = [self._save_record(c, folder_sizes) for c in self._checkpoints("save")]
+        loads = [self._load_record(c, folder_sizes, load_cache) for c in self._checkpoints("load")]
+        complete = [s for s in saves if s["complete"]]
+        last = complete[-1] if complete else None
+        load = loads[-1] if loads else None
+
+        for save in saves:
+            if not save["complete"]:
+                why = save.get("error") or "it has no end: the run stopped or the log ends mid-save"
+                notes.append(f"save at iteration {save['iteration']} is incomplete: {why}")
+        if saves and folder_sizes is None and all(s["bytes"] is None for s in saves):
+            notes.append("no checkpoint folder was measured and the log holds no byte counts: "
+                         "sizes and bandwidth are left out")
+        if complete and all(s["total_time"] is None for s in complete):
+            notes.append("the source gives no completion time for the saves (e.g. async saves "
+                         "in a log without timestamps): save_total_time is left out")
+
+        report = {key: run_info.get(key) for key in CONFIG_KEYS}
+        used_events = [e for c in saves + ([load] if load else []) for e in c.pop("_events")]
+        for record in loads[:-1]:
+            record.pop("_events")
+        report.update(
+            {
+                "save_block_time": last["block_time"] if last else None,
+                "save_total_time": last["total_time"] if last else None,
+                "accurate": not any(s["overlapped"] for s in saves),
+                "num_saved": len(complete),
+                "load_time": load["time"] if load else None,
+                "iter_folder_size": last["bytes"] if last else None,
+                "save_bandwidth_in_mbps": last["bandwidth"] if last else None,
+                "load_bandwidth_in_mbps": load["bandwidth"] if load else None,
+                "saves": saves,
+                "stats": _save_stats(complete),
+                "load": load,
+                "loads": loads if len(loads) > 1 else None,
+                "verified": verification.get("verified") if verification else None,
+                "verification": verification,
+                "units": UNITS,
+                **_time_source(used_events),
+                "environment": environment,
+                "notes": notes,
+            }
+        )
+        extra = {k: v for k, v in run_info.items() if k not in CONFIG_KEYS}
+        if extra:
+            report["config"] = extra
+        return report
+
+    def _common(self, checkpoint: _Checkpoint, folder_sizes: dict[int, int] | None) -> dict:
+        ops = checkpoint.ranks
+        nbytes, bytes_source = None, None
+        if folder_sizes is not None and checkpoint.iteration in folder_sizes:
+            nbytes, bytes_source = folder_sizes[checkpoint.iteration], "disk"
+        else:
+            per_rank = [op.end.bytes if op.end else None for op in ops]
+            if per_rank and all(b is not None for b in per_rank):
+                nbytes, bytes_source = sum(per_rank), "ranks"
+        errors = [op.error for op in ops if op.error]
+        record = {
+            "iteration": checkpoint.iteration,
+            "complete": checkpoint.complete,
+            "ranks": len(ops),
+            "bytes": nbytes,
+            "bytes_source": bytes_source,
+            "_events": [e for op in ops for e in op.events()],
+        }
+        if errors:
+            record["error"] = errors[0]
+        return record
+
+    def _save_record(self, checkpoint: _Checkpoint, folder_sizes: dict[int, int] | None) -> dict:
+        ops = checkpoint.ranks
+        block = {op.rank: op.block_s() for op in ops if op.block_s() is not None}
+        total = {op.rank: op.total_s() for op in ops if op.total_s() is not None}
+        record = self._common(checkpoint, folder_sizes)
+        total_time = max(total.values()) if total and len(total) == len(ops) else None
+        record.update(
+            {
+                "block_time": _seconds(max(block.values())) if block else None,
+                "total_time": _seconds(total_time),
+                "bandwidth": _mib_per_s(record["bytes"], total_time),
+                "block_time_per_rank": _spread(block),
+                "total_time_per_rank": _spread(total),
+                "overlapped": any(op.overlapped for op in ops),
+            }
+        )
+        return record
+
+    def _load_record(
+        self, checkpoint: _Checkpoint, folder_sizes: dict[int, int] | None, cache: str | None
+    ) -> dict:
+        ops = checkpoint.ranks
+        times = {op.rank: op.total_s() for op in ops if op.total_s() is not None}
+        record = self._common(checkpoint, folder_sizes)
+        load_time = max(times.values()) if times and len(times) == len(ops) else None
+        record.update(
+            {
+                "time": _seconds(load_time),
+                "bandwidth": _mib_per_s(record["bytes"], load_time),
+                "time_per_rank": _spread(times),
+                "cache": cache,
+            }
+        )
+        return record
+
+
+def _first_time(checkpoint: _Checkpoint) -> tuple:
+    starts = [op.start for op in checkpoint.ranks if op.start is not None]
+    walls = [e.wall_ns for e in starts if e.wall_ns is not None]
+    seqs = [e.seq for e in starts]
+    return (min(walls) if walls else 0, min(seqs) if seqs else 0)
+
+
+def _save_stats(complete: list[dict]) -> dict | None:
+    if not complete:
+        return None
+
+    def over(saves: list[dict]) -> dict:
+        return {
+            "block_time": _stats([s["block_time"] for s in saves if s["block_time"] is not None]),
+            "total_time": _stats([s["total_time"] for s in saves if s["total_time"] is not None]),
+            "bandwidth": _stats([s["bandwidth"] for s in saves if s["bandwidth"] is not None], 2),
+        }
+
+    first = complete[0]
+    return {
+        **over(complete),
+        # The first save of a process pays one-off costs (e.g. megatron-core's async writer
+        # process start-up), so it is shown apart and the rest summarised without it.
+        "first_save": {k: first[k] for k in ("iteration", "block_time", "total_time", "bandwidth")},
+        "excluding_first": over(complete[1:]) if len(complete) > 1 else None,
+    }
+
+
+def _time_source(events: list[CheckpointEvent]) -> dict:
+    sources = sorted({e.source for e in events if e.source != TimeSource.NONE}, key=lambda s: s.value)
+    resolutions = [RESOLUTION_S[s] for s in sources if RESOLUTION_S[s] is not None]
+    return {
+        "time_source": "+".join(s.value for s in sources) or None,
+        "time_resolution_s": max(resolutions) if resolutions else None,
+    }
+
+
+def build_report(events: Iterable[CheckpointEvent], **kwargs) -> dict:
+    """Convenience: `ReportBuilder().add_all(events).build(**kwargs)`."""
+    return ReportBuilder().add_all(events).build(**kwargs)
