@@ -1,0 +1,29 @@
+# Two commands do everything on a fresh machine (each installs into .venv/ first if needed):
+#   make run    the default benchmark (tiny GPT, CPU, 2 ranks, local disk) -> JSON report
+#   make test   lint + the test suite
+# Extra arguments: make run ARGS="--tp 2 --async-save"   make test PYTEST_ARGS="-k report"
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: run test install
+
+install: $(STAMP)
+
+# torch first, pinned: `torch==2.13.0` takes the local CPU build here and the CUDA build on a GPU
+# machine; the constraints file then keeps every other dependency from pulling another torch.
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt torch
+	$(PY) -m pip install -q -c constraints.txt -e '.[test]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(PY) ckpt_launch.py $(ARGS)
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -q $(PYTEST_ARGS)

@@ -1,0 +1,151 @@
+"""Running one pass of a benchmark under torchrun, and telling the user what happened.
+
+We do not reimplement process launching: `python -m torch.distributed.run` starts the ranks, keeps
+one log per rank (`--log-dir`, `--redirects 3 --tee 3`) and reports which rank failed. This module
+builds that command, streams the ranks' output (showing rank 0's progress lines), and on failure
+names the failing rank with the tail of its own log.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# torchrun's --tee prefixes every line with `[<role><local_rank>]:`.
+_TEE_PREFIX = re.compile(r"^\[default(\d+)\]:(.*)$")
+# The failure summary torchrun prints: `rank       : 1 (local_rank: 1)` / `exitcode   : 3 (pid: ...)`.
+_FAILED_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)")
+_EXIT_CODE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
+
+
+@dataclass
+class Topology:
+    nnodes: int = 1
+    nproc_per_node: int = 2
+    node_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: int | None = None
+    rdzv_endpoint: str | None = None  # c10d rendezvous (host:port) instead of a fixed master
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.nproc_per_node
+
+
+@dataclass
+class RankFailure:
+    rank: int
+    local_rank: int
+    exit_code: int | None
+    log_tail: str = ""
+
+
+@dataclass
+class PassResult:
+    name: str
+    command: list[str]
+    exit_code: int
+    log_dir: Path
+    failures: list[RankFailure] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    def summary(self) -> dict:
+        return {
+            "name": self.name,
+            "exit_code": self.exit_code,
+            "ok": self.ok,
+            "failed_ranks": [
+                {"rank": f.rank, "local_rank": f.local_rank, "exit_code": f.exit_code} for f in self.failures
+            ],
+            "log_dir": str(self.log_dir),
+        }
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def torchrun_command(topology: Topology, log_dir: Path, module: str, args: Sequence[str]) -> list[str]:
+    command = [
+        sys.executable, "-m", "torch.distributed.run",
+        "--nnodes", str(topology.nnodes),
+        "--nproc-per-node", str(topology.nproc_per_node),
+    ]
+    if topology.rdzv_endpoint:
+        command += ["--rdzv-backend", "c10d", "--rdzv-endpoint", topology.rdzv_endpoint]
+    else:
+        command += [
+            "--node-rank", str(topology.node_rank),
+            "--master-addr", topology.master_addr,
+            "--master-port", str(topology.master_port),
+        ]
+    command += ["--log-dir", str(log_dir), "--redirects", "3", "--tee", "3", "-m", module, *args]
+    return command
+
+
+def _rank_log(log_dir: Path, local_rank: int, stream: str) -> Path | None:
+    """torchrun writes `<log_dir>/<run_id>/attempt_<k>/<local_rank>/<stream>.log`; take the newest."""
+    found = sorted(log_dir.glob(f"*/attempt_*/{local_rank}/{stream}.log"), key=lambda p: p.stat().st_mtime)
+    return found[-1] if found else None
+
+
+def _tail(path: Path | None, lines: int = 20) -> str:
+    if path is None or not path.is_file():
+        return ""
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        return "".join(handle.readlines()[-lines:])
+
+
+def run_pass(
+    name: str,
+    topology: Topology,
+    log_dir: Path,
+    module: str,
+    args: Sequence[str],
+    show_progress: Callable[[str], bool],
+    env: dict[str, str] | None = None,
+) -> PassResult:
+    """Run one pass; print rank 0's lines for which `show_progress` is true to stderr as it goes."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    command = torchrun_command(topology, log_dir, module, args)
+    failures: list[RankFailure] = []
+    pending: dict | None = None
+    with (
+        open(log_dir / "console.log", "w", encoding="utf-8") as console,
+        subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+            env=env, bufsize=1,
+        ) as process,
+    ):
+        assert process.stdout is not None
+        for line in process.stdout:
+            console.write(line)
+            tee = _TEE_PREFIX.match(line)
+            if tee:
+                if tee.group(1) == "0" and show_progress(tee.group(2)):
+                    print(f"[{name}] {tee.group(2).strip()}", file=sys.stderr, flush=True)
+                continue
+            failed = _FAILED_RANK.match(line)
+            if failed:
+                pending = {"rank": int(failed.group(1)), "local_rank": int(failed.group(2))}
+                continue
+            code = _EXIT_CODE.match(line)
+            if code and pending is not None:
+                failures.append(RankFailure(exit_code=int(code.group(1)), **pending))
+                pending = None
+        exit_code = process.wait()
+    for failure in failures:
+        failure.log_tail = _tail(_rank_log(log_dir, failure.local_rank, "stderr")) or _tail(
+            _rank_log(log_dir, failure.local_rank, "stdout")
+        )
+    return PassResult(name, command, exit_code, log_dir, failures)
