@@ -60,6 +60,8 @@ def settings_from_options(options: dict) -> LaunchSettings:
         runs_dir=Path(options["runs_dir"]),
         keep_checkpoints=options["keep_checkpoints"],
         warm_load=options["warm_load"],
+        # Every option as given: backends other than Megatron read theirs from here.
+        options=dict(options),
     )
 
 
@@ -109,6 +111,23 @@ def fail(message: str, code: int = 2):
               help="Keep the checkpoints after the report (default: remove the folder this run created).")
 @click.option("--warm-load", is_flag=True,
               help="Load with the checkpoint in the page cache (default: evict it first, a cold load).")
+# Options of the DCP and Lightning backends (ignored by the Megatron backend).
+@click.option("--model", help="[dcp] Named checkpoint shape (e.g. tiny, vit-base, T0_3B, llama2-7b).")
+@click.option("--dtype", help="[dcp] Parameter dtype (float32, bfloat16, float16).")
+@click.option("--dist-backend", type=click.Choice(["gloo", "nccl"]), help="[dcp, lightning] Default: "
+              "nccl on GPU, gloo on CPU.")
+@click.option("--thread-count", type=click.IntRange(min=1), help="[dcp] Writer threads per rank.")
+@click.option("--sync-files/--no-sync-files", default=None, help="[dcp] fsync files after writing.")
+@click.option("--save-calls", type=click.IntRange(min=1), help="[dcp, lightning] Number of saves.")
+@click.option("--load-calls", type=click.IntRange(min=1), help="[lightning] Number of loads.")
+@click.option("--s3-region", help="[s3] Region of the bucket.")
+@click.option("--s3-endpoint", help="[s3] Endpoint URL (e.g. a local S3-compatible server).")
+@click.option("--s3-part-size", type=click.IntRange(min=1), help="[s3] Multipart part size in bytes.")
+@click.option("--s3-throughput-target-gbps", type=float, help="[s3] Client throughput target.")
+@click.option("--strategy", help="[lightning] ddp or fsdp.")
+@click.option("--num-layers", type=click.IntRange(min=1), help="[lightning] Transformer layers (model size).")
+@click.option("--steps-per-save", type=click.IntRange(min=1),
+              help="[lightning] Save during fit every N steps and measure the training-time impact.")
 def launch(**options):
     """Run a checkpoint benchmark under torchrun and print its JSON report."""
     try:

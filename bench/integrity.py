@@ -12,11 +12,15 @@ import json
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 def tensor_digest(tensor: torch.Tensor) -> str:
+    import torch  # imported here: reading verdicts (the launcher, ckpt_report.py) needs no torch
+
     data = tensor.detach()
     if data.device.type != "cpu":
         data = data.cpu()
@@ -30,6 +34,8 @@ def tensor_digest(tensor: torch.Tensor) -> str:
 
 def iter_tensors(state, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]:
     """(dotted name, tensor) for every tensor in a nested dict/list state, in a stable order."""
+    import torch
+
     if isinstance(state, torch.Tensor):
         yield prefix, state
     elif isinstance(state, Mapping):

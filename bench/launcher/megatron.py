@@ -48,7 +48,7 @@ def validate(args: dict, world_size: int) -> dict:
         raise ConfigError(f"--ep {ep}: expert parallel size must divide DP x CP = {dp * cp} (DP={dp}, CP={cp})")
     num_experts = args.get("num_experts")
     if ep > 1 and not num_experts:
-        raise ConfigError(f"--ep {ep}: expert parallelism needs an MoE model (set num_experts, e.g. --set num_experts=4)")
+        raise ConfigError(f"--ep {ep}: expert parallelism needs an MoE model (e.g. --set num_experts=4)")
     if num_experts and num_experts % ep:
         raise ConfigError(f"--ep {ep}: must divide num_experts={num_experts}")
     if save_interval > train_iters:

@@ -1,0 +1,47 @@
+"""Bad input: one clear line naming the value, exit code 2, nothing launched or left behind."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def launch(*args, runs_dir):
+    return subprocess.run(
+        [sys.executable, str(ROOT / "ckpt_launch.py"), "--runs-dir", str(runs_dir), *args],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--config", "missing.yaml"], "config file not found"),
+        (["--tp", "3"], "not divisible by TP x PP x CP = 3"),
+        (["--nproc-per-node", "4", "--tp", "2", "--ep", "3", "--set", "num_experts=6"], "--ep 3"),
+        (["--ep", "2"], "needs an MoE model"),
+        (["--save-interval", "7", "--train-iters", "6"], "--save-interval 7"),
+        (["--ckpt-format", "zarr"], "--ckpt-format 'zarr'"),
+        (["--ckpt-format", "torch", "--async-save"], "--async-save needs --ckpt-format torch_dist"),
+        (["--save-dir", "/proc/not-here"], "--save-dir /proc/not-here"),
+        (["--set", "oops"], "expected key=value"),
+        (["--tp", "2", "--set", "num_attention_heads=3"], "num_attention_heads=3"),
+    ],
+)
+def test_user_mistakes_are_one_line_exit_2(tmp_path, args, needle):
+    result = launch(*args, runs_dir=tmp_path / "runs")
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_unset_required_variable(tmp_path):
+    exp = tmp_path / "exp.yaml"
+    exp.write_text("workspace: ${MY_WORKSPACE}\nmodules: {pre_trainer: {model: tiny_gpt.yaml}}\n")
+    result = launch("--config", str(exp), runs_dir=tmp_path / "runs")
+    assert result.returncode == 2 and "MY_WORKSPACE is not set" in result.stderr
