@@ -79,6 +79,10 @@ class CheckpointEvent:
         return cls(**record)
 
 
+# `extra` key of a SAVE_START whose source says the save began before the previous one had finished
+# (Megatron's "Starting a checkpoint save before previous has finished"): the report is not accurate.
+OVERLAPS_PREVIOUS = "overlaps_previous"
+
 EVENTS_DIR_ENV = "CKPT_BENCH_EVENTS_DIR"
 
 

@@ -23,7 +23,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from bench.events import RESOLUTION_S, CheckpointEvent, EventKind, TimeSource
+from bench.events import OVERLAPS_PREVIOUS, RESOLUTION_S, CheckpointEvent, EventKind, TimeSource
 
 MIB = 1 << 20
 
@@ -75,8 +75,17 @@ class _Operation:
     def total_s(self) -> float | None:
         return _duration(self.start, self.end)
 
-    def events(self) -> list[CheckpointEvent]:
-        return [e for e in (self.start, self.block_end, self.end) if e is not None]
+    def timing_events(self) -> list[CheckpointEvent]:
+        """The events whose clocks give this operation's times (see `_duration`): a closing event
+        alone when it carries the source's own measurement, else both ends."""
+        used: list[CheckpointEvent] = []
+        for end in (self.block_end, self.end):
+            if _duration(self.start, end) is None:
+                continue
+            for event in [end] if end.elapsed_ns is not None else [self.start, end]:
+                if not any(event is seen for seen in used):
+                    used.append(event)
+        return used
 
 
 def _duration(start: CheckpointEvent | None, end: CheckpointEvent | None) -> float | None:
@@ -104,8 +113,8 @@ def _merge(old: CheckpointEvent | None, new: CheckpointEvent) -> CheckpointEvent
         for name in ("bytes", "mono_ns", "wall_ns", "elapsed_ns", "error", "path")
         if getattr(old, name) is None and getattr(new, name) is not None
     }
-    if "elapsed_ns" in filled and old.mono_ns is None and old.wall_ns is None:
-        filled["source"] = new.source
+    if "elapsed_ns" in filled:
+        filled["source"] = new.source  # the duration now comes from `elapsed_ns`, i.e. from `new`
     return replace(old, **filled) if filled else old
 
 
@@ -133,8 +142,10 @@ class _RankTimeline:
     def _start(self, kind: str, event: CheckpointEvent) -> None:
         op = _Operation(kind, event.rank, event.iteration, start=event)
         if kind == "save":
+            said_so = bool(event.extra.get(OVERLAPS_PREVIOUS))
+            op.overlapped = said_so
             for other in self._open_saves():
-                if other.block_end is not None:
+                if said_so or other.block_end is not None:
                     # An async save still in flight when the next one starts.
                     other.overlapped = op.overlapped = True
         self.operations.append(op)
@@ -151,6 +162,7 @@ class _RankTimeline:
             last = self._latest.get((kind, None))
             if last is not None and last.iteration is None:
                 last.iteration = iteration
+                self._latest[(kind, iteration)] = last  # later ends (e.g. its timer) find it too
                 return last
         return op
 
@@ -318,8 +330,9 @@ class ReportBuilder:
             "ranks": len(ops),
             "bytes": nbytes,
             "bytes_source": bytes_source,
-            "_events": [e for op in ops for e in op.events()],
+            "_events": [e for op in ops for e in op.timing_events()],
         }
+        record.update(_time_source(record["_events"]))
         if errors:
             record["error"] = errors[0]
         return record

@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""How fast `ckpt_report.py` reads a big Primus log tree, and in how much memory.
+
+    python benchmarks/parse_speed.py [--dir DIR] [--size-gib 1.0] [--keep]
+
+Generates (unless DIR already holds one) a Primus `logs/pre_trainer/` tree of 8 ranks with the line
+mix of a long run: an iteration line per step on the last rank, per-rank debug/info chatter, a timer
+block every 10 steps, a checkpoint save every 500 steps, an arguments dump, loguru-style 10 MB
+rotation (`debug.<timestamp>.log`). Then parses it in a fresh process (so peak RSS is the parse's
+alone) and prints MB/s over the bytes read and over the whole tree, and peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+RANKS = 8
+ROTATE_BYTES = 10 << 20  # Primus's loguru sinks rotate at "10 MB"
+SAVE_EVERY, TIMERS_EVERY = 500, 10
+DAY = "20260514"
+
+
+def _prefix(seconds: int, rank: int, level: str, location: str) -> str:
+    clock = f"{seconds // 3600 % 24:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+    return (f"[{DAY} {clock}][bench/llm][pre_trainer][ip-10.0.0.{rank}][rank-{rank}/{RANKS}]"
+            f"{f'[{level}]':<11}[{location:->23}] : ")
+
+
+class _RotatingSink:
+    """One level file of one rank, rotated as loguru does: the full file gets a timestamped name."""
+
+    def __init__(self, folder: Path, level: str):
+        self.folder, self.level, self.rotations = folder, level, 0
+        self.file = open(folder / f"{level}.log", "w", buffering=1 << 20)  # noqa: SIM115
+        self.written = 0
+
+    def write(self, text: str) -> None:
+        if self.written + len(text) > ROTATE_BYTES:
+            self.file.close()
+            self.rotations += 1
+            stamp = f"2026-05-14_{self.rotations // 3600:02d}-{self.rotations // 60 % 60:02d}-" \
+                    f"{self.rotations % 60:02d}_000000"
+            (self.folder / f"{self.level}.log").rename(self.folder / f"{self.level}.{stamp}.log")
+            self.file = open(self.folder / f"{self.level}.log", "w", buffering=1 << 20)  # noqa: SIM115
+            self.written = 0
+        self.file.write(text)
+        self.written += len(text)
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def generate(root: Path, size_bytes: int) -> None:
+    sinks = {}
+    for rank in range(RANKS):
+        folder = root / f"rank-{rank}"
+        folder.mkdir(parents=True)
+        sinks[rank] = {level: _RotatingSink(folder, level) for level in ("debug", "info", "warning", "error")}
+
+    def log(rank: int, seconds: int, level: str, location: str, message: str) -> int:
+        text = _prefix(seconds, rank, level, location) + message + "\n"
+        sinks[rank]["debug"].write(text)
+        if level != "DEBUG":
+            sinks[rank]["info"].write(text)
+        if level == "WARNING":
+            sinks[rank]["warning"].write(text)
+        return len(text) * (1 + (level != "DEBUG") + (level == "WARNING"))
+
+    last = RANKS - 1
+    dump = ["------------------------ arguments ------------------------"]
+    dump += [f"  argument_number_{i:03d} {'.' * 29} {i}" for i in range(480)]
+    dump += ["  async_save ...................................... True",
+             "  world_size ...................................... 8",
+             "-------------------- end of arguments ---------------------"]
+    written = log(0, 0, "DEBUG", "arguments.py:812", "\n".join(dump))
+    timers = "(min, max) time across ranks (ms):\n" + "\n".join(
+        f"    {(name + ' ').ljust(48, '.')}: ({i * 3.1:.2f}, {i * 3.3:.2f})"
+        for i, name in enumerate(["forward-backward", "forward-compute", "backward-compute",
+                                  "batch-generator", "layernorm-grads-all-reduce", "all-grads-sync",
+                                  "params-all-gather", "optimizer-copy-to-main-grad", "optimizer-clip-main-grad",
+                                  "optimizer-count-zeros", "optimizer-inner-step", "optimizer"], 1))
+    iteration = 0
+    while written < size_bytes:
+        iteration += 1
+        t = iteration * 2
+        stamp = f"2026-05-14 {t // 3600 % 24:02d}:{t // 60 % 60:02d}:{t % 60:02d}.428589"
+        written += log(last, t, "DEBUG", "utils.py:425", (
+            f"[{stamp}] iteration {iteration:8d}/ 1000000 | consumed samples: {iteration * 256:12d} | "
+            "elapsed time per iteration (ms): 2031.4 | throughput per GPU (TFLOP/s/GPU): 412.6 | "
+            "learning rate: 2.999871E-04 | global batch size:   256 | lm loss: 2.318562E+00 | "
+            "loss scale: 1.0 | grad norm: 0.213 | number of skipped iterations:   0 | "
+            "number of nan iterations:   0 | hip mem usage/free/total/usage_ratio: "
+            "134.43GB/153.55GB/287.98GB/46.68% |"))
+        for rank in range(RANKS):
+            written += log(rank, t, "DEBUG", "memory.py:77",
+                           f"[rank {rank}] step {iteration}: allocated 61.2 GiB, reserved 70.0 GiB, "
+                           "peak 66.9 GiB, fragmentation 4.1%")
+            written += log(rank, t, "INFO", "trainer.py:1204",
+                           f"step {iteration} rank {rank}: tokens/s/GPU 8123.4, mfu 41.2%")
+        if iteration % TIMERS_EVERY == 0:
+            written += log(last, t, "INFO", "timers.py:430", timers)
+        if iteration % 997 == 0:
+            written += log(3, t, "WARNING", "ddp.py:311", "bucket rebuilt: gradient layout changed")
+        if iteration % SAVE_EVERY == 0:
+            written += log(0, t, "DEBUG", "checkpointing.py:411",
+                           f"[{stamp}] saving checkpoint at iteration {iteration:7d} to /ckpt in torch_dist format")
+            written += log(0, t, "DEBUG", "checkpointing.py:520",
+                           f"  [{stamp}] scheduled an async checkpoint save at iteration {iteration:7d} to /ckpt")
+            written += log(last, t + 1, "INFO", "timers.py:430", "(min, max) time across ranks (ms):\n"
+                           f"    {'save-checkpoint '.ljust(48, '.')}: (1180.00, 1234.50)")
+            written += log(0, t + 20, "DEBUG", "checkpointing.py:560",
+                           f"  [{stamp}] successfully saved checkpoint from iteration {iteration:7d} "
+                           "to /ckpt [ t 1/1, p 1/1 ]")
+    for rank_sinks in sinks.values():
+        for sink in rank_sinks.values():
+            sink.close()
+
+
+def tree_bytes(root: Path) -> int:
+    return sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
+
+
+def parse(root: Path) -> dict:
+    from bench.parsers.sources import build_log_report, resolve
+
+    read = sum(f.stat().st_size for files in resolve(root).streams for f in files)
+    started = time.perf_counter()
+    report = build_log_report([root])
+    seconds = time.perf_counter() - started
+    return {
+        "seconds": round(seconds, 2),
+        "bytes_read": read,
+        "saves": len(report["saves"]),
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dir", type=Path, help="where the tree is (generated there if absent)")
+    parser.add_argument("--size-gib", type=float, default=1.0)
+    parser.add_argument("--keep", action="store_true", help="keep a generated temporary tree")
+    parser.add_argument("--parse-only", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.parse_only:
+        print(json.dumps(parse(args.parse_only)))
+        return
+
+    base = args.dir or Path(tempfile.mkdtemp(prefix="ckpt-bench-parse-"))
+    root = base / "logs" / "pre_trainer"
+    try:
+        if not root.is_dir():
+            started = time.perf_counter()
+            generate(root, int(args.size_gib * (1 << 30)))
+            print(f"generated {root} in {time.perf_counter() - started:.1f} s")
+        total = tree_bytes(root)
+        child = subprocess.run([sys.executable, __file__, "--parse-only", str(root)],
+                               capture_output=True, text=True, check=True)
+        figures = json.loads(child.stdout)
+        mb = 1e6
+        print(f"tree: {total / mb:.0f} MB in {sum(1 for f in root.rglob('*') if f.is_file())} files, "
+              f"{RANKS} ranks; read {figures['bytes_read'] / mb:.0f} MB (rank-0 debug + rank-{RANKS - 1} info)")
+        print(f"parse: {figures['seconds']} s, {figures['bytes_read'] / mb / figures['seconds']:.0f} MB/s read, "
+              f"{total / mb / figures['seconds']:.0f} MB/s of tree; {figures['saves']} saves; "
+              f"peak RSS {figures['peak_rss_mib']} MiB")
+    finally:
+        if args.dir is None and not args.keep:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
+    main()
