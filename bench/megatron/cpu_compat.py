@@ -6,24 +6,25 @@ so the worker runs unchanged on GPUs (nccl) and every CUDA workaround of the ben
 
 * `torch.cuda.synchronize()` -> no-op. Called by `TemporalAsyncCaller.schedule_async_call` and by
   `FullyParallelLoadStrategyWrapper.load` to wait for device work; on CPU there is none.
-* `torch.cuda.current_device()` -> 0, `torch.cuda.device_count()` -> 1, `torch.cuda.set_device`
-  -> no-op. `current_device()` gives the device of the one-element tensors that `AsyncCallsQueue`,
-  the optimizers and the p2p schedules all-reduce or send (mapped to CPU below); the persistent
-  async writer computes `rank % device_count()` and calls `set_device` on start-up.
-* A `TorchFunctionMode` that maps every CUDA device (`device="cuda"`, `"cuda:N"`, an int,
-  `torch.device("cuda")`) to the CPU in factory calls and in `Tensor.to`, makes `Tensor.cuda()`
-  the identity, and answers `Tensor.type()` with the CUDA type name. megatron-core creates its
-  buffers, exchange tensors and model weights with `device="cuda"` or
-  `device=torch.cuda.current_device()` (`megatron.core.optimizer`, `distributed`,
-  `dist_checkpointing.exchange_utils` -- used by `FullyParallelLoadStrategyWrapper` --,
-  tensor-parallel layers, rotary embeddings), and the Megatron optimizers sort params by
-  `param.type() == 'torch.cuda.FloatTensor'` (`optimizer.py`, `distrib_optimizer.py`, and
-  `clip_grads.py` asserts it).
+* `torch.cuda.current_device()` -> `torch.device("cpu")`, not an ordinal: megatron-core passes it
+  straight on as a device (`device=torch.cuda.current_device()`, `.to(...)`) -- for the one-element
+  tensors `AsyncCallsQueue` all-reduces, in the optimizers, the p2p schedules, rotary embeddings,
+  and inside autograd backward functions (`tensor_parallel.mappings._gather_along_first_dim`,
+  used by the MoE token dispatcher), where torch function modes are not active.
+* `torch.cuda.device_count()` -> 1, `torch.cuda.set_device` -> no-op: the persistent async writer
+  calls `set_device(rank % device_count())` on start-up.
+* A `TorchFunctionMode` that maps `device="cuda"`, `"cuda:N"` and `torch.device("cuda")` to the CPU
+  in factory calls and in `Tensor.to`, makes `Tensor.cuda()` the identity, and answers
+  `Tensor.type()` with the CUDA type name. megatron-core creates buffers and exchange tensors with
+  `device="cuda"` (`megatron.core.optimizer`, `distributed`, `dist_checkpointing.exchange_utils`
+  -- used by `FullyParallelLoadStrategyWrapper` --) and moves some with `.cuda()`, and the
+  Megatron optimizers sort params by `param.type() == 'torch.cuda.FloatTensor'` (`optimizer.py`,
+  `distrib_optimizer.py`; `clip_grads.py` asserts it).
 * The CUDA RNG tracker (`model_parallel_cuda_manual_seed`, `get_cuda_rng_tracker().fork()` in
   weight init and attention dropout): `torch.cuda.{get,set}_rng_state`/`manual_seed` and
   `tensor_parallel.random._{get,set}_cuda_rng_state` use the CPU generator, which is the one
-  CPU dropout and init draw from. (The tracker then warns that the "CPU RNG state changed within
-  GPU RNG context": on CPU both are the same generator, which is the point.)
+  CPU dropout and init draw from. The tracker's warning that the "CPU RNG state changed within
+  GPU RNG context" is filtered out: on CPU both are the same generator, which is the point.
 * `FileSystemWriterAsync.preload_tensors`, the "D2H copy" that turns an async save's tensors into
   a private snapshot: on CPU, `tensor.to("cpu")` returns the live parameter itself, so a
   persistent (spawned) writer would write tensors that training is already changing. Here it
@@ -36,6 +37,8 @@ which calls `install()` at import for that reason.
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from torch.overrides import TorchFunctionMode
 
@@ -43,10 +46,6 @@ _installed = False
 
 
 def _is_cuda(device) -> bool:
-    if isinstance(device, bool):
-        return False
-    if isinstance(device, int):
-        return True  # a bare int is a CUDA ordinal
     if isinstance(device, str):
         return device.startswith("cuda")
     return isinstance(device, torch.device) and device.type == "cuda"
@@ -88,7 +87,7 @@ def install() -> None:
     from megatron.core.tensor_parallel import random as tp_random
 
     torch.cuda.synchronize = lambda device=None: None
-    torch.cuda.current_device = lambda: 0
+    torch.cuda.current_device = lambda: torch.device("cpu")
     torch.cuda.device_count = lambda: 1
     torch.cuda.set_device = lambda device: None
 
@@ -97,6 +96,10 @@ def install() -> None:
     torch.cuda.manual_seed = torch.manual_seed
     tp_random._get_cuda_rng_state = lambda *args, **kwargs: torch.get_rng_state()
     tp_random._set_cuda_rng_state = lambda new_state, *args, **kwargs: torch.set_rng_state(new_state)
+
+    logging.getLogger(tp_random.__name__).addFilter(
+        lambda record: "CPU RNG state changed within GPU RNG context" not in record.getMessage()
+    )
 
     FileSystemWriterAsync.preload_tensors = staticmethod(_preload_tensors_cloned)
 

@@ -2,6 +2,8 @@
 
     {
       "megatron": {<Megatron-LM argument name>: value, ...},
+      "checkpoint_dir": "/abs/run/checkpoints",  # optional: the run's checkpoint folder; when set it
+                                              # is `save` and `load` (the launcher writes it here)
       "events_dir": "/abs/run/events",        # one rank-R.jsonl of CheckpointEvents per rank
       "integrity_dir": "/abs/run/integrity",  # per-save manifests and per-rank load verdicts
       "warm_load": false                      # true: load without evicting the page cache first
@@ -12,9 +14,10 @@ config written for Megatron-LM means the same here. `MEGATRON_DEFAULTS` fills wh
 unknown keys are kept (they show in the arguments dump) and otherwise ignored. The arguments the
 worker acts on:
 
-    model        num_layers hidden_size ffn_hidden_size num_attention_heads seq_length
-                 max_position_embeddings vocab_size make_vocab_size_divisible_by
-                 position_embedding_type rotary_percent rotary_base normalization swiglu
+    model        num_layers hidden_size ffn_hidden_size num_attention_heads group_query_attention
+                 num_query_groups seq_length max_position_embeddings vocab_size
+                 make_vocab_size_divisible_by position_embedding_type rotary_percent rotary_base
+                 normalization norm_epsilon swiglu
                  untie_embeddings_and_output_weights add_bias_linear hidden_dropout
                  attention_dropout init_method_std num_experts moe_router_topk moe_grouped_gemm
                  bf16 fp16
@@ -46,6 +49,8 @@ MEGATRON_DEFAULTS = {
     "hidden_size": 64,
     "ffn_hidden_size": None,
     "num_attention_heads": 4,
+    "group_query_attention": False,
+    "num_query_groups": None,
     "seq_length": 64,
     "max_position_embeddings": None,
     "vocab_size": 1024,
@@ -54,6 +59,7 @@ MEGATRON_DEFAULTS = {
     "rotary_percent": 1.0,
     "rotary_base": 10000,
     "normalization": "LayerNorm",
+    "norm_epsilon": 1e-5,
     "swiglu": False,
     "untie_embeddings_and_output_weights": False,
     "add_bias_linear": True,
@@ -110,6 +116,7 @@ class WorkerSpec:
     events_dir: str
     integrity_dir: str
     warm_load: bool = False
+    checkpoint_dir: str | None = None
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> WorkerSpec:
@@ -120,24 +127,24 @@ class WorkerSpec:
             events_dir=raw["events_dir"],
             integrity_dir=raw["integrity_dir"],
             warm_load=bool(raw.get("warm_load", False)),
+            checkpoint_dir=raw.get("checkpoint_dir"),
         )
 
     def megatron_args(self, world_size: int) -> argparse.Namespace:
         """Megatron-LM style `args`: defaults, then the spec, then derived values; validated."""
         args = argparse.Namespace(**{**MEGATRON_DEFAULTS, **self.megatron})
+        if self.checkpoint_dir is not None:
+            args.save = args.load = self.checkpoint_dir
         _derive(args, world_size)
         _validate(args)
         return args
 
 
 def _derive(args: argparse.Namespace, world_size: int) -> None:
-    model_parallel = (
-        args.tensor_model_parallel_size * args.pipeline_model_parallel_size * args.context_parallel_size
-    )
+    model_parallel = args.tensor_model_parallel_size * args.pipeline_model_parallel_size * args.context_parallel_size
     if world_size % model_parallel:
         raise SpecError(
-            f"world size {world_size} is not a multiple of tensor x pipeline x context parallel "
-            f"size ({model_parallel})"
+            f"world size {world_size} is not a multiple of tensor x pipeline x context parallel size ({model_parallel})"
         )
     args.world_size = world_size
     args.data_parallel_size = world_size // model_parallel
@@ -159,24 +166,54 @@ def _derive(args: argparse.Namespace, world_size: int) -> None:
 def _validate(args: argparse.Namespace) -> None:
     checks = [
         (args.ckpt_format in CKPT_FORMATS, f"ckpt_format {args.ckpt_format!r} is not one of {CKPT_FORMATS}"),
-        (not (args.async_save and args.ckpt_format != "torch_dist"),
-         "async_save needs ckpt_format torch_dist (Megatron-LM's legacy torch format has no async save)"),
-        (args.save is not None, "the spec needs megatron.save (the checkpoint directory)"),
-        (args.context_parallel_size == 1,
-         "context_parallel_size > 1 needs Transformer Engine's attention; the local layer spec "
-         "(megatron-core without Transformer Engine) supports no context parallelism"),
-        (args.num_attention_heads % args.tensor_model_parallel_size == 0,
-         "num_attention_heads must be a multiple of tensor_model_parallel_size"),
-        (args.num_layers % args.pipeline_model_parallel_size == 0,
-         "num_layers must be a multiple of pipeline_model_parallel_size"),
-        (args.global_batch_size % (args.micro_batch_size * args.data_parallel_size) == 0,
-         "global_batch_size must be a multiple of micro_batch_size x data_parallel_size"),
-        (args.expert_model_parallel_size == 1 or args.num_experts is not None,
-         "expert_model_parallel_size > 1 needs num_experts"),
-        (args.num_experts is None or args.num_experts % args.expert_model_parallel_size == 0,
-         "num_experts must be a multiple of expert_model_parallel_size"),
-        (not (args.sequence_parallel and args.tensor_model_parallel_size == 1),
-         "sequence_parallel needs tensor_model_parallel_size > 1"),
+        (
+            not (args.async_save and args.ckpt_format != "torch_dist"),
+            "async_save needs ckpt_format torch_dist (Megatron-LM's legacy torch format has no async save)",
+        ),
+        (
+            not (args.ckpt_format == "torch" and args.use_distributed_optimizer),
+            "ckpt_format torch with use_distributed_optimizer is not supported by this worker (Megatron-LM "
+            "gathers that optimizer state into a separate distrib_optim.pt); use torch_dist",
+        ),
+        (args.save is not None, "the spec names no checkpoint folder (checkpoint_dir or megatron.save)"),
+        (
+            "://" not in str(args.save) and "://" not in str(args.load),
+            "megatron-core's dist_checkpointing writes to a file system: checkpoint folders must be local paths",
+        ),
+        (
+            args.context_parallel_size == 1,
+            "context_parallel_size > 1 needs Transformer Engine's attention; the local layer spec "
+            "(megatron-core without Transformer Engine) supports no context parallelism",
+        ),
+        (
+            args.num_attention_heads % args.tensor_model_parallel_size == 0,
+            "num_attention_heads must be a multiple of tensor_model_parallel_size",
+        ),
+        (
+            not args.group_query_attention
+            or bool(args.num_query_groups and args.num_query_groups % args.tensor_model_parallel_size == 0),
+            "group_query_attention needs num_query_groups, a multiple of tensor_model_parallel_size",
+        ),
+        (
+            args.num_layers % args.pipeline_model_parallel_size == 0,
+            "num_layers must be a multiple of pipeline_model_parallel_size",
+        ),
+        (
+            args.global_batch_size % (args.micro_batch_size * args.data_parallel_size) == 0,
+            "global_batch_size must be a multiple of micro_batch_size x data_parallel_size",
+        ),
+        (
+            args.expert_model_parallel_size == 1 or args.num_experts is not None,
+            "expert_model_parallel_size > 1 needs num_experts",
+        ),
+        (
+            args.num_experts is None or args.num_experts % args.expert_model_parallel_size == 0,
+            "num_experts must be a multiple of expert_model_parallel_size",
+        ),
+        (
+            not (args.sequence_parallel and args.tensor_model_parallel_size == 1),
+            "sequence_parallel needs tensor_model_parallel_size > 1",
+        ),
         (args.save_interval > 0, "save_interval must be positive"),
         (not (args.bf16 and args.fp16), "bf16 and fp16 are exclusive"),
     ]

@@ -17,12 +17,17 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 from megatron.core import parallel_state
-from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
+from megatron.core.distributed import (
+    DistributedDataParallel,
+    DistributedDataParallelConfig,
+    finalize_model_grads,
+)
 from megatron.core.models.gpt import GPTModel
 from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 from megatron.core.optimizer import MegatronOptimizer, OptimizerConfig, get_megatron_optimizer
 from megatron.core.pipeline_parallel import get_forward_backward_func
 from megatron.core.transformer import TransformerConfig
+from megatron.core.transformer.module import Float16Module
 
 
 def transformer_config(args: argparse.Namespace) -> TransformerConfig:
@@ -31,6 +36,7 @@ def transformer_config(args: argparse.Namespace) -> TransformerConfig:
         hidden_size=args.hidden_size,
         ffn_hidden_size=args.ffn_hidden_size,
         num_attention_heads=args.num_attention_heads,
+        num_query_groups=args.num_query_groups if args.group_query_attention else None,
         tensor_model_parallel_size=args.tensor_model_parallel_size,
         pipeline_model_parallel_size=args.pipeline_model_parallel_size,
         expert_model_parallel_size=args.expert_model_parallel_size,
@@ -40,6 +46,7 @@ def transformer_config(args: argparse.Namespace) -> TransformerConfig:
         moe_router_topk=args.moe_router_topk,
         moe_grouped_gemm=args.moe_grouped_gemm,
         normalization=args.normalization,
+        layernorm_epsilon=args.norm_epsilon,
         gated_linear_unit=args.swiglu,
         activation_func=F.silu if args.swiglu else F.gelu,
         add_bias_linear=args.add_bias_linear,
@@ -60,8 +67,20 @@ def transformer_config(args: argparse.Namespace) -> TransformerConfig:
     )
 
 
+def _define_missing_te_gemm() -> None:
+    """megatron-core 0.16's MoE router tests `te_general_gemm is not None`, a name its
+    `moe_utils` binds only when Transformer Engine imports: without TE every MoE forward raises
+    NameError. Binding it to None selects the plain-torch path the code means to fall back to."""
+    from megatron.core.transformer.moe import moe_utils
+
+    if not hasattr(moe_utils, "te_general_gemm"):
+        moe_utils.te_general_gemm = None
+
+
 def build_model(args: argparse.Namespace, config: TransformerConfig, device: torch.device) -> DistributedDataParallel:
     """One GPT model chunk for this pipeline stage, wrapped in megatron-core's DDP."""
+    if args.num_experts is not None:
+        _define_missing_te_gemm()
     model = GPTModel(
         config=config,
         transformer_layer_spec=get_gpt_layer_local_spec(
@@ -80,7 +99,7 @@ def build_model(args: argparse.Namespace, config: TransformerConfig, device: tor
     )
     model.to(device)
     if args.bf16 or args.fp16:
-        model.to(args.params_dtype)
+        model = Float16Module(config, model)  # as Megatron-LM's `get_model`: half params, fp32 in/out
     ddp_config = DistributedDataParallelConfig(
         grad_reduce_in_fp32=args.accumulate_allreduce_grads_in_fp32,
         use_distributed_optimizer=args.use_distributed_optimizer,
@@ -134,7 +153,8 @@ def mock_batches(args: argparse.Namespace, device: torch.device) -> Iterator[Bat
 
 def _loss(loss_mask: torch.Tensor, output_tensor: torch.Tensor):
     loss = torch.sum(output_tensor.float().view(-1) * loss_mask.view(-1)) / loss_mask.sum()
-    return loss, {"lm loss": loss.detach()}
+    # A copy: the schedule divides the returned loss in place by the number of micro-batches.
+    return loss, {"lm loss": loss.detach().clone()}
 
 
 def _forward_step(data_iterator: Iterator[Batch], model: DistributedDataParallel):

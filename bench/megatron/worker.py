@@ -1,0 +1,127 @@
+"""The Megatron-core worker: one rank of a save pass or a load pass, started by torchrun.
+
+    python -m torch.distributed.run --nproc-per-node N [--log-dir DIR] \\
+        -m bench.megatron.worker --spec SPEC.json --phase save|load
+
+save: train `train_iters` iterations of a real megatron-core GPT and save after every iteration
+      `i` with `i % save_interval == 0` (and after the last one, as Megatron-LM's `pretrain` does).
+load: build the same model and optimizer, drop the latest checkpoint from the page cache (unless
+      `warm_load`), load it, and check it against what was saved.
+
+Exit codes: 0 ok, 3 the checkpoint loaded but differs from what was saved, 1 anything else (the
+message on stderr names the rank). See `bench.megatron.spec` for the spec.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import traceback
+
+import torch
+from megatron.core import parallel_state
+from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+
+from bench.events import EventRecorder
+from bench.megatron import cpu_compat, megatron_log
+from bench.megatron.checkpointer import Checkpointer, VerificationFailed
+from bench.megatron.formats import checkpoint_format
+from bench.megatron.spec import MEGATRON_DEFAULTS, WorkerSpec
+from bench.megatron.training import Trainer
+
+EXIT_VERIFICATION_FAILED = 3
+
+# megatron-core's persistent async writer is a spawned process that re-imports this module as
+# `__mp_main__`; it needs the CPU redirections too (no-op where CUDA is available).
+cpu_compat.install()
+
+
+def init_distributed(args: argparse.Namespace) -> torch.device:
+    """nccl and one GPU per local rank where CUDA exists, else gloo on the CPU."""
+    if torch.cuda.is_available():
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+        torch.distributed.init_process_group("nccl", device_id=device)
+    else:
+        device = torch.device("cpu")
+        torch.distributed.init_process_group("gloo")
+    parallel_state.initialize_model_parallel(
+        tensor_model_parallel_size=args.tensor_model_parallel_size,
+        pipeline_model_parallel_size=args.pipeline_model_parallel_size,
+        virtual_pipeline_model_parallel_size=None,
+        context_parallel_size=args.context_parallel_size,
+        expert_model_parallel_size=args.expert_model_parallel_size,
+    )
+    # Megatron-LM's `_set_random_seed`: the same seed on every rank, offset per pipeline stage.
+    seed = args.seed + 100 * parallel_state.get_pipeline_model_parallel_rank()
+    torch.manual_seed(seed)
+    model_parallel_cuda_manual_seed(seed)
+    return device
+
+
+def train_and_save(args: argparse.Namespace, trainer: Trainer, checkpointer: Checkpointer) -> None:
+    samples_per_iteration = args.global_batch_size
+    for iteration in range(1, args.train_iters + 1):
+        started = time.perf_counter()
+        loss = trainer.global_loss(trainer.train_step())
+        checkpointer.maybe_finalize(blocking=False)
+        if iteration % args.log_interval == 0:
+            megatron_log.print_rank_0(
+                megatron_log.iteration_line(
+                    iteration,
+                    args.train_iters,
+                    iteration * samples_per_iteration,
+                    (time.perf_counter() - started) * 1000,
+                    loss,
+                )
+            )
+        if iteration % args.save_interval == 0 or iteration == args.train_iters:
+            checkpointer.save(iteration)
+    checkpointer.close()
+
+
+def run(spec: WorkerSpec, phase: str) -> None:
+    world_size = int(os.environ["WORLD_SIZE"])
+    args = spec.megatron_args(world_size)
+    device = init_distributed(args)
+    megatron_log.print_arguments(args, sorted(set(spec.megatron) - set(MEGATRON_DEFAULTS)))
+
+    trainer = Trainer(args, device)
+    events = EventRecorder(spec.events_dir, torch.distributed.get_rank())
+    checkpointer = Checkpointer(args, checkpoint_format(args, trainer), events, spec.integrity_dir)
+    try:
+        if phase == "save":
+            train_and_save(args, trainer, checkpointer)
+        else:
+            iteration = checkpointer.load(warm=spec.warm_load)
+            checkpointer.verify(iteration)
+        torch.distributed.barrier()
+    finally:
+        events.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--spec", required=True, help="JSON spec written by the launcher")
+    parser.add_argument("--phase", required=True, choices=("save", "load"))
+    options = parser.parse_args(argv)
+    rank = os.environ.get("RANK", "?")
+    try:
+        run(WorkerSpec.from_file(options.spec), options.phase)
+    except VerificationFailed as error:
+        print(f"[rank {rank}] verification failed: {error}", file=sys.stderr, flush=True)
+        return EXIT_VERIFICATION_FAILED
+    except Exception as error:
+        traceback.print_exc()
+        print(f"[rank {rank}] {options.phase} failed: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""`ckpt_launch.py` end to end, as a user runs it: real torchrun, real megatron-core checkpoints."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PRIMUS_KEYS = {
+    "world_size": int, "data_parallel_size": int, "ckpt_format": str, "ckpt_fully_parallel_save": bool,
+    "ckpt_fully_parallel_load": bool, "async_save": bool, "save": str, "save_interval": int,
+    "optimizer": str, "use_distributed_optimizer": bool, "params_dtype": str, "main_params_dtype": str,
+    "exp_avg_dtype": str, "exp_avg_sq_dtype": str, "save_block_time": float, "save_total_time": float,
+    "accurate": bool, "num_saved": int, "load_time": float, "iter_folder_size": int,
+    "save_bandwidth_in_mbps": float, "load_bandwidth_in_mbps": float,
+}
+
+
+def launch(tmp_path, *args, timeout=420):
+    runs = tmp_path / "runs"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "ckpt_launch.py"), "--runs-dir", str(runs), *args],
+        capture_output=True, text=True, timeout=timeout, cwd=tmp_path,
+    )
+    run_dirs = sorted(runs.iterdir()) if runs.is_dir() else []
+    return result, run_dirs
+
+
+def test_default_job(tmp_path):
+    """The embedded default: tiny GPT, 2 ranks, torch_dist saves at 2/4/6, a cold verified load."""
+    output = tmp_path / "report.json"
+    result, run_dirs = launch(tmp_path, "--output", str(output))
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    assert json.loads(output.read_text()) == report
+    for key, kind in PRIMUS_KEYS.items():
+        assert isinstance(report[key], kind), (key, report[key])
+    assert report["world_size"] == 2 and report["data_parallel_size"] == 2
+    assert report["ckpt_format"] == "torch_dist" and report["async_save"] is False
+    assert [s["iteration"] for s in report["saves"]] == [2, 4, 6]
+    assert report["num_saved"] == 3 and report["accurate"] is True
+    assert all(s["complete"] and s["ranks"] == 2 and s["bytes_source"] == "disk" for s in report["saves"])
+    assert report["iter_folder_size"] > 10 * 2**20
+    assert report["save_block_time"] > 0 and report["save_total_time"] >= report["save_block_time"]
+    assert report["load"]["iteration"] == 6 and report["load"]["cache"] == "cold"
+    assert report["verified"] is True and report["verification"]["ranks_checked"] == 2
+    assert report["stats"]["first_save"]["iteration"] == 2
+    assert report["stats"]["excluding_first"]["total_time"]["n"] == 2
+    assert report["time_source"] == "recorded" and report["units"]["bandwidth"].startswith("MiB/s")
+    assert report["environment"]["torch"] and report["environment"]["megatron-core"]
+    assert report["run"]["status"] == "ok"
+    # The run directory holds everything; the checkpoints it created are gone.
+    (run_dir,) = run_dirs
+    for name in ("resolved.yaml", "commands.sh", "worker.json", "run.json", "report.json"):
+        assert (run_dir / name).is_file(), name
+    assert sorted(p.name for p in (run_dir / "events").iterdir()) == ["rank-0.jsonl", "rank-1.jsonl"]
+    assert not (run_dir / "checkpoints").exists()
+    assert "torch.distributed.run" in (run_dir / "commands.sh").read_text()
+    assert "[save]" in result.stderr and "[load]" in result.stderr  # progress was shown
+
+
+def test_tp2_async_kept_checkpoints_in_save_dir(tmp_path):
+    save_dir = tmp_path / "fast-storage"
+    save_dir.mkdir()
+    (save_dir / "someone-elses-file").write_text("never touched")
+    result, (run_dir,) = launch(
+        tmp_path, "--tp", "2", "--async-save", "--train-iters", "4", "--save-interval", "2",
+        "--save-dir", str(save_dir), "--keep-checkpoints", "--yaml-config-path", str(ROOT / "configs/tiny_gpt.yaml"),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    assert report["async_save"] is True and report["data_parallel_size"] == 1
+    assert report["config"]["tensor_model_parallel_size"] == 2
+    assert [s["iteration"] for s in report["saves"]] == [2, 4]
+    assert all(s["total_time"] >= s["block_time"] for s in report["saves"])
+    checkpoints = save_dir / run_dir.name
+    assert report["save"] == str(checkpoints)
+    assert (checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == "4"
+    assert (checkpoints / "iter_0000004").is_dir() and (checkpoints / "iter_0000002").is_dir()
+    assert (save_dir / "someone-elses-file").read_text() == "never touched"
+
+
+def test_failing_pass_names_the_rank(tmp_path):
+    # Positions beyond max_position_embeddings: valid config, but the forward pass fails on every rank.
+    result, (run_dir,) = launch(tmp_path, "--set", "seq_length=256", "--train-iters", "2")
+    assert result.returncode == 1
+    assert "rank" in result.stderr and "failed" in result.stderr
+    report = json.loads(result.stdout)
+    assert report["run"]["status"] == "failed"
+    (save_pass,) = report["run"]["passes"]
+    assert save_pass["name"] == "save" and not save_pass["ok"] and save_pass["failed_ranks"]
+    assert json.loads((run_dir / "report.json").read_text())["run"]["status"] == "failed"
