@@ -7,6 +7,7 @@ never a traceback.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -43,6 +44,9 @@ def megatron_overrides(options: dict) -> dict:
 
 
 def settings_from_options(options: dict) -> LaunchSettings:
+    backend = BACKENDS.get(options["backend"])
+    if hasattr(backend, "resolve_options"):  # e.g. Lightning: dataflux's variables fill options not given
+        options = backend.resolve_options(options, os.environ)
     topology = Topology(
         nnodes=options["nnodes"],
         nproc_per_node=options["nproc_per_node"],
@@ -88,6 +92,34 @@ def fail(message: str, code: int = 2):
 @click.option("--master-addr", default="127.0.0.1", show_default=True)
 @click.option("--master-port", type=click.IntRange(1, 65535), default=None,
               help="Rendezvous port (default: a free port when --nnodes 1).")
+@click.option("--rdzv-endpoint", metavar="HOST:PORT",
+              help="torchrun's c10d rendezvous instead of --master-addr/--master-port.")
+@click.option("--run-id", help="Run directory name <runs-dir>/<run-id>; required with --nnodes > 1, the same "
+              "on every node (node 0 creates the directory, the others join it).")
+@click.option("--preflight", is_flag=True, help="Measure collective bandwidth (a short --backend comms sweep) "
+              "before the benchmark and record it in its report.")
+@click.option("--comms-max-size", metavar="SIZE", help="[comms, --preflight] Largest message, e.g. 64KiB "
+              "(default: 256MiB for the comms backend, 64MiB for the preflight).")
+# Real frameworks instead of the built-in worker (bench.launcher.frameworks).
+@click.option("--framework", type=click.Choice(["primus", "megatron-lm"]),
+              help="Run the experiment with the real framework instead of the built-in worker.")
+@click.option("--primus-path", type=click.Path(file_okay=False), help="[primus] Primus checkout.")
+@click.option("--megatron-path", type=click.Path(file_okay=False), help="[megatron-lm] Megatron-LM checkout.")
+# Cluster jobs (bench.launcher.emit): print the job instead of running the benchmark here.
+@click.option("--emit", type=click.Choice(["slurm", "k8s"]),
+              help="Print an sbatch script (slurm) or a Kubeflow PyTorchJob manifest (k8s) running this "
+              "benchmark on --nnodes nodes, instead of running it.")
+@click.option("--shared-dir", help="[emit] A folder every node mounts: run directories and checkpoints go there.")
+@click.option("--job-name", help="[emit] Job name (default: ckpt-bench); the k8s run id.")
+@click.option("--workdir", help="[emit] Where ckpt-bench is on the nodes (default: this checkout).")
+@click.option("--gpus-per-node", type=click.IntRange(min=0), help="[emit] GPUs to request per node.")
+@click.option("--container-image", help="[emit] Container image (Slurm: pyxis --container-image; k8s: image).")
+@click.option("--container-mounts", help="[emit slurm] pyxis --container-mounts, e.g. /lustre:/lustre.")
+@click.option("--slurm-partition", help="[emit slurm] #SBATCH --partition.")
+@click.option("--slurm-account", help="[emit slurm] #SBATCH --account.")
+@click.option("--slurm-time", help="[emit slurm] #SBATCH --time (default: 01:00:00).")
+@click.option("--k8s-namespace", help="[emit k8s] Namespace of the PyTorchJob.")
+@click.option("--k8s-pvc", help="[emit k8s] PersistentVolumeClaim mounted at --shared-dir in every pod.")
 @click.option("--tp", "--tensor-model-parallel-size", "tp", type=int, help="Tensor parallel size.")
 @click.option("--pp", "--pipeline-model-parallel-size", "pp", type=int, help="Pipeline parallel size.")
 @click.option("--ep", "--expert-model-parallel-size", "ep", type=int, help="Expert parallel size.")
@@ -125,15 +157,52 @@ def fail(message: str, code: int = 2):
 @click.option("--s3-part-size", type=click.IntRange(min=1), help="[s3] Multipart part size in bytes.")
 @click.option("--s3-throughput-target-gbps", type=float, help="[s3] Client throughput target.")
 @click.option("--strategy", help="[lightning] ddp or fsdp.")
+@click.option("--accelerator", help="[lightning] cpu, gpu or auto (default: gpu when CUDA is available).")
 @click.option("--num-layers", type=click.IntRange(min=1), help="[lightning] Transformer layers (model size).")
 @click.option("--steps-per-save", type=click.IntRange(min=1),
               help="[lightning] Save during fit every N steps and measure the training-time impact.")
+@click.option("--sweep", type=click.Path(dir_okay=False), help="Run the jobs of a sweep file (bench.sweep); "
+              "options given here too override its fixed settings.")
+@click.option("--resume", type=click.Path(file_okay=False), help="Resume a sweep directory: run only its jobs "
+              "without a result.")
 def launch(**options):
     """Run a checkpoint benchmark under torchrun and print its JSON report."""
+    if options.get("sweep") or options.get("resume"):
+        run_sweep_command(options)
     try:
+        if options.get("emit"):
+            from bench.launcher.emit import render
+
+            click.echo(render(options["emit"], launch, click.get_current_context(), options), nl=False)
+            sys.exit(0)
         settings = settings_from_options(options)
-        result = execute(BACKENDS[settings.backend], settings)
+        if options.get("framework"):
+            from bench.launcher.frameworks import FRAMEWORKS
+
+            backend = FRAMEWORKS[options["framework"]]
+        else:
+            backend = BACKENDS[settings.backend]
+        result = execute(backend, settings)
     except ConfigError as error:
         fail(str(error))
     emit_report(result.report, options.get("output"))
     sys.exit(result.exit_code)
+
+
+def run_sweep_command(options: dict) -> None:
+    """`--sweep FILE [--resume DIR]`: options given explicitly on the command line become fixed settings."""
+    from click.core import ParameterSource
+
+    from bench.sweep import RESERVED, run_sweep, summary
+
+    context = click.get_current_context()
+    overrides = {
+        name: value for name, value in options.items()
+        if name not in RESERVED and context.get_parameter_source(name) == ParameterSource.COMMANDLINE
+    }
+    try:
+        _root, results = run_sweep(options.get("sweep"), options["runs_dir"], options.get("resume"), overrides)
+    except ConfigError as error:
+        fail(str(error))
+    emit_report(summary(results), options.get("output"))
+    sys.exit(0 if all(job["status"] == "ok" for job in results["jobs"]) else 1)

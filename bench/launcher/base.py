@@ -11,24 +11,27 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import sys
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
 import yaml
 
-from bench.checkpoint_dir import iteration_folder_sizes
 from bench.config import ConfigError
 from bench.environment import describe_environment
-from bench.launcher.torchrun import PassResult, Topology, free_port, run_pass
+from bench.launcher import nodes
+from bench.launcher.torchrun import PassResult, Topology, free_port, run_command, run_pass
 from bench.rundir import RunDir, build_run_report
-
-# Written into every checkpoint folder we create: we delete a folder only if it carries our mark.
-OWNER_MARK = ".ckpt-bench-owned"
+from bench.storage import (  # noqa: F401 - re-exported
+    OWNER_MARK,
+    CheckpointStorage,
+    check_writable,
+    remove_checkpoints,
+    storage_for,
+)
 
 
 @dataclass
@@ -50,6 +53,14 @@ class LaunchSettings:
 class WorkerPass:
     name: str  # "save" | "load" | ...
     args: list[str]  # arguments to the worker module, after `--spec <worker.json>`
+    module: str | None = None  # another worker than the plan's (the --preflight comms sweep)
+    spec: bool = True  # pass `--spec <worker.json>` first; a framework's own script takes no spec
+    # A framework's launcher that starts the ranks itself (e.g. Primus's run_pretrain.sh), run instead
+    # of torchrun with `env` added and in `cwd`; its output is kept like a pass's console.log.
+    command: list[str] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: Path | None = None
+    show_progress: Callable[[str], bool] | None = None  # None: the plan's
 
 
 @dataclass
@@ -64,6 +75,16 @@ class Plan:
     passes: list[WorkerPass]
     checkpoint_parent: str | None  # where the user wants checkpoints; None: inside the run dir
     show_progress: Callable[[str], bool] = lambda line: False
+    checkpoints: bool = True  # False: the passes save nothing (comms); the report is theirs
+    verifies: bool = True  # the load pass checks what it loaded (bench.integrity); a framework's does not
+    # Called on every node once the run directory and checkpoint folder exist (checkpoint_dir None
+    # without checkpoints), to put their paths into the passes (a framework's --save, its YAML).
+    bind: Callable[[RunDir, str | None], None] | None = None
+    # Called on node 0 after the passes: turns what they left that is not events (a framework's
+    # logs) into events under the run's events/; returns notes for the report.
+    collect: Callable[[RunDir], list[str]] | None = None
+    # The checkpoints' storage when the backend picks it (Lightning: any fsspec URL); None: storage_for().
+    storage: CheckpointStorage | None = None
 
 
 class Backend(Protocol):
@@ -83,67 +104,53 @@ class RunResult:
     exit_code: int
 
 
-def _prepare_checkpoint_dir(parent: str | None, run: RunDir) -> Path:
-    """A fresh folder for this run's checkpoints, marked as ours; fails early if not writable."""
-    target = run.path / "checkpoints" if parent is None else Path(parent) / run.path.name
-    try:
-        target.mkdir(parents=True, exist_ok=False)
-        (target / OWNER_MARK).write_text(f"created by ckpt-bench for {run.path}\n")
-    except FileExistsError:
-        raise ConfigError(f"--save-dir {parent}: {target} already exists; ckpt-bench writes only to a "
-                          "folder it creates") from None
-    except OSError as error:
-        raise ConfigError(f"--save-dir {parent or run.path}: cannot write there ({error.strerror})") from None
-    return target
-
-
-def check_writable(parent: str | None) -> None:
-    """Refuse an unwritable save dir before creating anything."""
-    if parent is None or "://" in parent:
-        return
-    probe = Path(parent)
-    while not probe.exists():
-        probe = probe.parent
-    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
-        raise ConfigError(f"--save-dir {parent}: not writable ({probe} is not a writable directory)")
-
-
-def remove_checkpoints(path: Path) -> bool:
-    """Delete a checkpoint folder only if this tool created it (it carries OWNER_MARK)."""
-    if not (path / OWNER_MARK).is_file():
-        return False
-    shutil.rmtree(path)
-    return True
-
-
 def execute(backend: Backend, settings: LaunchSettings) -> RunResult:
     plan = backend.plan(settings)
-    check_writable(plan.checkpoint_parent)
+    from bench.launcher.comms import preflight_pass  # comms builds on this module
+
+    preflight = preflight_pass(settings)
+    if preflight is not None:
+        plan.passes.insert(0, preflight)
+    run_id = settings.options.get("run_id")
+    nodes.validate(settings.topology, run_id)
+    # Local folder or S3 prefix (bench.storage): checked before anything is created or timed.
+    storage = plan.storage or storage_for(plan.checkpoint_parent, settings.options)
+    storage.check_access()
     if not settings.topology.rdzv_endpoint and settings.topology.master_port is None:
         settings.topology.master_port = free_port()
+    if not nodes.is_leader(settings.topology):
+        return _join(plan, settings, storage.worker_env())
 
-    run = RunDir.create(settings.runs_dir, plan.name)
+    run = RunDir.create(settings.runs_dir, plan.name, run_id)
+    checkpoint_dir = None
     try:
-        checkpoint_dir = _prepare_checkpoint_dir(plan.checkpoint_parent, run)
+        if plan.checkpoints:
+            checkpoint_dir = storage.create(run.path)
     except ConfigError:
         run.path.rmdir()  # just created and still empty: a refused run leaves nothing behind
         raise
     spec = {
         **plan.spec,
-        "checkpoint_dir": str(checkpoint_dir),
+        "run_dir": str(run.path),
+        "checkpoint_dir": None if checkpoint_dir is None else str(checkpoint_dir),
         "events_dir": str(run.events_dir),
         "integrity_dir": str(run.integrity_dir),
         "warm_load": settings.warm_load,
         "run_id": uuid.uuid4().hex,
     }
     spec_path = run.write_json("worker.json", spec)
-    resolved = {**plan.resolved_config, "ckpt_bench": {"backend": backend.name, "checkpoint_dir": str(checkpoint_dir)}}
+    if plan.bind is not None:
+        plan.bind(run, spec["checkpoint_dir"])
+    resolved = {**plan.resolved_config,
+                "ckpt_bench": {"backend": backend.name, "checkpoint_dir": spec["checkpoint_dir"]}}
     (run.path / "resolved.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
-    run_info = {**plan.run_info, "save": str(checkpoint_dir)}
+    run_info = {**plan.run_info, "save": spec["checkpoint_dir"]} if plan.checkpoints else plan.run_info
     facts = {
         "backend": backend.name,
+        "checkpoints": plan.checkpoints,
+        "verifies": plan.verifies,
         "run_info": run_info,
-        "checkpoint_dir": str(checkpoint_dir),
+        "checkpoint_dir": spec["checkpoint_dir"],
         "load_cache": "warm" if settings.warm_load else "cold",
         "environment": describe_environment(checkpoint_dir),
         "passes": [],
@@ -151,33 +158,68 @@ def execute(backend: Backend, settings: LaunchSettings) -> RunResult:
     run.write_json("run.json", facts)
     print(f"run directory: {run.path}", file=sys.stderr, flush=True)
 
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    commands = []
-    results: list[PassResult] = []
-    for worker_pass in plan.passes:
-        args = ["--spec", str(spec_path), *worker_pass.args]
-        result = run_pass(
-            worker_pass.name, settings.topology, run.logs_dir / worker_pass.name,
-            plan.worker_module, args, plan.show_progress, env,
-        )
-        commands.append(shlex.join(result.command))
-        results.append(result)
-        if not result.ok:
-            _print_failure(result)
-            break
+    commands, facts["passes"] = _run_passes(plan, settings, run, spec_path, storage.worker_env())
     (run.path / "commands.sh").write_text("#!/usr/bin/env bash\nset -e\n" + "\n".join(commands) + "\n")
 
-    facts["passes"] = [r.summary() for r in results]
-    facts["folder_sizes"] = iteration_folder_sizes(checkpoint_dir)
+    if plan.collect is not None:
+        facts["notes"] = [*facts.get("notes", []), *plan.collect(run)]
+    if plan.checkpoints:
+        facts["folder_sizes"] = storage.iteration_sizes()
     run.write_json("run.json", facts)
     report = build_run_report(run.path)
     run.report_path.write_text(json.dumps(report, indent=2) + "\n")
-    if not settings.keep_checkpoints and remove_checkpoints(checkpoint_dir):
+    if plan.checkpoints and not settings.keep_checkpoints and storage.remove():
         print(f"removed checkpoints in {checkpoint_dir} (keep them with --keep-checkpoints)",
               file=sys.stderr, flush=True)
     status = report["run"]["status"]
     exit_code = 0 if status == "ok" else (3 if status == "verification-failed" else 1)
     return RunResult(run, report, exit_code)
+
+
+def _run_passes(
+    plan: Plan, settings: LaunchSettings, run: RunDir, spec_path: Path, storage_env: dict[str, str]
+) -> tuple[list[str], list[dict]]:
+    """Run the passes in order, on this node; stop after the first that failed on any node.
+    Returns this node's commands and the pass results of every node."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **storage_env}
+    commands, summaries = [], []
+    for worker_pass in plan.passes:
+        log_dir = nodes.log_dir(run, worker_pass.name, settings.topology)
+        show = worker_pass.show_progress or plan.show_progress
+        pass_env = {**env, **worker_pass.env}
+        if worker_pass.command is not None:
+            result = run_command(worker_pass.name, worker_pass.command, log_dir, show, pass_env, worker_pass.cwd)
+        else:
+            args = ["--spec", str(spec_path), *worker_pass.args] if worker_pass.spec else worker_pass.args
+            # One c10d rendezvous per pass: no agent can join the previous pass's.
+            topology = replace(settings.topology, rdzv_id=f"{run.path.name}-{worker_pass.name}")
+            result = run_pass(worker_pass.name, topology, log_dir, worker_pass.module or plan.worker_module,
+                              args, show, pass_env)
+        commands.append(shlex.join(result.command))
+        if not result.ok:
+            _print_failure(result)
+        every_node = nodes.finish_pass(run, settings.topology, result)
+        summaries += every_node
+        if not all(s["ok"] for s in every_node):
+            break
+    return commands, summaries
+
+
+def _join(plan: Plan, settings: LaunchSettings, storage_env: dict[str, str]) -> RunResult:
+    """Node R > 0 of a multi-node run: the passes, in node 0's run directory; node 0 reports."""
+    run = nodes.join(settings.runs_dir, settings.options["run_id"])
+    print(f"node {settings.topology.node_rank}: run directory {run.path}", file=sys.stderr, flush=True)
+    spec_path = run.path / "worker.json"
+    if plan.bind is not None:
+        plan.bind(run, json.loads(spec_path.read_text())["checkpoint_dir"])
+    _, summaries = _run_passes(plan, settings, run, spec_path, storage_env)
+    ok = all(s["ok"] for s in summaries)
+    report = {
+        "run": {"dir": str(run.path), "node_rank": settings.topology.node_rank,
+                "status": "ok" if ok else "failed", "passes": summaries},
+        "notes": [f"node 0 writes the report of all nodes: {run.report_path}"],
+    }
+    return RunResult(run, report, 0 if ok else 1)
 
 
 def _print_failure(result: PassResult) -> None:

@@ -31,6 +31,7 @@ class Topology:
     master_addr: str = "127.0.0.1"
     master_port: int | None = None
     rdzv_endpoint: str | None = None  # c10d rendezvous (host:port) instead of a fixed master
+    rdzv_id: str | None = None  # names one rendezvous of the c10d backend (we use one per pass)
 
     @property
     def world_size(self) -> int:
@@ -76,6 +77,7 @@ def free_port() -> int:
 
 
 def torchrun_command(topology: Topology, log_dir: Path, module: str, args: Sequence[str]) -> list[str]:
+    """`module` is a module name (`-m`), or a script path ending in `.py` (e.g. `pretrain_gpt.py`)."""
     command = [
         sys.executable, "-m", "torch.distributed.run",
         "--nnodes", str(topology.nnodes),
@@ -83,14 +85,17 @@ def torchrun_command(topology: Topology, log_dir: Path, module: str, args: Seque
     ]
     if topology.rdzv_endpoint:
         command += ["--rdzv-backend", "c10d", "--rdzv-endpoint", topology.rdzv_endpoint]
+        if topology.rdzv_id:
+            command += ["--rdzv-id", topology.rdzv_id]
     else:
         command += [
             "--node-rank", str(topology.node_rank),
             "--master-addr", topology.master_addr,
             "--master-port", str(topology.master_port),
         ]
-    command += ["--log-dir", str(log_dir), "--redirects", "3", "--tee", "3", "-m", module, *args]
-    return command
+    command += ["--log-dir", str(log_dir), "--redirects", "3", "--tee", "3"]
+    command += [module] if module.endswith(".py") else ["-m", module]
+    return [*command, *args]
 
 
 def _rank_log(log_dir: Path, local_rank: int, stream: str) -> Path | None:
@@ -116,15 +121,30 @@ def run_pass(
     env: dict[str, str] | None = None,
 ) -> PassResult:
     """Run one pass; print rank 0's lines for which `show_progress` is true to stderr as it goes."""
+    return run_command(name, torchrun_command(topology, log_dir, module, args), log_dir, show_progress, env)
+
+
+def run_command(
+    name: str,
+    command: list[str],
+    log_dir: Path,
+    show_progress: Callable[[str], bool],
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+) -> PassResult:
+    """Run a command that starts ranks itself: torchrun, or a framework's launcher script around it.
+
+    Its output goes to `<log_dir>/console.log`; lines of local rank 0 (torchrun's `--tee` prefix) or,
+    from a launcher that prints its ranks' lines bare, any line, are shown when `show_progress` says.
+    """
     log_dir.mkdir(parents=True, exist_ok=True)
-    command = torchrun_command(topology, log_dir, module, args)
     failures: list[RankFailure] = []
     pending: dict | None = None
     with (
         open(log_dir / "console.log", "w", encoding="utf-8") as console,
         subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
-            env=env, bufsize=1,
+            env=env, bufsize=1, cwd=cwd,
         ) as process,
     ):
         assert process.stdout is not None
@@ -135,6 +155,8 @@ def run_pass(
                 if tee.group(1) == "0" and show_progress(tee.group(2)):
                     print(f"[{name}] {tee.group(2).strip()}", file=sys.stderr, flush=True)
                 continue
+            if not line.startswith("[default") and show_progress(line):
+                print(f"[{name}] {line.strip()}", file=sys.stderr, flush=True)
             failed = _FAILED_RANK.match(line)
             if failed:
                 pending = {"rank": int(failed.group(1)), "local_rank": int(failed.group(2))}

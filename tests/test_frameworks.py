@@ -1,0 +1,144 @@
+"""--framework megatron-lm / primus against fake checkouts whose entry points record what they were
+given and write logs in the framework's own format; the report is built from those logs."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# What both fakes do once they know their arguments: record them, "save" (iteration folders) or "load",
+# and print Megatron's checkpoint messages, the way the real framework would.
+FAKE = textwrap.dedent('''
+    import json, os, sys, time
+    from datetime import datetime
+    from pathlib import Path
+
+    def stamp():
+        return datetime.now().strftime("%Y-%m-%d %H:%M:%S.%f")
+
+    def train(save, load, train_iters, interval, fmt, say):
+        if load:
+            say(f" loading distributed checkpoint from {load} at iteration {train_iters}")
+            time.sleep(0.05)
+            say(f"  successfully loaded checkpoint from {load} [ t 1/1, p 1/1 ] at iteration {train_iters}")
+            say("(min, max) time across ranks (ms):\\n    load-checkpoint ........: (50.00, 50.00)")
+            return
+        for it in range(interval, train_iters + 1, interval):
+            say(f"[{stamp()}] saving checkpoint at iteration {it:7d} to {save} in {fmt} format")
+            folder = Path(save) / f"iter_{it:07d}"
+            folder.mkdir(parents=True)
+            (folder / "__0_0.distcp").write_bytes(b"x" * 4096)
+            (Path(save) / "latest_checkpointed_iteration.txt").write_text(str(it))
+            say(f"  [{stamp()}] successfully saved checkpoint from iteration {it:7d} to {save} [ t 1/1, p 1/1 ]")
+''')
+
+PRETRAIN_GPT = FAKE + textwrap.dedent('''
+    argv = sys.argv[1:]
+    def value(flag):
+        return argv[argv.index(flag) + 1] if flag in argv else None
+    if os.environ["RANK"] == "0":
+        phase = "load" if "--load" in argv else "save"
+        Path(os.environ["FAKE_RECORD"], f"{phase}.json").write_text(json.dumps(
+            {"argv": argv, "env": {k: os.environ.get(k) for k in ("WORLD_SIZE", "CUDA_DEVICE_MAX_CONNECTIONS")}}))
+        train(value("--save"), value("--load"), int(value("--train-iters")), int(value("--save-interval")),
+              value("--ckpt-format"), lambda line: print(line, flush=True))
+''')
+
+ARGUMENTS_PY = textwrap.dedent('''
+    def add(group):
+        for flag in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--train-iters",
+                     "--save-interval", "--save", "--load", "--ckpt-format", "--async-save", "--mock-data",
+                     "--tokenizer-type", "--vocab-size", "--num-layers", "--hidden-size", "--seq-length",
+                     "--micro-batch-size", "--global-batch-size", "--num-attention-heads",
+                     "--exit-on-missing-checkpoint", "--no-bias-dropout-fusion", "--bf16"):
+            group.add_argument(flag)
+''')
+
+PRIMUS_FAKE = FAKE + textwrap.dedent('''
+    import yaml
+    exp = yaml.safe_load(open(os.environ["EXP"]))
+    args = exp["modules"]["pre_trainer"]["overrides"]
+    root = Path(exp["workspace"], exp["work_group"], exp["user_name"], exp["exp_name"])
+    phase = "load" if args.get("load") else "save"
+    keys = ("EXP", "NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "GPUS_PER_NODE")
+    Path(os.environ["FAKE_RECORD"], f"{phase}.json").write_text(json.dumps(
+        {"env": {k: os.environ.get(k) for k in keys}, "cwd": os.getcwd(), "exp": exp}))
+    log = root / "logs" / "pre_trainer" / "rank-0" / "debug.log"
+    log.parent.mkdir(parents=True)
+    with open(log, "w") as out:
+        def say(message):
+            prefix = datetime.now().strftime("[%Y%m%d %H:%M:%S]") + "[user/team][pre_trainer][rank-0/1][DEBUG]"
+            first, *rest = message.strip().splitlines()
+            out.write(f"{prefix}    [----checkpointing.py:512] : {first}\\n" + "".join(r + "\\n" for r in rest))
+        train(args.get("save"), args.get("load"), args["train_iters"], args["save_interval"], args["ckpt_format"], say)
+''')
+
+
+def run(tmp_path, *args):
+    record = tmp_path / "record"
+    record.mkdir()
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "ckpt_launch.py"), "--nproc-per-node", "1", "--runs-dir", str(tmp_path / "runs"),
+         "--keep-checkpoints", *args],
+        capture_output=True, text=True, timeout=180, cwd=ROOT,
+        env={**os.environ, "FAKE_RECORD": str(record), "FAKE_PYTHON": sys.executable},
+    )
+    assert result.returncode == 0, result.stderr
+    recorded = {p.stem: json.loads(p.read_text()) for p in record.glob("*.json")}
+    return json.loads(result.stdout), recorded
+
+
+def assert_report(report, framework):
+    assert report["run"]["status"] == "ok" and report["config"]["backend"] == framework
+    assert report["num_saved"] == 3 and [s["iteration"] for s in report["saves"]] == [2, 4, 6]
+    assert report["iter_folder_size"] == 4096 and report["saves"][-1]["bytes_source"] == "disk"
+    assert report["load"]["iteration"] == 6 and report["load_time"] == 0.05
+    assert report["world_size"] == 1 and report["ckpt_format"] == "torch_dist"
+
+
+def test_megatron_lm(tmp_path):
+    megatron = tmp_path / "Megatron-LM"
+    (megatron / "megatron" / "training").mkdir(parents=True)
+    (megatron / "pretrain_gpt.py").write_text(PRETRAIN_GPT)
+    (megatron / "megatron" / "training" / "arguments.py").write_text(ARGUMENTS_PY)
+    report, recorded = run(tmp_path, "--framework", "megatron-lm", "--megatron-path", str(megatron), "--tp", "1")
+    assert_report(report, "megatron-lm")
+    save, load = recorded["save"]["argv"], recorded["load"]["argv"]
+    checkpoint = report["save"]
+    assert save[save.index("--save") + 1] == checkpoint and "--load" not in save
+    assert load[load.index("--load") + 1] == checkpoint and "--save" not in load
+    assert "--exit-on-missing-checkpoint" in load and "--mock-data" in save
+    for flag, value in (("--tensor-model-parallel-size", "1"), ("--ckpt-format", "torch_dist"),
+                        ("--train-iters", "6"), ("--tokenizer-type", "NullTokenizer")):
+        assert save[save.index(flag) + 1] == value
+    assert "--async-save" not in save  # false: Megatron-LM's default, no flag
+    assert "--lr" not in save  # not in this Megatron-LM's arguments: left out, and said so
+    assert any("left out" in note and "lr" in note for note in report["notes"])
+    assert recorded["save"]["env"] == {"WORLD_SIZE": "1", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+
+
+def test_primus(tmp_path):
+    primus = tmp_path / "Primus"
+    (primus / "examples").mkdir(parents=True)
+    (primus / "examples" / "fake.py").write_text(PRIMUS_FAKE)
+    (primus / "examples" / "run_pretrain.sh").write_text('exec "$FAKE_PYTHON" "$(dirname "$0")/fake.py"\n')
+    report, recorded = run(tmp_path, "--framework", "primus", "--primus-path", str(primus), "--master-port", "29555")
+    assert_report(report, "primus")
+    run_dir = Path(report["run"]["dir"])
+    save, load = recorded["save"], recorded["load"]
+    assert save["env"] == {"EXP": str(run_dir / "primus" / "save.yaml"), "NNODES": "1", "NODE_RANK": "0",
+                           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29555", "GPUS_PER_NODE": "1"}
+    assert save["cwd"] == str(primus)
+    resolved = yaml.safe_load((run_dir / "primus" / "save.yaml").read_text())
+    overrides = resolved["modules"]["pre_trainer"]["overrides"]
+    assert overrides["save"] == report["save"] and overrides["load"] is None  # a real save path
+    assert resolved["modules"]["pre_trainer"]["model"] == "tiny_gpt.yaml"  # Primus finds its own preset
+    load_overrides = load["exp"]["modules"]["pre_trainer"]["overrides"]
+    assert load_overrides["load"] == report["save"] and load_overrides["save"] is None
+    assert (run_dir / "primus" / "save" / "ckpt-bench" / "user" / "tiny_gpt" / "logs" / "pre_trainer").is_dir()

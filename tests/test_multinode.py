@@ -1,0 +1,50 @@
+"""Two torchrun agents on one machine (node ranks 0 and 1, loopback): one run directory, one report."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from bench.launcher.torchrun import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def node(rank, runs_dir, port, *extra):
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "ckpt_launch.py"), "--backend", "comms", "--nnodes", "2",
+         "--nproc-per-node", "1", "--node-rank", str(rank), "--master-addr", "127.0.0.1",
+         "--master-port", str(port), "--run-id", "job-1", "--runs-dir", str(runs_dir), *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+    )
+
+
+def test_two_agents_one_report(tmp_path):
+    runs, port = tmp_path / "runs", free_port()
+    agents = [node(rank, runs, port, "--comms-max-size", "4KiB", "--preflight") for rank in (1, 0)]
+    (out1, err1), (out0, err0) = (agent.communicate(timeout=180) for agent in agents)
+    assert agents[1].returncode == 0, err0
+    assert agents[0].returncode == 0, err1
+
+    run = runs / "job-1"
+    report = json.loads(out0)
+    assert report == json.loads((run / "report.json").read_text())
+    assert [p.name for p in runs.iterdir()] == ["job-1"]  # node 1 joined node 0's run directory
+    assert report["comms"]["world_size"] == 2 and report["comms"]["nnodes"] == 2
+    assert report["config"]["world_size"] == 2
+    passes = [(p["name"], p["node_rank"], p["ok"]) for p in report["run"]["passes"]]
+    assert passes == [("preflight", 0, True), ("preflight", 1, True), ("comms", 0, True), ("comms", 1, True)]
+    for name in ("preflight", "comms"):
+        for rank in (0, 1):
+            assert (run / "logs" / name / f"node-{rank}" / "console.log").is_file()
+    assert json.loads(out1)["run"]["node_rank"] == 1  # node 1 reports where the report is
+
+
+def test_multi_node_needs_a_run_id_and_a_port(tmp_path):
+    base = [sys.executable, str(ROOT / "ckpt_launch.py"), "--backend", "comms", "--nnodes", "2",
+            "--runs-dir", str(tmp_path)]
+    no_id = subprocess.run([*base, "--master-port", "29999"], capture_output=True, text=True, cwd=ROOT)
+    no_port = subprocess.run([*base, "--run-id", "x"], capture_output=True, text=True, cwd=ROOT)
+    assert no_id.returncode == 2 and "--run-id" in no_id.stderr
+    assert no_port.returncode == 2 and "--master-port" in no_port.stderr
+    assert not any(tmp_path.iterdir())
