@@ -29,6 +29,8 @@ def launch(*args, runs_dir):
         (["--save-dir", "/proc/not-here"], "--save-dir /proc/not-here"),
         (["--set", "oops"], "expected key=value"),
         (["--tp", "2", "--set", "num_attention_heads=3"], "num_attention_heads=3"),
+        (["--cp", "2"], "context_parallel_size > 1 needs Transformer Engine"),
+        (["--ckpt-format", "torch", "--use-distributed-optimizer"], "distrib_optim.pt"),
     ],
 )
 def test_user_mistakes_are_one_line_exit_2(tmp_path, args, needle):

@@ -127,6 +127,20 @@ def run_info(args: dict, sizes: dict, settings: LaunchSettings) -> dict:
     }
 
 
+def _check_worker_accepts(args: dict, world_size: int, checkpoint_parent) -> None:
+    """What the built-in worker itself cannot run (e.g. CP without Transformer Engine), refused now
+    rather than after torchrun has started: the worker's own spec rules, applied to this plan."""
+    from bench.megatron.spec import SpecError, WorkerSpec
+
+    placeholder = str(checkpoint_parent or "checkpoints")
+    try:
+        WorkerSpec(megatron=args, events_dir="", integrity_dir="", checkpoint_dir=placeholder).megatron_args(
+            world_size
+        )
+    except SpecError as error:
+        raise ConfigError(f"the megatron worker cannot run this: {error}") from None
+
+
 class MegatronBackend:
     name = "megatron"
 
@@ -140,6 +154,7 @@ class MegatronBackend:
         # Primus skips saving when `save` is null: we always save, by default inside the run directory.
         checkpoint_parent = settings.save_dir or args.get("save")
         args["save"] = args["load"] = None  # the runner creates the run's own checkpoint folder
+        _check_worker_accepts(args, settings.topology.world_size, checkpoint_parent)
         experiment.args = args
         return Plan(
             name=experiment.exp_name,
