@@ -1,0 +1,388 @@
+"""Sweeps: many benchmark runs from one file, each job exactly one command-line invocation.
+
+A sweep file names fixed settings and `sweep:` lists, keyed by the CLI options' names with
+underscores (any option of `ckpt_launch.py`, any backend). The jobs are the cartesian product of the
+lists, in declaration order (the last list varies fastest), run one after another:
+
+    name: dcp                       # optional; default: the file's name
+    backend: dcp                    # fixed settings
+    save_calls: 3
+    sweep:
+      model: [vit-base, gpt2]
+      nproc_per_node: [1, 2]
+      save_dir: [/tmp/ckpt-bench, s3://my-bucket/ckpt-bench]
+
+Each job's options are parsed by the click command itself (defaults, types, choices), so a job is
+exactly `ckpt_launch.py <its options>`; that command line is recorded with the job. Results:
+
+    <runs-dir>/sweeps/<name>/<YYYYmmdd-HHMMSS>/
+        sweep.yaml                  the sweep as run (fixed settings, lists, command-line overrides)
+        <job>/benchmark.log         everything the job printed
+        <job>/report.json           its report; also as results_<values>.json (s3torchbenchmarking's name)
+        <job>/job.json              its options, command line, status and error
+        <job>/<run directory>/      the run itself (bench.rundir)
+        run_results.json            every job's config and report, tool and library versions, host
+        results.csv                 one row per job
+
+A job whose run fails is recorded as failed and the sweep goes on. `--resume DIR` runs again the
+jobs of DIR that have no result (never started, interrupted, or failed) and skips the others.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import difflib
+import itertools
+import json
+import os
+import re
+import shlex
+import shutil
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+import yaml
+
+from bench.config import ConfigError
+from bench.environment import describe_environment, package_versions
+
+# Options a sweep file may not set: they drive the sweep itself.
+RESERVED = ("sweep", "resume", "output", "runs_dir")
+# A job with one of these statuses has its result: `--resume` skips it.
+FINISHED = ("ok", "verification-failed")
+SWEEP_FILE = "sweep.yaml"
+RESULTS_FILE = "run_results.json"
+CSV_FILE = "results.csv"
+CSV_METRICS = (
+    "world_size", "save_block_time", "save_total_time", "save_bandwidth_in_mbps", "load_time",
+    "load_bandwidth_in_mbps", "iter_folder_size", "num_saved", "verified", "accurate",
+)
+
+
+@dataclass
+class Job:
+    index: int
+    params: dict  # the swept values, in declaration order
+    options: dict  # every option, as the click command parsed them
+    argv: list[str]  # the equivalent command line (after `ckpt_launch.py`)
+
+    @property
+    def report_name(self) -> str:
+        """`results_<value>_<value>....json`, the values in declaration order (as s3torchbenchmarking)."""
+        return "results_" + "_".join(_label(key, value) for key, value in self.params.items()) + ".json"
+
+
+@dataclass
+class Sweep:
+    name: str
+    fixed: dict
+    lists: dict
+    source: str | None = None
+    jobs: list[Job] = field(default_factory=list)
+
+    def definition(self) -> dict:
+        return {"name": self.name, **self.fixed, "sweep": self.lists}
+
+
+def _label(key: str, value) -> str:
+    if key == "save_dir":
+        return "s3" if str(value).startswith("s3://") else "disk"
+    if isinstance(value, bool):
+        return key if value else f"no-{key}"
+    return re.sub(r"[^A-Za-z0-9.+-]+", "-", str(value)).strip("-") or "none"
+
+
+def _command():
+    from bench.cli import launch
+
+    return launch
+
+
+def _params_by_name() -> dict[str, click.Parameter]:
+    return {param.name: param for param in _command().params if param.name}
+
+
+def to_argv(options: dict) -> list[str]:
+    """The command-line arguments that set `options` (names with underscores) on `ckpt_launch.py`."""
+    params = _params_by_name()
+    argv: list[str] = []
+    for name, value in options.items():
+        param = params[name]
+        flag = param.opts[0]
+        if value is None:
+            continue
+        if isinstance(param, click.Option) and param.is_flag:
+            if value:
+                argv.append(flag)
+            elif param.secondary_opts:
+                argv.append(param.secondary_opts[0])
+        elif isinstance(param, click.Option) and param.multiple:
+            for item in value if isinstance(value, (list, tuple)) else [value]:
+                argv += [flag, str(item)]
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
+def parse_options(argv: list[str]) -> dict:
+    """Every option of one job, parsed (defaults, types, choices) by the click command itself."""
+    command = _command()
+    with command.make_context("ckpt_launch.py", list(argv)) as context:
+        return dict(context.params)
+
+
+def _check_keys(keys, where: str) -> None:
+    params = _params_by_name()
+    for key in keys:
+        if key in RESERVED:
+            raise ConfigError(f"{where}: {key!r} cannot be set in a sweep file (it drives the sweep itself)")
+        if key not in params:
+            close = difflib.get_close_matches(str(key), params, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"{where}: {key!r} is not an option of ckpt_launch.py{hint}; use the option's name "
+                              "with underscores, e.g. nproc_per_node")
+
+
+def build_sweep(definition, source: str, overrides: dict | None = None) -> Sweep:
+    """A validated sweep: every job's options parsed as the CLI would; raises ConfigError (one line)."""
+    if not isinstance(definition, dict):
+        raise ConfigError(f"{source}: a sweep file is a mapping of options and a `sweep:` mapping of lists")
+    definition = dict(definition)
+    name = definition.pop("name", None) or Path(source).stem
+    lists = definition.pop("sweep", None)
+    if not isinstance(lists, dict) or not lists:
+        raise ConfigError(f"{source}: `sweep:` must map option names to lists of values, e.g. "
+                          "sweep: {thread_count: [1, 2]}")
+    for key, values in lists.items():
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"{source}: sweep.{key} must be a non-empty list (got {values!r})")
+    _check_keys(definition, source)
+    _check_keys(lists, f"{source}: sweep")
+    both = sorted(set(definition) & set(lists))
+    if both:
+        raise ConfigError(f"{source}: {', '.join(both)} is both fixed and swept; keep one")
+    overrides = overrides or {}
+    swept = sorted(set(overrides) & set(lists))
+    if swept:
+        raise ConfigError(f"{', '.join('--' + k.replace('_', '-') for k in swept)}: swept in {source}; "
+                          "remove it from the command line or from the sweep")
+    fixed = {**definition, **overrides}
+
+    sweep = Sweep(str(name), fixed, lists, source)
+    for index, values in enumerate(itertools.product(*lists.values())):
+        params = dict(zip(lists, values, strict=True))
+        argv = to_argv({**fixed, **params})
+        try:
+            options = parse_options(argv)
+        except click.ClickException as error:
+            described = ", ".join(f"{k}={v}" for k, v in params.items())
+            raise ConfigError(f"{source}: job {index} ({described}): {error.format_message()}") from None
+        sweep.jobs.append(Job(index, params, options, argv))
+    return sweep
+
+
+def load_sweep(path: str | os.PathLike, overrides: dict | None = None) -> Sweep:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"--sweep {path}: sweep file not found")
+    try:
+        definition = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        raise ConfigError(f"--sweep {path}: not valid YAML ({str(error).splitlines()[0]})") from None
+    return build_sweep(definition, str(path), overrides)
+
+
+# --- running ------------------------------------------------------------------------------------
+
+
+def _job_dir(root: Path, job: Job) -> Path:
+    return root / str(job.index)
+
+
+def _read_job(root: Path, job: Job) -> dict | None:
+    path = _job_dir(root, job) / "job.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _write_json(path: Path, data) -> None:
+    path.write_text(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def run_job(root: Path, job: Job) -> dict:
+    """Run one job as its own CLI invocation would, its output captured in `<job>/benchmark.log`."""
+    from bench.cli import settings_from_options
+    from bench.launcher import BACKENDS
+    from bench.launcher.base import execute
+
+    job_dir = _job_dir(root, job)
+    if job_dir.exists():
+        shutil.rmtree(job_dir)  # an earlier attempt without a result (see --resume): ours to replace
+    job_dir.mkdir(parents=True)
+    record = {
+        "index": job.index,
+        "params": job.params,
+        "command": shlex.join(["ckpt_launch.py", *job.argv]),
+        "options": job.options,
+        "status": "running",
+        "error": None,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    _write_json(job_dir / "job.json", record)
+    options = {**job.options, "runs_dir": str(job_dir)}
+    with open(job_dir / "benchmark.log", "w", encoding="utf-8") as log, \
+            contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        print(f"$ {record['command']}", flush=True)
+        try:
+            result = execute(BACKENDS[options["backend"]], settings_from_options(options))
+            report = result.report
+            record["status"] = report["run"]["status"]
+            (job_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+            _link(job_dir / "report.json", job_dir / job.report_name)
+            record["report_file"] = job.report_name
+            record["run_dir"] = report["run"]["dir"]
+            if record["status"] != "ok":
+                record["error"] = _failure(report)
+        except ConfigError as error:
+            print(f"error: {error}", flush=True)
+            record.update(status="failed", error=str(error))
+        except Exception as error:  # a job's crash is its own: record it, go on with the sweep
+            traceback.print_exc()
+            record.update(status="failed", error=f"{type(error).__name__}: {error}")
+    record["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    _write_json(job_dir / "job.json", record)
+    return record
+
+
+def _link(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+
+
+def _failure(report: dict) -> str:
+    passes = [p for p in report["run"]["passes"] if not p["ok"]]
+    if passes:
+        return f"{passes[0]['name']} pass failed (exit code {passes[0]['exit_code']}); logs in {passes[0]['log_dir']}"
+    return f"verification failed: {json.dumps(report.get('verification'))}"
+
+
+def _report(root: Path, job: Job, record: dict | None) -> dict | None:
+    path = _job_dir(root, job) / "report.json"
+    return json.loads(path.read_text()) if record and path.is_file() else None
+
+
+def write_results(root: Path, sweep: Sweep, started: str) -> dict:
+    """run_results.json and results.csv from every job's directory (so a resumed sweep is whole)."""
+    jobs = []
+    for job in sweep.jobs:
+        record = _read_job(root, job) or {"index": job.index, "params": job.params, "status": "not run",
+                                          "command": shlex.join(["ckpt_launch.py", *job.argv]),
+                                          "options": job.options}
+        jobs.append({**record, "report": _report(root, job, record)})
+    environment = describe_environment()
+    environment.update(package_versions(("boto3", "click", "s3torchconnectorclient")))
+    results = {
+        "name": sweep.name,
+        "sweep_file": sweep.source,
+        "dir": str(root),
+        "started": started,
+        "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "sweep": sweep.definition(),
+        "environment": environment,
+        "summary": {status: sum(j["status"] == status for j in jobs) for status in sorted({j["status"] for j in jobs})},
+        "jobs": jobs,
+    }
+    _write_json(root / RESULTS_FILE, results)
+    with open(root / CSV_FILE, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["job", "status", *sweep.lists, *CSV_METRICS, "save_bandwidth_median", "report", "error"])
+        for job, record in zip(sweep.jobs, jobs, strict=True):
+            report = record["report"] or {}
+            median = (((report.get("stats") or {}).get("bandwidth")) or {}).get("median")
+            writer.writerow([
+                job.index, record["status"], *job.params.values(), *(report.get(k) for k in CSV_METRICS),
+                median, record.get("report_file"), record.get("error"),
+            ])
+    return results
+
+
+def _new_root(runs_dir: Path, name: str) -> Path:
+    base = runs_dir / "sweeps" / name / time.strftime("%Y%m%d-%H%M%S")
+    root, suffix = base, 1
+    while True:
+        try:
+            root.mkdir(parents=True)
+            return root
+        except FileExistsError:
+            suffix += 1
+            root = base.with_name(f"{base.name}-{suffix}")
+
+
+def run_sweep(sweep_file: str | None, runs_dir: str | os.PathLike, resume: str | None = None,
+              overrides: dict | None = None) -> tuple[Path, dict]:
+    """Run (or resume) a sweep; returns its directory and run_results."""
+    from tqdm import tqdm
+
+    if resume:
+        root = Path(resume)
+        saved = root / SWEEP_FILE
+        if not saved.is_file():
+            raise ConfigError(f"--resume {root}: not a sweep directory (no {SWEEP_FILE})")
+        sweep = build_sweep(yaml.safe_load(saved.read_text()), str(saved))
+        if sweep_file or overrides:
+            given = load_sweep(sweep_file, overrides) if sweep_file else build_sweep(
+                {**sweep.definition(), **(overrides or {})}, str(saved))
+            if [j.options for j in given.jobs] != [j.options for j in sweep.jobs]:
+                raise ConfigError(f"--resume {root}: the sweep given differs from the one this directory holds "
+                                  f"({saved}); resume without --sweep, or start a new sweep")
+        started = (json.loads((root / RESULTS_FILE).read_text()).get("started")
+                   if (root / RESULTS_FILE).is_file() else None)
+    else:
+        sweep = load_sweep(sweep_file, overrides)
+        root = _new_root(Path(runs_dir), sweep.name)
+        (root / SWEEP_FILE).write_text(yaml.safe_dump(sweep.definition(), sort_keys=False))
+        started = None
+    started = started or time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+    done = [job for job in sweep.jobs if (_read_job(root, job) or {}).get("status") in FINISHED]
+    todo = [job for job in sweep.jobs if job not in done]
+    print(f"sweep {sweep.name}: {len(sweep.jobs)} jobs in {root}"
+          + (f" ({len(done)} finished before, skipped)" if done else ""), file=sys.stderr, flush=True)
+    write_results(root, sweep, started)
+    progress = tqdm(total=len(sweep.jobs), initial=len(done), desc=f"sweep {sweep.name}", unit="job",
+                    file=sys.stderr, dynamic_ncols=True)
+    with progress:
+        for job in todo:
+            progress.set_postfix_str(" ".join(f"{k}={_label(k, v)}" for k, v in job.params.items()))
+            record = run_job(root, job)
+            write_results(root, sweep, started)
+            progress.update(1)
+            if record["status"] != "ok":
+                progress.write(f"job {job.index} {record['status']}: {record['error']}", file=sys.stderr)
+    return root, write_results(root, sweep, started)
+
+
+def summary(results: dict) -> dict:
+    """What the CLI prints: where the results are and one line of numbers per job."""
+    return {
+        "sweep": results["name"],
+        "dir": results["dir"],
+        "results": str(Path(results["dir"]) / RESULTS_FILE),
+        "csv": str(Path(results["dir"]) / CSV_FILE),
+        "summary": results["summary"],
+        "jobs": [
+            {
+                "job": job["index"],
+                "status": job["status"],
+                **job["params"],
+                **{k: (job["report"] or {}).get(k) for k in ("save_bandwidth_in_mbps", "load_bandwidth_in_mbps")},
+            }
+            for job in results["jobs"]
+        ],
+    }

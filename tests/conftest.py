@@ -1,0 +1,30 @@
+"""Shared fixtures.
+
+`s3_endpoint` (session): a real S3 endpoint -- moto's standalone server on loopback, started as a
+process and reached over HTTP exactly as AWS would be (boto3 on the launcher side, s3torchconnector's
+native client in the ranks). Nothing is mocked in-process. See bench.local_s3.S3Endpoint:
+
+    def test_something(s3_endpoint):
+        bucket = s3_endpoint.create_bucket()          # a fresh, uniquely named bucket
+        args = ["--save-dir", f"s3://{bucket}/prefix", *s3_endpoint.options()]   # --s3-endpoint/--s3-region
+        s3_endpoint.url, s3_endpoint.region, s3_endpoint.client(), s3_endpoint.object_keys(bucket)
+
+AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY are set to `testing` while the server runs, so child
+processes (torchrun and its ranks) inherit them.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.local_s3 import MOTO_SERVER, S3Endpoint, moto_server
+
+__all__ = ["S3Endpoint"]
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(tmp_path_factory) -> S3Endpoint:
+    if not MOTO_SERVER.exists():
+        pytest.skip(f"{MOTO_SERVER} not installed (pip install 'moto[server]')")
+    with moto_server(tmp_path_factory.mktemp("moto")) as endpoint:
+        yield endpoint

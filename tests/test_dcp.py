@@ -1,0 +1,89 @@
+"""The DCP backend end to end: real torchrun (2 ranks, gloo), a real S3 endpoint (moto) reached through
+s3torchconnector, the report from the shared engine."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.dcp import models
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def launch(*args, runs_dir):
+    return subprocess.run(
+        [sys.executable, str(ROOT / "ckpt_launch.py"), "--backend", "dcp", "--runs-dir", str(runs_dir), *args],
+        capture_output=True, text=True, timeout=240, cwd=ROOT,
+    )
+
+
+@pytest.mark.parametrize("async_save", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("storage", ["disk", "s3"])
+def test_save_then_load(tmp_path, s3_endpoint, storage, async_save):
+    args = ["--model", "tiny", "--nproc-per-node", "2", "--dist-backend", "gloo", "--save-calls", "2",
+            "--thread-count", "2", "--async-save" if async_save else "--no-async-save"]
+    keep = storage == "s3" and not async_save  # one run keeps its checkpoints, to check their layout
+    if storage == "s3":
+        bucket = s3_endpoint.create_bucket()
+        args += ["--save-dir", f"s3://{bucket}/bench", *s3_endpoint.options()]
+        args += ["--keep-checkpoints"] if keep else []
+    else:
+        args += ["--save-dir", str(tmp_path / "ckpts")]
+    result = launch(*args, runs_dir=tmp_path / "runs")
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+
+    assert report["ckpt_format"] == "torch_dcp" and report["world_size"] == 2
+    assert report["async_save"] is async_save
+    config = report["config"]
+    assert config["storage"] == storage and config["model"] == "tiny" and config["thread_count"] == 2
+    assert config["sync_files"] is (storage == "disk")
+    assert report["verified"] is True and report["verification"]["ranks_checked"] == 2
+    assert report["num_saved"] == 2 and report["accurate"] is True
+    # Sizes come from what was written (files or objects): the tensors plus DCP's metadata.
+    state_bytes = models.estimate_bytes("tiny", "float32")
+    for save in report["saves"]:
+        assert save["bytes_source"] == "disk" and state_bytes < save["bytes"] < 2 * state_bytes
+        assert 0 < save["block_time"] <= save["total_time"]
+        assert save["bandwidth"] > 0
+    assert [load["iteration"] for load in report["loads"]] == [1, 2]  # every save call is loaded back
+    assert report["load_bandwidth_in_mbps"] > 0
+    # The checkpoints this run created are gone; nothing else was touched.
+    if keep:
+        run = Path(report["run"]["dir"]).name
+        assert report["save"] == f"s3://{bucket}/bench/{run}"
+        keys = s3_endpoint.object_keys(bucket)
+        assert f"bench/{run}/.ckpt-bench-owned" in keys
+        assert {f"bench/{run}/iter_000000{k}/.metadata" for k in (1, 2)} <= set(keys)
+    elif storage == "s3":
+        assert s3_endpoint.object_keys(bucket) == []
+    else:
+        assert list((tmp_path / "ckpts").iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--save-dir", "s3://no-such-bucket/x"], "bucket 'no-such-bucket' does not exist"),
+        (["--model", "gpt-17"], "--model 'gpt-17' is not known: use one of tiny, small"),
+        (["--dtype", "int3"], "--dtype 'int3' is not supported"),
+        (["--model", "llama2-13b"], "--model llama2-13b in float32 is 48.5 GiB per copy"),
+        (["--save-dir", "s3://b/x", "--sync-files"], "--sync-files applies to a local --save-dir only"),
+    ],
+)
+def test_mistakes_are_one_line_before_launch(tmp_path, s3_endpoint, args, needle):
+    result = launch("--dist-backend", "gloo", *s3_endpoint.options(), *args, runs_dir=tmp_path / "runs")
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], result.stderr
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_model_shapes_match_published_sizes():
+    expected = {"vit-base": 86.6e6, "gpt2": 124.4e6, "T0_3B": 2.85e9, "llama2-7b": 6.74e9, "llama2-13b": 13.0e9}
+    for name, count in expected.items():
+        assert models.parameter_count(name) == pytest.approx(count, rel=0.005), name
+    assert models.estimate_bytes("llama2-7b", "bf16") == 2 * models.parameter_count("llama2-7b")
