@@ -1,0 +1,106 @@
+"""The CheckpointIO stack the Trainer is given, and the wrapper that times async writes honestly.
+
+    sync:   <storage IO>                                      (TorchCheckpointIO or S3LightningCheckpoint)
+    async:  AsyncCheckpointIO(RecordWriteEnd(<storage IO>))
+
+`AsyncCheckpointIO.save_checkpoint` clones the tensors and hands the write to a thread, then
+returns: that is where training resumes (SAVE_BLOCK_END, recorded by the worker). The checkpoint is
+complete only when the storage IO's own `save_checkpoint` returns on that thread, so
+`RecordWriteEnd` records SAVE_END right there -- recording it when someone later notices completion
+would add unrelated waiting to the save time. It adds only that and changes nothing it wraps.
+
+For a synchronous save no wrapper is needed: the write is done when `trainer.save_checkpoint`
+returns, and the worker records SAVE_END itself.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from lightning.pytorch.plugins.io import AsyncCheckpointIO, CheckpointIO, TorchCheckpointIO
+
+from bench.checkpoint_dir import ITER_DIR
+from bench.events import EventKind, EventRecorder
+
+
+class LockedRecorder:
+    """An EventRecorder shared by the training thread and the async writer thread."""
+
+    def __init__(self, recorder: EventRecorder):
+        self._recorder = recorder
+        self._lock = threading.Lock()
+        self.rank = recorder.rank
+
+    def record(self, kind: EventKind, iteration: int | None = None, **fields):
+        with self._lock:
+            return self._recorder.record(kind, iteration, **fields)
+
+    def close(self) -> None:
+        with self._lock:
+            self._recorder.close()
+
+
+def iteration_of(path: str) -> int | None:
+    """The save call index from a path below `iter_NNNNNNN/` (works for local paths and URLs)."""
+    for part in reversed(str(path).rstrip("/").split("/")):
+        match = ITER_DIR.match(part)
+        if match:
+            return int(match.group(1))
+    return None
+
+
+def local_size(path: str) -> int | None:
+    """Bytes of a local file just written; None for object storage (the launcher measures those)."""
+    try:
+        return os.stat(path).st_size if "://" not in str(path) else None
+    except OSError:
+        return None
+
+
+class RecordWriteEnd(CheckpointIO):
+    """Delegates everything to `inner`; records SAVE_END on the thread that did the write."""
+
+    def __init__(self, inner: CheckpointIO, recorder: LockedRecorder):
+        super().__init__()
+        self.inner = inner
+        self.recorder = recorder
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
+        iteration = iteration_of(path)
+        try:
+            self.inner.save_checkpoint(checkpoint, path, storage_options=storage_options)
+        except BaseException as error:
+            self.recorder.record(EventKind.SAVE_END, iteration, path=str(path), error=repr(error),
+                                 extra={"thread": "writer"})
+            raise
+        self.recorder.record(EventKind.SAVE_END, iteration, path=str(path), bytes=local_size(path),
+                             extra={"thread": "writer"})
+
+    def load_checkpoint(self, path, map_location: Any | None = None, weights_only: bool | None = None):
+        return self.inner.load_checkpoint(path, map_location=map_location, weights_only=weights_only)
+
+    def remove_checkpoint(self, path) -> None:
+        self.inner.remove_checkpoint(path)
+
+    def teardown(self) -> None:
+        self.inner.teardown()
+
+
+def storage_io(storage: dict) -> CheckpointIO:
+    """The IO that reaches the storage: s3torchconnector's plugin for s3://, else Lightning's own
+    TorchCheckpointIO (local paths, and any fsspec URL whose filesystem package is installed)."""
+    if storage.get("scheme") == "s3":
+        from s3torchconnector.lightning import S3LightningCheckpoint
+
+        from bench.storage import s3_client_config
+
+        return S3LightningCheckpoint(region=storage["s3_region"], s3client_config=s3_client_config(storage),
+                                     endpoint=storage.get("s3_endpoint"))
+    return TorchCheckpointIO()
+
+
+def checkpoint_io_stack(storage: dict, async_save: bool, recorder: LockedRecorder) -> CheckpointIO:
+    inner = storage_io(storage)
+    return AsyncCheckpointIO(RecordWriteEnd(inner, recorder)) if async_save else inner

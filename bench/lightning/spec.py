@@ -1,0 +1,93 @@
+"""The Lightning worker's input: `worker.json`, written by the launcher.
+
+    {
+      "lightning": {
+        "strategy": "ddp" | "fsdp",
+        "accelerator": "cpu" | "gpu",
+        "dist_backend": "gloo" | "nccl",
+        "num_layers": 4, "save_calls": 3, "load_calls": 3,
+        "steps_per_save": null | N,       # save during fit every N steps (and time fit without saves)
+        "async_save": false,
+        "train_steps": 2,                 # steps trained before the save calls (not in fit mode)
+        "seed": 1234,
+        "model": {"vocab_size": 33278, "ninp": 200, "nhid": 200, "nhead": 2,
+                  "block_size": 35, "batch_size": 1},
+        "storage": {"scheme": "local" | "s3" | <fsspec protocol, e.g. "gs">,
+                    **bench.storage's describe(): "storage", "s3_region", "s3_endpoint", ...}
+      },
+      "checkpoint_dir": "/abs/ckpts/run" | "s3://bucket/prefix/run",
+      "events_dir": ..., "integrity_dir": ..., "run_dir": ..., "warm_load": false
+    }
+
+Save call K (1..N) writes `<checkpoint_dir>/iter_000000K/`: a single `checkpoint.ckpt` for DDP (what
+`trainer.save_checkpoint` writes through the CheckpointIO), the sharded DCP files for FSDP2. One
+folder per call, named like Megatron's, so folder sizes are measured the same way for every backend.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+from bench.checkpoint_dir import iter_dir_name
+
+CHECKPOINT_FILE = "checkpoint.ckpt"
+# What each --strategy runs (bench.lightning.training builds them), named in the report.
+STRATEGY_CLASSES = {"ddp": "DDPStrategy", "fsdp": "ModelParallelStrategy+fully_shard (FSDP2)"}
+
+MODEL_DEFAULTS = {
+    "vocab_size": 33278,  # WikiText2's, which Lightning's demo and dataflux's benchmark use
+    "ninp": 200,
+    "nhid": 200,
+    "nhead": 2,
+    "block_size": 35,
+    "batch_size": 1,
+}
+
+
+@dataclass
+class LightningSpec:
+    strategy: str
+    accelerator: str
+    dist_backend: str
+    num_layers: int
+    save_calls: int
+    load_calls: int
+    async_save: bool
+    checkpoint_dir: str
+    events_dir: str
+    integrity_dir: str
+    run_dir: str | None = None
+    steps_per_save: int | None = None
+    train_steps: int = 2
+    seed: int = 1234
+    warm_load: bool = False
+    model: dict = field(default_factory=lambda: dict(MODEL_DEFAULTS))
+    storage: dict = field(default_factory=lambda: {"scheme": "local"})
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> LightningSpec:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+        known = {k: data[k] for k in ("checkpoint_dir", "events_dir", "integrity_dir", "run_dir", "warm_load")
+                 if k in data}
+        return cls(**data["lightning"], **known)
+
+    def local_iteration_dir(self, iteration: int) -> str | None:
+        """The folder on this host's disk (a plain path or a file:// URL), for page-cache eviction;
+        None on remote storage."""
+        scheme = self.storage.get("scheme", "local")
+        if scheme not in ("local", "file"):
+            return None
+        folder = self.iteration_dir(iteration)
+        return folder[len("file://"):] if folder.startswith("file://") else folder
+
+    def iteration_dir(self, iteration: int) -> str:
+        """A string, not a Path: `s3://` and other URLs must keep their double slash."""
+        return f"{self.checkpoint_dir.rstrip('/')}/{iter_dir_name(iteration)}"
+
+    def checkpoint_path(self, iteration: int) -> str:
+        """What `trainer.save_checkpoint` is given: the file (DDP) or the DCP folder (FSDP2)."""
+        folder = self.iteration_dir(iteration)
+        return folder if self.strategy == "fsdp" else f"{folder}/{CHECKPOINT_FILE}"
