@@ -1,4 +1,5 @@
-"""The command-line front doors. `ckpt_launch.py` and `ckpt_report.py` only call into here.
+"""The launcher's command line: `ckpt_launch.py` only calls `launch` here. (`ckpt_report.py` is its
+own small click command over `bench.parsers`, so reading logs never imports the launcher or torch.)
 
 Every user mistake is a `ConfigError` (or a click usage error): one line on stderr and exit code 2,
 never a traceback.

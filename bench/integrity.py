@@ -97,3 +97,47 @@ def combine(per_rank: dict[int, dict]) -> dict:
             {"rank": first_rank, "tensor": failed[first_rank]["first_mismatch"]} if failed else None
         ),
     }
+
+
+# A checkpoint that loads but differs is a failed run, with its own exit code so the launcher (and a
+# user reading torchrun's summary) can tell it from a crash.
+EXIT_VERIFICATION_FAILED = 3
+
+
+class VerificationFailed(RuntimeError):
+    """The checkpoint loaded, but holds different numbers from those that were saved."""
+
+
+def combine_calls(verdicts: list[dict]) -> dict:
+    """One rank's verdict over several loads: the first failing load's, counts summed."""
+    failing = [v for v in verdicts if not v["verified"]]
+    first = (failing or verdicts)[0] if verdicts else {"first_mismatch": None}
+    return {
+        "verified": bool(verdicts) and not failing,
+        "tensors_checked": sum(v["tensors_checked"] for v in verdicts),
+        "mismatched": sum(v["mismatched"] for v in verdicts),
+        "first_mismatch": first["first_mismatch"],
+        "load_calls": len(verdicts),
+        "load_calls_failed": len(failing),
+    }
+
+
+def publish_verdict(integrity_dir: str | os.PathLike, rank: int, iteration: int, verdict: dict) -> dict:
+    """Write this rank's verdict for the report, then (collective) raise VerificationFailed on every
+    rank if any rank's checkpoint differs, naming the first such rank and tensor."""
+    import torch.distributed as dist
+
+    path = Path(integrity_dir, f"load-rank-{rank}.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"rank": rank, "iteration": iteration, **verdict}, sort_keys=True))
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, verdict)
+    failed = [(r, v) for r, v in enumerate(everyone) if not v["verified"]]
+    if failed:
+        r, first = failed[0]
+        raise VerificationFailed(
+            f"checkpoint of iteration {iteration} differs from what was saved on {len(failed)} rank(s); "
+            f"rank {r}: {first['mismatched']} of {first['tensors_checked']} tensors differ, "
+            f"first: {first['first_mismatch']}"
+        )
+    return verdict

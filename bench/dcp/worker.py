@@ -19,18 +19,15 @@ built (for S3 that creates the client, as s3torchbenchmarking does) and a barrie
          could go on) -> the future completes: SAVE_END, recorded by the future's done-callback, so
          the time is when the write finished, not when we next looked. The next save waits for it.
 
-Exit codes: 0 ok (a checkpoint that loads with different values is reported by the digests'
-verdict, not by the exit code), 1 anything else (the message on stderr names the rank).
+Exit codes (bench.worker_entry): 0 ok, 3 a checkpoint loaded with different values, 1 anything else.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import threading
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +40,7 @@ from bench.checkpoint_dir import evict_from_page_cache, iter_dir_name
 from bench.dcp.models import build_state
 from bench.events import EventKind, EventRecorder
 from bench.storage import s3_client_config
+from bench.worker_entry import worker_main
 
 
 @dataclass
@@ -176,19 +174,7 @@ def load_pass(spec: WorkerSpec, events: EventRecorder, rank: int) -> dict:
         expected = integrity.read_manifest(spec.integrity_dir, call, rank)
         verdicts[call] = integrity.compare(expected, integrity.state_digests(state))
         _log(rank, f"loaded checkpoint {call}/{spec.save_calls}: verified={verdicts[call]['verified']}")
-    return _combine_calls(verdicts)
-
-
-def _combine_calls(verdicts: dict[int, dict]) -> dict:
-    """One rank's verdict (bench.integrity.compare's shape) over every checkpoint it loaded."""
-    failed = [(call, v) for call, v in sorted(verdicts.items()) if not v["verified"]]
-    return {
-        "verified": bool(verdicts) and not failed,
-        "tensors_checked": sum(v["tensors_checked"] for v in verdicts.values()),
-        "mismatched": sum(v["mismatched"] for v in verdicts.values()),
-        "first_mismatch": f"{iter_dir_name(failed[0][0])}: {failed[0][1]['first_mismatch']}" if failed else None,
-        "iterations": sorted(verdicts),
-    }
+    return integrity.combine_calls([verdicts[call] for call in sorted(verdicts)])
 
 
 def run(spec: WorkerSpec, phase: str) -> None:
@@ -199,30 +185,14 @@ def run(spec: WorkerSpec, phase: str) -> None:
         if phase == "save":
             save_pass(spec, events, rank)
         else:
-            verdict = load_pass(spec, events, rank)
-            path = Path(spec.integrity_dir) / f"load-rank-{rank}.json"
-            path.write_text(json.dumps(verdict, indent=2))
+            integrity.publish_verdict(spec.integrity_dir, rank, spec.save_calls, load_pass(spec, events, rank))
         dist.barrier()
     finally:
         events.close()
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--spec", required=True, help="JSON spec written by the launcher")
-    parser.add_argument("--phase", required=True, choices=("save", "load"))
-    options = parser.parse_args(argv)
-    rank = os.environ.get("RANK", "?")
-    try:
-        run(WorkerSpec.from_file(options.spec), options.phase)
-    except Exception as error:
-        traceback.print_exc()
-        print(f"[rank {rank}] {options.phase} failed: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
-        return 1
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-    return 0
+    return worker_main(__doc__, lambda spec_path, phase: run(WorkerSpec.from_file(spec_path), phase), argv)
 
 
 if __name__ == "__main__":

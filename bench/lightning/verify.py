@@ -10,17 +10,9 @@ seed, so a load that did nothing cannot pass).
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-import torch
 from torch.distributed.tensor import DTensor
 
 from bench import integrity
-
-
-class VerificationFailed(RuntimeError):
-    """The checkpoint loaded, but holds different numbers from those that were saved."""
 
 
 def _local(state):
@@ -45,23 +37,3 @@ def loaded_digests(trainer, loaded: dict, strategy: str) -> dict[str, str]:
     if strategy == "fsdp":
         return live_digests(trainer)
     return integrity.state_digests({key: loaded.get(key) for key in ("state_dict", "optimizer_states")})
-
-
-def write_verdict(integrity_dir: str, rank: int, iteration: int, verdicts: list[dict]) -> dict:
-    """This rank's verdict over all its load calls (the first failing one, else the last), then
-    collective: every rank raises if any rank's checkpoint differs."""
-    failing = [v for v in verdicts if not v["verified"]]
-    verdict = failing[0] if failing else verdicts[-1]
-    verdict = {**verdict, "load_calls": len(verdicts), "load_calls_failed": len(failing)}
-    path = Path(integrity_dir, f"load-rank-{rank}.json")
-    path.write_text(json.dumps({"rank": rank, "iteration": iteration, **verdict}, sort_keys=True))
-    everyone = [None] * torch.distributed.get_world_size()
-    torch.distributed.all_gather_object(everyone, verdict)
-    failed = [(r, v) for r, v in enumerate(everyone) if not v["verified"]]
-    if failed:
-        r, first = failed[0]
-        raise VerificationFailed(
-            f"checkpoint iter {iteration} differs from what was saved on {len(failed)} rank(s); rank {r}: "
-            f"{first['mismatched']} of {first['tensors_checked']} tensors differ, first: {first['first_mismatch']}"
-        )
-    return verdict

@@ -27,11 +27,9 @@ end with 0 bytes. Exit codes: 0 ok, 3 loaded but different, 1 anything else.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
-import traceback
 from pathlib import Path
 
 import torch
@@ -43,10 +41,9 @@ from bench.events import EventKind, EventRecorder
 from bench.lightning.checkpoint_io import LockedRecorder, checkpoint_io_stack, local_size
 from bench.lightning.spec import LightningSpec
 from bench.lightning.training import FitClock, SaveEveryNSteps, build_module, build_trainer
-from bench.lightning.verify import VerificationFailed, live_digests, loaded_digests, write_verdict
+from bench.lightning.verify import live_digests, loaded_digests
 from bench.rundir import MEASUREMENTS_FILE
-
-EXIT_VERIFICATION_FAILED = 3
+from bench.worker_entry import worker_main
 
 
 class Saver:
@@ -174,7 +171,7 @@ class LoadCalls(Callback):
             self.recorder.record(EventKind.LOAD_END, iteration, path=path)
             verdicts.append(integrity.compare(expected, loaded_digests(trainer, loaded, spec.strategy)))
             del loaded
-        write_verdict(spec.integrity_dir, self.rank, iteration, verdicts)
+        integrity.publish_verdict(spec.integrity_dir, self.rank, iteration, integrity.combine_calls(verdicts))
 
 
 def load_pass(spec: LightningSpec, recorder: LockedRecorder, rank: int) -> None:
@@ -185,28 +182,18 @@ def load_pass(spec: LightningSpec, recorder: LockedRecorder, rank: int) -> None:
     print(f"loaded iteration {spec.save_calls} {spec.load_calls} time(s): verified", flush=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--spec", required=True, help="JSON spec written by the launcher")
-    parser.add_argument("--phase", required=True, choices=("save", "load"))
-    options = parser.parse_args(argv)
+def run(spec_path: str, phase: str) -> None:
+    spec = LightningSpec.from_file(spec_path)
     rank = int(os.environ.get("RANK", "0"))
-    spec = LightningSpec.from_file(options.spec)
     recorder = LockedRecorder(EventRecorder(spec.events_dir, rank))
     try:
-        (save_pass if options.phase == "save" else load_pass)(spec, recorder, rank)
-    except VerificationFailed as error:
-        print(f"[rank {rank}] verification failed: {error}", file=sys.stderr, flush=True)
-        return EXIT_VERIFICATION_FAILED
-    except Exception as error:
-        traceback.print_exc()
-        print(f"[rank {rank}] {options.phase} failed: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
-        return 1
+        (save_pass if phase == "save" else load_pass)(spec, recorder, rank)
     finally:
         recorder.close()
-        if torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
-    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return worker_main(__doc__, run, argv)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ optimizer and digested, so what is compared is what training would resume from.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from collections import deque
 from functools import partial
@@ -40,10 +39,6 @@ from bench.checkpoint_dir import TRACKER_FILE, evict_from_page_cache, iter_dir_n
 from bench.events import EventKind, EventRecorder
 from bench.megatron import megatron_log
 from bench.megatron.formats import TorchDistFormat, TorchFormat, rank_written_bytes
-
-
-class VerificationFailed(RuntimeError):
-    """The checkpoint loaded, but holds different numbers from those that were saved."""
 
 
 def local_state_digests(state_dict: dict) -> dict[str, str]:
@@ -207,16 +202,4 @@ class Checkpointer:
         expected = integrity.read_manifest(self.integrity_dir, iteration, self.format.manifest_rank)
         actual = local_state_digests(self.format.state_dict(iteration))
         verdict = integrity.compare(expected, actual)
-        path = Path(self.integrity_dir, f"load-rank-{self.rank}.json")
-        path.write_text(json.dumps({"rank": self.rank, "iteration": iteration, **verdict}, sort_keys=True))
-        verdicts = [None] * torch.distributed.get_world_size()
-        torch.distributed.all_gather_object(verdicts, verdict)
-        failed = [(rank, v) for rank, v in enumerate(verdicts) if not v["verified"]]
-        if failed:
-            rank, first = failed[0]
-            raise VerificationFailed(
-                f"checkpoint of iteration {iteration} differs from what was saved on {len(failed)} rank(s); "
-                f"rank {rank}: {first['mismatched']} of {first['tensors_checked']} tensors differ, "
-                f"first: {first['first_mismatch']}"
-            )
-        return verdict
+        return integrity.publish_verdict(self.integrity_dir, self.rank, iteration, verdict)

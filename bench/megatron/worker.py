@@ -18,7 +18,6 @@ import argparse
 import os
 import sys
 import time
-import traceback
 
 import torch
 from megatron.core import parallel_state
@@ -26,12 +25,11 @@ from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
 
 from bench.events import EventRecorder
 from bench.megatron import cpu_compat, megatron_log
-from bench.megatron.checkpointer import Checkpointer, VerificationFailed
+from bench.megatron.checkpointer import Checkpointer
 from bench.megatron.formats import checkpoint_format
 from bench.megatron.spec import MEGATRON_DEFAULTS, WorkerSpec
 from bench.megatron.training import Trainer
-
-EXIT_VERIFICATION_FAILED = 3
+from bench.worker_entry import worker_main
 
 # megatron-core's persistent async writer is a spawned process that re-imports this module as
 # `__mp_main__`; it needs the CPU redirections too (no-op where CUDA is available).
@@ -103,24 +101,7 @@ def run(spec: WorkerSpec, phase: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--spec", required=True, help="JSON spec written by the launcher")
-    parser.add_argument("--phase", required=True, choices=("save", "load"))
-    options = parser.parse_args(argv)
-    rank = os.environ.get("RANK", "?")
-    try:
-        run(WorkerSpec.from_file(options.spec), options.phase)
-    except VerificationFailed as error:
-        print(f"[rank {rank}] verification failed: {error}", file=sys.stderr, flush=True)
-        return EXIT_VERIFICATION_FAILED
-    except Exception as error:
-        traceback.print_exc()
-        print(f"[rank {rank}] {options.phase} failed: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
-        return 1
-    finally:
-        if torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
-    return 0
+    return worker_main(__doc__, lambda spec_path, phase: run(WorkerSpec.from_file(spec_path), phase), argv)
 
 
 if __name__ == "__main__":
