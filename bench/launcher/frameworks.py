@@ -30,11 +30,11 @@ from pathlib import Path
 
 import yaml
 
-from bench.config import DEFAULT_EXPERIMENT, ConfigError, deep_merge, load_experiment
+from bench.config import ConfigError
 from bench.events import CheckpointEvent
 from bench.launcher import nodes
 from bench.launcher.base import LaunchSettings, Plan, WorkerPass
-from bench.launcher.megatron import _PROGRESS, run_info, validate
+from bench.launcher.megatron import resolve, run_info, shows_progress
 from bench.rundir import RunDir
 
 # torchrun's --tee prefix on a rank's line in console.log.
@@ -77,14 +77,9 @@ def megatron_arguments(args: dict, known: set[str] | None) -> tuple[list[str], l
     return argv, skipped
 
 
-def _resolve(settings: LaunchSettings) -> tuple:
-    """The experiment, its trainer arguments with the CLI overrides, and the parallel sizes."""
-    experiment = load_experiment(settings.config or DEFAULT_EXPERIMENT)
-    if experiment.framework != "megatron":
-        raise ConfigError(f"{experiment.path}: framework {experiment.framework!r}: only Megatron "
-                          "experiments can be run with --framework")
-    args = deep_merge(experiment.args, settings.overrides)
-    sizes = validate(args, settings.topology.world_size)
+def _resolve(settings: LaunchSettings, runner: str) -> tuple:
+    """`bench.launcher.megatron.resolve`, plus the mock data a framework needs without a data path."""
+    experiment, args, sizes = resolve(settings, runner)
     if not args.get("data_path"):
         args["mock_data"] = True
         args.setdefault("tokenizer_type", "NullTokenizer")
@@ -140,7 +135,7 @@ class MegatronLMBackend:
 
     def plan(self, settings: LaunchSettings) -> Plan:
         root = _required(settings, "megatron_path", "pretrain_gpt.py")
-        experiment, args, sizes = _resolve(settings)
+        experiment, args, sizes = _resolve(settings, "--framework megatron-lm")
         known = known_megatron_flags(root)
         passes = [WorkerPass(phase, [], spec=False, env={"CUDA_DEVICE_MAX_CONNECTIONS": "1",
                                                         "PYTHONPATH": _pythonpath(root)})
@@ -177,7 +172,7 @@ class MegatronLMBackend:
             run_info={**run_info(args, sizes, settings), "backend": self.name},
             passes=passes,
             checkpoint_parent=settings.save_dir or args.get("save"),
-            show_progress=lambda line: bool(_PROGRESS.search(line)),
+            show_progress=shows_progress,
             bind=bind,
             collect=collect,
             verifies=False,
@@ -194,7 +189,7 @@ class PrimusBackend:
 
     def plan(self, settings: LaunchSettings) -> Plan:
         root = _required(settings, "primus_path", self.SCRIPT)
-        experiment, args, sizes = _resolve(settings)
+        experiment, args, sizes = _resolve(settings, "--framework primus")
         topology = settings.topology
         passes = [WorkerPass(phase, [], command=["bash", str(root / self.SCRIPT)], cwd=root)
                   for phase in ("save", "load")]
@@ -235,7 +230,7 @@ class PrimusBackend:
             run_info={**run_info(args, sizes, settings), "backend": self.name},
             passes=passes,
             checkpoint_parent=settings.save_dir or args.get("save"),
-            show_progress=lambda line: bool(_PROGRESS.search(line)),
+            show_progress=shows_progress,
             bind=bind,
             collect=collect,
             verifies=False,

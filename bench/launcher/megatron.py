@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import re
 
-from bench.config import DEFAULT_EXPERIMENT, ConfigError, deep_merge, load_experiment
+from bench.config import DEFAULT_EXPERIMENT, ConfigError, Experiment, deep_merge, load_experiment
 from bench.launcher.base import LaunchSettings, Plan, WorkerPass
 
 CKPT_FORMATS = ("torch_dist", "torch")
 ASYNC_FORMATS = ("torch_dist",)  # megatron-core's async queue serves the sharded format only
 
-_PROGRESS = re.compile(
+PROGRESS = re.compile(
     r"\biteration\s+\d+/\s*\d+|saving checkpoint|scheduled an async|successfully saved|"
     r"loading (distributed )?checkpoint|successfully loaded|verif"
 )
@@ -86,6 +86,22 @@ def validate(args: dict, world_size: int) -> dict:
     return {"tp": tp, "pp": pp, "ep": ep, "cp": cp, "dp": dp}
 
 
+def shows_progress(line: str) -> bool:
+    """Rank 0's Megatron log lines worth showing while a pass runs (iterations, saves, loads)."""
+    return bool(PROGRESS.search(line))
+
+
+def resolve(settings: LaunchSettings, runner: str) -> tuple[Experiment, dict, dict]:
+    """The experiment, its trainer arguments with the command line's overrides, validated, and the
+    parallel sizes. `runner` names what will run it, for the error about a non-Megatron experiment."""
+    experiment = load_experiment(settings.config or DEFAULT_EXPERIMENT)
+    if experiment.framework != "megatron":
+        raise ConfigError(f"{experiment.path}: framework {experiment.framework!r} cannot be run by {runner}: "
+                          "only Megatron experiments can")
+    args = deep_merge(experiment.args, settings.overrides)
+    return experiment, args, validate(args, settings.topology.world_size)
+
+
 def _params_dtype(args: dict) -> str:
     if args.get("bf16"):
         return "torch.bfloat16"
@@ -145,12 +161,7 @@ class MegatronBackend:
     name = "megatron"
 
     def plan(self, settings: LaunchSettings) -> Plan:
-        experiment = load_experiment(settings.config or DEFAULT_EXPERIMENT)
-        if experiment.framework != "megatron":
-            raise ConfigError(f"{experiment.path}: framework {experiment.framework!r} is not supported by the "
-                              "built-in worker (megatron)")
-        args = deep_merge(experiment.args, settings.overrides)
-        sizes = validate(args, settings.topology.world_size)
+        experiment, args, sizes = resolve(settings, "the built-in worker")
         # Primus skips saving when `save` is null: we always save, by default inside the run directory.
         checkpoint_parent = settings.save_dir or args.get("save")
         args["save"] = args["load"] = None  # the runner creates the run's own checkpoint folder
@@ -164,5 +175,5 @@ class MegatronBackend:
             run_info=run_info(args, sizes, settings),
             passes=[WorkerPass("save", ["--phase", "save"]), WorkerPass("load", ["--phase", "load"])],
             checkpoint_parent=str(checkpoint_parent) if checkpoint_parent else None,
-            show_progress=lambda line: bool(_PROGRESS.search(line)),
+            show_progress=shows_progress,
         )
