@@ -87,6 +87,24 @@ def _resolve(settings: LaunchSettings, runner: str) -> tuple:
     return experiment, args, sizes
 
 
+def _framework_plan(name, settings, experiment, args, sizes, passes, bind, collect, worker_module) -> Plan:
+    """A framework's plan: its own save and load passes, reported from its logs (no integrity check:
+    the framework does not digest what it saved)."""
+    return Plan(
+        name=experiment.exp_name,
+        worker_module=worker_module,
+        resolved_config={**experiment.to_yaml_dict(), "exp_root": str(experiment.exp_root)},
+        spec={},
+        run_info={**run_info(args, sizes, settings), "backend": name},
+        passes=passes,
+        checkpoint_parent=settings.save_dir or args.get("save"),
+        show_progress=shows_progress,
+        bind=bind,
+        collect=collect,
+        verifies=False,
+    )
+
+
 def _pass_args(args: dict, checkpoint_dir: str, phase: str) -> dict:
     if phase == "save":
         return {**args, "save": checkpoint_dir, "load": None}
@@ -164,19 +182,8 @@ class MegatronLMBackend:
                     logs.append(log)
             return notes + record_events(run, logs)
 
-        return Plan(
-            name=experiment.exp_name,
-            worker_module=str(root / "pretrain_gpt.py"),
-            resolved_config={**experiment.to_yaml_dict(), "exp_root": str(experiment.exp_root)},
-            spec={},
-            run_info={**run_info(args, sizes, settings), "backend": self.name},
-            passes=passes,
-            checkpoint_parent=settings.save_dir or args.get("save"),
-            show_progress=shows_progress,
-            bind=bind,
-            collect=collect,
-            verifies=False,
-        )
+        return _framework_plan(self.name, settings, experiment, args, sizes, passes, bind, collect,
+                               worker_module=str(root / "pretrain_gpt.py"))
 
 
 def _pythonpath(root: Path) -> str:
@@ -222,19 +229,8 @@ class PrimusBackend:
             folders = [exp_root(run, p.name) / "logs" / "pre_trainer" for p in passes]
             return record_events(run, [f for f in folders if f.is_dir()])
 
-        return Plan(
-            name=experiment.exp_name,
-            worker_module="",  # the passes run Primus's script, which starts torchrun itself
-            resolved_config={**experiment.to_yaml_dict(), "exp_root": str(experiment.exp_root)},
-            spec={},
-            run_info={**run_info(args, sizes, settings), "backend": self.name},
-            passes=passes,
-            checkpoint_parent=settings.save_dir or args.get("save"),
-            show_progress=shows_progress,
-            bind=bind,
-            collect=collect,
-            verifies=False,
-        )
+        # The passes run Primus's script, which starts torchrun itself: no worker module.
+        return _framework_plan(self.name, settings, experiment, args, sizes, passes, bind, collect, worker_module="")
 
 
 FRAMEWORKS = {backend.name: backend for backend in (MegatronLMBackend(), PrimusBackend())}
