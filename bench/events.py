@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -91,6 +92,8 @@ class EventRecorder:
 
     Each event is flushed as it is written so that a rank that dies mid-save still leaves the
     events before its death on disk: the report marks that save incomplete instead of losing it.
+    Async saves finish on other threads (DCP's future callbacks, Lightning's writer thread), which
+    record from there: a lock keeps their lines whole.
     """
 
     def __init__(self, directory: str | os.PathLike, rank: int):
@@ -99,24 +102,33 @@ class EventRecorder:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the rank
         self._seq = 0
+        self._lock = threading.Lock()
 
     def record(self, kind: EventKind, iteration: int | None = None, **fields) -> CheckpointEvent:
-        self._seq += 1
-        event = CheckpointEvent(
-            kind=kind,
-            rank=self.rank,
-            iteration=iteration,
-            mono_ns=time.monotonic_ns(),
-            wall_ns=time.time_ns(),
-            seq=self._seq,
-            **fields,
-        )
-        self._file.write(event.to_json() + "\n")
-        self._file.flush()
+        with self._lock:
+            self._seq += 1
+            event = CheckpointEvent(
+                kind=kind,
+                rank=self.rank,
+                iteration=iteration,
+                mono_ns=time.monotonic_ns(),
+                wall_ns=time.time_ns(),
+                seq=self._seq,
+                **fields,
+            )
+            self._file.write(event.to_json() + "\n")
+            self._file.flush()
         return event
 
     def close(self) -> None:
-        self._file.close()
+        with self._lock:
+            self._file.close()
+
+    def __enter__(self) -> EventRecorder:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
 
 
 def read_event_files(paths: Iterable[str | os.PathLike]) -> Iterator[CheckpointEvent]:

@@ -14,19 +14,28 @@ import os
 import sys
 import traceback
 from collections.abc import Callable
+from typing import TypeVar
 
 from bench.integrity import EXIT_VERIFICATION_FAILED, VerificationFailed
 
+Spec = TypeVar("Spec")
 
-def worker_main(description: str, run: Callable[[str, str], None], argv: list[str] | None = None) -> int:
-    """Parse `--spec/--phase`, call `run(spec_path, phase)`, and map its outcome to an exit code."""
+
+def worker_main(
+    description: str,
+    load_spec: Callable[[str], Spec],
+    run: Callable[[Spec, str], None],
+    argv: list[str] | None = None,
+) -> int:
+    """Parse `--spec/--phase`, call `run(load_spec(spec_path), phase)`, map its outcome to an exit code.
+    A spec that cannot be read fails like any other error: one line naming the rank, exit 1."""
     parser = argparse.ArgumentParser(description=description.split("\n\n")[0])
     parser.add_argument("--spec", required=True, help="JSON spec written by the launcher")
     parser.add_argument("--phase", required=True, choices=("save", "load"))
     options = parser.parse_args(argv)
     rank = os.environ.get("RANK", "?")
     try:
-        run(options.spec, options.phase)
+        run(load_spec(options.spec), options.phase)
     except VerificationFailed as error:
         print(f"[rank {rank}] verification failed: {error}", file=sys.stderr, flush=True)
         return EXIT_VERIFICATION_FAILED

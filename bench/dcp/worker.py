@@ -180,19 +180,16 @@ def load_pass(spec: WorkerSpec, events: EventRecorder, rank: int) -> dict:
 def run(spec: WorkerSpec, phase: str) -> None:
     dist.init_process_group(spec.dist_backend)
     rank = dist.get_rank()
-    events = EventRecorder(spec.events_dir, rank)
-    try:
+    with EventRecorder(spec.events_dir, rank) as events:
         if phase == "save":
             save_pass(spec, events, rank)
         else:
             integrity.publish_verdict(spec.integrity_dir, rank, spec.save_calls, load_pass(spec, events, rank))
         dist.barrier()
-    finally:
-        events.close()
 
 
 def main(argv: list[str] | None = None) -> int:
-    return worker_main(__doc__, lambda spec_path, phase: run(WorkerSpec.from_file(spec_path), phase), argv)
+    return worker_main(__doc__, WorkerSpec.from_file, run, argv)
 
 
 if __name__ == "__main__":

@@ -16,30 +16,12 @@ returns, and the worker records SAVE_END itself.
 from __future__ import annotations
 
 import os
-import threading
 from typing import Any
 
 from lightning.pytorch.plugins.io import AsyncCheckpointIO, CheckpointIO, TorchCheckpointIO
 
 from bench.checkpoint_dir import ITER_DIR
 from bench.events import EventKind, EventRecorder
-
-
-class LockedRecorder:
-    """An EventRecorder shared by the training thread and the async writer thread."""
-
-    def __init__(self, recorder: EventRecorder):
-        self._recorder = recorder
-        self._lock = threading.Lock()
-        self.rank = recorder.rank
-
-    def record(self, kind: EventKind, iteration: int | None = None, **fields):
-        with self._lock:
-            return self._recorder.record(kind, iteration, **fields)
-
-    def close(self) -> None:
-        with self._lock:
-            self._recorder.close()
 
 
 def iteration_of(path: str) -> int | None:
@@ -62,7 +44,7 @@ def local_size(path: str) -> int | None:
 class RecordWriteEnd(CheckpointIO):
     """Delegates everything to `inner`; records SAVE_END on the thread that did the write."""
 
-    def __init__(self, inner: CheckpointIO, recorder: LockedRecorder):
+    def __init__(self, inner: CheckpointIO, recorder: EventRecorder):
         super().__init__()
         self.inner = inner
         self.recorder = recorder
@@ -101,6 +83,6 @@ def storage_io(storage: dict) -> CheckpointIO:
     return TorchCheckpointIO()
 
 
-def checkpoint_io_stack(storage: dict, async_save: bool, recorder: LockedRecorder) -> CheckpointIO:
+def checkpoint_io_stack(storage: dict, async_save: bool, recorder: EventRecorder) -> CheckpointIO:
     inner = storage_io(storage)
     return AsyncCheckpointIO(RecordWriteEnd(inner, recorder)) if async_save else inner

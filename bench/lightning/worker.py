@@ -38,7 +38,7 @@ from lightning.pytorch import Callback
 from bench import integrity
 from bench.checkpoint_dir import evict_from_page_cache
 from bench.events import EventKind, EventRecorder
-from bench.lightning.checkpoint_io import LockedRecorder, checkpoint_io_stack, local_size
+from bench.lightning.checkpoint_io import checkpoint_io_stack, local_size
 from bench.lightning.spec import LightningSpec
 from bench.lightning.training import FitClock, SaveEveryNSteps, build_module, build_trainer
 from bench.lightning.verify import live_digests, loaded_digests
@@ -49,7 +49,7 @@ from bench.worker_entry import worker_main
 class Saver:
     """Timed save calls with events; one per pass."""
 
-    def __init__(self, spec: LightningSpec, recorder: LockedRecorder):
+    def __init__(self, spec: LightningSpec, recorder: EventRecorder):
         self.spec = spec
         self.recorder = recorder
 
@@ -98,7 +98,7 @@ class SaveCalls(Callback):
         self.saver.wait(trainer)
 
 
-def save_pass(spec: LightningSpec, recorder: LockedRecorder, rank: int) -> None:
+def save_pass(spec: LightningSpec, recorder: EventRecorder, rank: int) -> None:
     saver = Saver(spec, recorder)
     if spec.steps_per_save:
         save_during_fit(spec, recorder, saver, rank)
@@ -109,7 +109,7 @@ def save_pass(spec: LightningSpec, recorder: LockedRecorder, rank: int) -> None:
     print(f"saved {spec.save_calls} checkpoint(s) in {spec.checkpoint_dir}", flush=True)
 
 
-def timed_fit(spec: LightningSpec, recorder: LockedRecorder, steps: int, callbacks=()) -> tuple[object, float]:
+def timed_fit(spec: LightningSpec, recorder: EventRecorder, steps: int, callbacks=()) -> tuple[object, float]:
     """The slowest rank's training-loop seconds (the job is as slow as its slowest rank)."""
     clock = FitClock()
     trainer = build_trainer(spec, checkpoint_io_stack(spec.storage, spec.async_save, recorder), steps,
@@ -120,7 +120,7 @@ def timed_fit(spec: LightningSpec, recorder: LockedRecorder, steps: int, callbac
     return trainer, seconds.item()
 
 
-def save_during_fit(spec: LightningSpec, recorder: LockedRecorder, saver: Saver, rank: int) -> None:
+def save_during_fit(spec: LightningSpec, recorder: EventRecorder, saver: Saver, rank: int) -> None:
     steps = spec.save_calls * spec.steps_per_save
     timed_fit(spec, recorder, min(spec.train_steps, steps))  # warm-up: first-fit costs hit neither run
     _, without = timed_fit(spec, recorder, steps)
@@ -149,7 +149,7 @@ class LoadCalls(Callback):
     """The load calls, once the strategy has set up model and optimizer where training would run
     (`on_fit_start`; the fit itself has 0 steps)."""
 
-    def __init__(self, spec: LightningSpec, recorder: LockedRecorder, rank: int):
+    def __init__(self, spec: LightningSpec, recorder: EventRecorder, rank: int):
         self.spec, self.recorder, self.rank = spec, recorder, rank
 
     def on_fit_start(self, trainer, pl_module) -> None:
@@ -174,7 +174,7 @@ class LoadCalls(Callback):
         integrity.publish_verdict(spec.integrity_dir, self.rank, iteration, integrity.combine_calls(verdicts))
 
 
-def load_pass(spec: LightningSpec, recorder: LockedRecorder, rank: int) -> None:
+def load_pass(spec: LightningSpec, recorder: EventRecorder, rank: int) -> None:
     """Another seed than the save pass: a load that changed nothing cannot pass verification."""
     trainer = build_trainer(spec, checkpoint_io_stack(spec.storage, False, recorder), 0,
                             [LoadCalls(spec, recorder, rank)])
@@ -182,18 +182,14 @@ def load_pass(spec: LightningSpec, recorder: LockedRecorder, rank: int) -> None:
     print(f"loaded iteration {spec.save_calls} {spec.load_calls} time(s): verified", flush=True)
 
 
-def run(spec_path: str, phase: str) -> None:
-    spec = LightningSpec.from_file(spec_path)
+def run(spec: LightningSpec, phase: str) -> None:
     rank = int(os.environ.get("RANK", "0"))
-    recorder = LockedRecorder(EventRecorder(spec.events_dir, rank))
-    try:
+    with EventRecorder(spec.events_dir, rank) as recorder:
         (save_pass if phase == "save" else load_pass)(spec, recorder, rank)
-    finally:
-        recorder.close()
 
 
 def main(argv: list[str] | None = None) -> int:
-    return worker_main(__doc__, run, argv)
+    return worker_main(__doc__, LightningSpec.from_file, run, argv)
 
 
 if __name__ == "__main__":

@@ -87,21 +87,18 @@ def run(spec: WorkerSpec, phase: str) -> None:
     megatron_log.print_arguments(args, sorted(set(spec.megatron) - set(MEGATRON_DEFAULTS)))
 
     trainer = Trainer(args, device)
-    events = EventRecorder(spec.events_dir, torch.distributed.get_rank())
-    checkpointer = Checkpointer(args, checkpoint_format(args, trainer), events, spec.integrity_dir)
-    try:
+    with EventRecorder(spec.events_dir, torch.distributed.get_rank()) as events:
+        checkpointer = Checkpointer(args, checkpoint_format(args, trainer), events, spec.integrity_dir)
         if phase == "save":
             train_and_save(args, trainer, checkpointer)
         else:
             iteration = checkpointer.load(warm=spec.warm_load)
             checkpointer.verify(iteration)
         torch.distributed.barrier()
-    finally:
-        events.close()
 
 
 def main(argv: list[str] | None = None) -> int:
-    return worker_main(__doc__, lambda spec_path, phase: run(WorkerSpec.from_file(spec_path), phase), argv)
+    return worker_main(__doc__, WorkerSpec.from_file, run, argv)
 
 
 if __name__ == "__main__":
