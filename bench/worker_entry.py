@@ -16,6 +16,8 @@ import traceback
 from collections.abc import Callable
 from typing import TypeVar
 
+import torch.distributed as dist
+
 from bench.integrity import EXIT_VERIFICATION_FAILED, VerificationFailed
 
 Spec = TypeVar("Spec")
@@ -36,6 +38,10 @@ def worker_main(
     rank = os.environ.get("RANK", "?")
     try:
         run(load_spec(options.spec), options.phase)
+        # Every rank reaches teardown together: a rank that destroys its process group while a peer
+        # is still inside a collective (e.g. Lightning's own teardown) can abort at exit.
+        if dist.is_initialized():
+            dist.barrier()
     except VerificationFailed as error:
         print(f"[rank {rank}] verification failed: {error}", file=sys.stderr, flush=True)
         return EXIT_VERIFICATION_FAILED
@@ -44,8 +50,6 @@ def worker_main(
         print(f"[rank {rank}] {options.phase} failed: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
         return 1
     finally:
-        import torch.distributed as dist
-
         if dist.is_initialized():
             dist.destroy_process_group()
     return 0

@@ -185,7 +185,6 @@ def run(spec: WorkerSpec, phase: str) -> None:
             save_pass(spec, events, rank)
         else:
             integrity.publish_verdict(spec.integrity_dir, rank, spec.save_calls, load_pass(spec, events, rank))
-        dist.barrier()
 
 
 def main(argv: list[str] | None = None) -> int:

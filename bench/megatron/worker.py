@@ -94,7 +94,6 @@ def run(spec: WorkerSpec, phase: str) -> None:
         else:
             iteration = checkpointer.load(warm=spec.warm_load)
             checkpointer.verify(iteration)
-        torch.distributed.barrier()
 
 
 def main(argv: list[str] | None = None) -> int:
