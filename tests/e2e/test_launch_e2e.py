@@ -1,11 +1,9 @@
 """`ckpt_launch.py` end to end, as a user runs it: real torchrun, real megatron-core checkpoints."""
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT
+from helpers import launch as launch_cli
 
 PRIMUS_KEYS = {
     "world_size": int, "data_parallel_size": int, "ckpt_format": str, "ckpt_fully_parallel_save": bool,
@@ -19,10 +17,7 @@ PRIMUS_KEYS = {
 
 def launch(tmp_path, *args, timeout=420):
     runs = tmp_path / "runs"
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "ckpt_launch.py"), "--runs-dir", str(runs), *args],
-        capture_output=True, text=True, timeout=timeout, cwd=tmp_path,
-    )
+    result = launch_cli(*args, runs_dir=runs, timeout=timeout, cwd=tmp_path)
     run_dirs = sorted(runs.iterdir()) if runs.is_dir() else []
     return result, run_dirs
 

@@ -3,22 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from helpers import LOGS, ckpt_report
+from helpers import REAL_LOGS as REAL
 
 from bench.events import CheckpointEvent, EventKind
-
-ROOT = Path(__file__).parents[1]
-REAL = ROOT / ".." / "shared" / "fixtures" / "logs"
-LOGS = ROOT / "tests" / "fixtures" / "logs"
-
-
-def ckpt_report(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "ckpt_report.py"), *map(str, args)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120)
 
 
 def test_json_report_of_a_megatron_log(tmp_path):

@@ -3,11 +3,10 @@
 import json
 import subprocess
 import sys
-from pathlib import Path
+
+from helpers import ROOT
 
 from bench.launcher.torchrun import free_port
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def node(rank, runs_dir, port, *extra):

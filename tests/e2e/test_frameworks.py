@@ -9,8 +9,7 @@ import textwrap
 from pathlib import Path
 
 import yaml
-
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT
 
 # What both fakes do once they know their arguments: record them, "save" (iteration folders) or "load",
 # and print Megatron's checkpoint messages, the way the real framework would.

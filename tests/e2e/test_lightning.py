@@ -6,32 +6,22 @@ in-process with click's runner (they are refused before anything is launched).
 
 import importlib.util
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from helpers import DATAFLUX_VARIABLES, launch
 
 from bench.cli import launch as launch_command
 from bench.events import EventKind, event_files, read_event_files
 
-ROOT = Path(__file__).resolve().parents[1]
 # ~34k parameters: the runs measure the plumbing, not the disk.
 TINY = ["--num-layers", "1", "--set", "vocab_size=256", "--set", "ninp=32", "--set", "nhid=32",
         "--set", "block_size=8", "--set", "train_steps=1"]
-DATAFLUX_VARIABLES = ("CKPT_DIR_PATH", "CKPT_RESTORE_PATH", "NUM_LAYERS", "ACCELERATOR", "NUM_SAVE_CALLS",
-                      "NUM_LOAD_CALLS", "NUM_NODES", "NUM_DEVICES", "STEPS_PER_SAVE")
 
 
 def run_lightning(tmp_path, *args, env=None) -> dict:
-    clean = {k: v for k, v in os.environ.items() if k not in DATAFLUX_VARIABLES}
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "ckpt_launch.py"), "--backend", "lightning", "--runs-dir",
-         str(tmp_path / "runs"), *args],
-        capture_output=True, text=True, timeout=300, cwd=ROOT, env={**clean, **(env or {})},
-    )
+    result = launch("--backend", "lightning", *args, runs_dir=tmp_path / "runs", env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout)
 

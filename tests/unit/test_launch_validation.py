@@ -1,19 +1,7 @@
 """Bad input: one clear line naming the value, exit code 2, nothing launched or left behind."""
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def launch(*args, runs_dir):
-    return subprocess.run(
-        [sys.executable, str(ROOT / "ckpt_launch.py"), "--runs-dir", str(runs_dir), *args],
-        capture_output=True, text=True, timeout=120, cwd=ROOT,
-    )
+from helpers import launch
 
 
 @pytest.mark.parametrize(

@@ -6,12 +6,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
 from bench.comms.measure import bus_factor, format_table, message_sizes
 from bench.config import ConfigError
 from bench.launcher.comms import parse_size
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_bus_factors_are_nccl_tests():

@@ -7,6 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers import LOGS
+from helpers import REAL_LOGS as REAL
 
 from bench.events import OVERLAPS_PREVIOUS, CheckpointEvent, EventKind, TimeSource
 from bench.parsers.arguments import ArgumentsDump, typed
@@ -16,8 +18,6 @@ from bench.parsers.primus import PrimusParser, find_rank_dirs, level_files
 from bench.parsers.sources import NoEvents, ReportError, build_log_report, resolve
 from bench.report import build_report
 
-REAL = Path(__file__).parents[1] / ".." / "shared" / "fixtures" / "logs"
-LOGS = Path(__file__).parent / "fixtures" / "logs"
 PRIMUS_RUN = LOGS / "primus_run" / "logs" / "pre_trainer"
 
 

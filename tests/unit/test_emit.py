@@ -3,20 +3,18 @@
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 
 import yaml
+from helpers import ROOT, launch
 
-from bench.cli import launch
+from bench.cli import launch as launch_command
 
-ROOT = Path(__file__).resolve().parents[1]
 BENCH = ["--backend", "megatron", "--nproc-per-node", "8", "--tp", "2", "--async-save",
          "--set", "name=a b'c; $(rm -rf /)", "--keep-checkpoints"]
 
 
 def emit(*args):
-    result = subprocess.run([sys.executable, str(ROOT / "ckpt_launch.py"), *args], capture_output=True,
-                            text=True, timeout=60, cwd=ROOT)
+    result = launch(*args, timeout=60)
     assert result.returncode == 0, result.stderr
     return result.stdout
 
@@ -26,11 +24,11 @@ def parsed_options(line: str, env: dict) -> dict:
     words = shlex.split(line.split(" && exec ", 1)[1])
     words = [env.get(w, w) for w in words]
     assert words[1] == "ckpt_launch.py"
-    return launch.make_context("ckpt_launch.py", words[2:]).params
+    return launch_command.make_context("ckpt_launch.py", words[2:]).params
 
 
 def expected(**extra):
-    return {**launch.make_context("ckpt_launch.py", BENCH).params, **extra}
+    return {**launch_command.make_context("ckpt_launch.py", BENCH).params, **extra}
 
 
 def test_slurm_script(tmp_path):

@@ -1,0 +1,50 @@
+"""What the tests share: the repository's paths and running our CLIs as a user would (a subprocess,
+its stdout, stderr and exit code)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LOGS = ROOT / "tests" / "fixtures" / "logs"  # constructed fixtures (marked as such)
+REAL_LOGS = ROOT / ".." / "shared" / "fixtures" / "logs"  # real public logs
+# Lightning reads dataflux's variables: a test sets the ones it means, never inherits them.
+DATAFLUX_VARIABLES = ("CKPT_DIR_PATH", "CKPT_RESTORE_PATH", "NUM_LAYERS", "ACCELERATOR", "NUM_SAVE_CALLS",
+                      "NUM_LOAD_CALLS", "NUM_NODES", "NUM_DEVICES", "STEPS_PER_SAVE")
+
+
+def run_cli(script: str, *args, cwd: Path = ROOT, timeout: float = 300, env: dict | None = None,
+            ) -> subprocess.CompletedProcess:
+    """`python <script> ARGS` from the repository root (or `cwd`); `env` adds to a clean environment."""
+    clean = {k: v for k, v in os.environ.items() if k not in DATAFLUX_VARIABLES}
+    return subprocess.run([sys.executable, str(ROOT / script), *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd, env={**clean, **(env or {})})
+
+
+def launch(*args, runs_dir: Path | None = None, **kwargs) -> subprocess.CompletedProcess:
+    """`ckpt_launch.py [--runs-dir RUNS] ARGS`."""
+    prefix = ["--runs-dir", str(runs_dir)] if runs_dir is not None else []
+    return run_cli("ckpt_launch.py", *prefix, *args, **kwargs)
+
+
+def launch_ok(*args, **kwargs) -> dict:
+    """A launch that must succeed: its JSON report."""
+    result = launch(*args, **kwargs)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout)
+
+
+def ckpt_report(*args, **kwargs) -> subprocess.CompletedProcess:
+    return run_cli("ckpt_report.py", *args, **kwargs)
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, needle: str, code: int = 2) -> str:
+    """A user mistake: exit `code`, exactly one line on stderr, naming `needle`."""
+    assert result.returncode == code, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], result.stderr
+    return lines[0]
