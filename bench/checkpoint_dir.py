@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 ITER_DIR = re.compile(r"^iter_(\d{7})$")
@@ -41,6 +42,19 @@ def iteration_folder_sizes(save_dir: str | os.PathLike) -> dict[int, int]:
         match = ITER_DIR.match(entry.name)
         if match and entry.is_dir():
             sizes[int(match.group(1))] = folder_bytes(entry)
+    return sizes
+
+
+def sizes_by_iteration(files: Iterable[tuple[str, int]]) -> dict[int, int]:
+    """iteration -> bytes, from (path relative to the checkpoint folder, size) of every file below it:
+    object stores list files, not folders, so their sizes are summed per `iter_NNNNNNN/` here."""
+    sizes: dict[int, int] = {}
+    for relative, size in files:
+        folder, inside, _name = relative.partition("/")
+        match = ITER_DIR.match(folder)
+        if match and inside:
+            iteration = int(match.group(1))
+            sizes[iteration] = sizes.get(iteration, 0) + size
     return sizes
 
 

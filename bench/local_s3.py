@@ -34,7 +34,14 @@ CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing
 @dataclass
 class S3Endpoint:
     url: str  # e.g. http://127.0.0.1:54321
+    server: subprocess.Popen | None = None  # the server process, for a test that kills it mid-run
     region: str = REGION
+
+    def stop(self) -> None:
+        """Kill the server now, as a crashed endpoint would vanish (fault-injection tests)."""
+        if self.server is not None:
+            self.server.kill()
+            self.server.wait()
 
     def client(self):
         import boto3
@@ -89,7 +96,7 @@ def moto_server(log_dir: str | os.PathLike | None = None, timeout_s: float = 30)
                     if server.poll() is not None or time.monotonic() > deadline:
                         raise RuntimeError(f"moto_server did not start on {url}; see {log_path}") from None
                     time.sleep(0.2)
-            yield S3Endpoint(url)
+            yield S3Endpoint(url, server)
         finally:
             server.terminate()
             try:

@@ -19,7 +19,6 @@ import os
 import re
 from pathlib import Path
 
-import torch
 import torch.distributed as dist
 
 from bench.comms.measure import (
@@ -31,6 +30,7 @@ from bench.comms.measure import (
     sweep,
     table_row,
 )
+from bench.worker_entry import WorkerContext
 
 # Rank 0's table lines, for the launcher to show as they come.
 PROGRESS = re.compile(r"^(?:collective|" + "|".join(COLLECTIVES) + r")\b")
@@ -49,21 +49,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def init_distributed(backend: str | None) -> torch.device:
-    if torch.cuda.is_available():
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-        torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
-    backend = backend or ("nccl" if device.type == "cuda" else "gloo")
-    dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
-    return device
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    device = init_distributed(args.dist_backend)
-    rank0 = dist.get_rank() == 0
+    context = WorkerContext.join(args.dist_backend)  # nccl: a GPU per local rank; gloo: the CPU
+    rank0 = context.rank == 0
 
     def show(line: str) -> None:
         if rank0:
@@ -72,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     show(TABLE_HEADER)
     results, unsupported = sweep(
         [c for c in args.collectives.split(",") if c], message_sizes(args.min_size, args.max_size),
-        args.iters, args.warmup, device, on_result=lambda m: show(table_row(m)),
+        args.iters, args.warmup, context.device, on_result=lambda m: show(table_row(m)),
     )
     for name, why in unsupported.items():
         show(f"{name}: unsupported by {dist.get_backend()}: {why}")
@@ -81,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
             "dist_backend": dist.get_backend(),
             "world_size": dist.get_world_size(),
             "nnodes": dist.get_world_size() // int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
-            "device": device.type,
+            "device": context.device.type,
             "dtype": "float32",
             "iters": args.iters,
             "warmup": args.warmup,

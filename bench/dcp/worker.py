@@ -4,12 +4,13 @@
 
 save: build the named model's state (replicated on every rank, as under DDP) and save it `save_calls`
       times with `torch.distributed.checkpoint.save` (or `async_save`), call K into `iter_000000K/`
-      of the run's folder or S3 prefix. Before each save the state changes a little (one small
+      of the run's folder, S3 prefix or fsspec URL, through the storage's own DCP writer
+      (bench.storage.worker_storage). Before each save the state changes a little (one small
       tensor is incremented) so each checkpoint is distinct, and its digests are written for the
       load pass; neither is timed.
 load: load *every* saved checkpoint, oldest first, into a zeroed state of the same shapes (for a
-      local folder, evicted from the page cache first unless `warm_load`), and compare each with
-      the digests written when it was saved. Loading each one (not only the last) gives as many
+      folder on this host's disk, evicted from the page cache first unless `warm_load`), and compare
+      each with the digests written when it was saved. Loading each one (not only the last) gives as many
       load samples as save samples and checks that each iteration holds its own state.
 
 Timing (bench.events), per rank. Before each save or load, untimed: the storage writer/reader is
@@ -25,22 +26,20 @@ Exit codes (bench.worker_entry): 0 ok, 3 a checkpoint loaded with different valu
 from __future__ import annotations
 
 import json
-import os
 import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
 from bench import integrity
-from bench.checkpoint_dir import evict_from_page_cache, iter_dir_name
+from bench.checkpoint_dir import iter_dir_name
 from bench.dcp.models import build_state
 from bench.events import EventKind, EventRecorder
-from bench.storage import s3_client_config
-from bench.worker_entry import worker_main
+from bench.storage import worker_storage
+from bench.worker_entry import WorkerContext, error_text, timed, worker_main
 
 
 @dataclass
@@ -54,9 +53,9 @@ class WorkerSpec:
     sync_files: bool
     async_save: bool
     dist_backend: str
-    storage: dict  # bench.storage describe(): {"storage": "disk"|"s3", s3 settings}
+    storage: dict  # bench.storage describe(): {"storage": "disk"|"s3"|"fsspec", its settings}
     seed: int
-    checkpoint_dir: str  # local folder or s3://bucket/prefix of this run
+    checkpoint_dir: str  # local folder or URL (s3://bucket/prefix, file://...) of this run
     events_dir: str
     integrity_dir: str
     warm_load: bool
@@ -67,36 +66,8 @@ class WorkerSpec:
         return cls(**data["dcp"], **{k: data[k] for k in ("checkpoint_dir", "events_dir", "integrity_dir",
                                                             "warm_load")})
 
-    @property
-    def on_s3(self) -> bool:
-        return self.storage["storage"] == "s3"
-
     def location(self, call: int) -> str:
         return f"{self.checkpoint_dir.rstrip('/')}/{iter_dir_name(call)}"
-
-    def writer(self, call: int):
-        if self.on_s3:
-            from s3torchconnector.dcp import S3StorageWriter
-
-            return S3StorageWriter(self.storage["s3_region"], self.location(call),
-                                   s3client_config=s3_client_config(self.storage), thread_count=self.thread_count)
-        return dcp.FileSystemWriter(self.location(call), thread_count=self.thread_count, sync_files=self.sync_files)
-
-    def reader(self, call: int):
-        if self.on_s3:
-            from s3torchconnector.dcp import S3StorageReader
-
-            return S3StorageReader(self.storage["s3_region"], self.location(call),
-                                   s3client_config=s3_client_config(self.storage))
-        return dcp.FileSystemReader(self.location(call))
-
-
-def _device(spec: WorkerSpec) -> torch.device:
-    if spec.dist_backend == "nccl":
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-        torch.cuda.set_device(device)
-        return device
-    return torch.device("cpu")
 
 
 def _log(rank: int, message: str) -> None:
@@ -110,16 +81,15 @@ def _perturb(state: dict, call: int) -> None:
     state[smallest].add_(call)
 
 
-def _save_async(state: dict, writer, call: int, events: EventRecorder, path: str) -> None:
-    future = dcp.async_save(state, storage_writer=writer)
-    events.record(EventKind.SAVE_BLOCK_END, call, path=path)
+def _await_write(future, events: EventRecorder, call: int, path: str) -> None:
+    """Wait for an async save's write; its SAVE_END is recorded by the future's done-callback, so the
+    time is when the write finished, not when we next looked."""
     finished = threading.Event()
 
     def on_done(done) -> None:
         # Runs in the thread that completed the write: the moment the checkpoint is on storage.
         error = done.exception()
-        events.record(EventKind.SAVE_END, call, path=path,
-                      error=f"{type(error).__name__}: {error}" if error else None)
+        events.record(EventKind.SAVE_END, call, path=path, error=error_text(error) if error else None)
         finished.set()
 
     future.add_done_callback(on_done)
@@ -127,64 +97,60 @@ def _save_async(state: dict, writer, call: int, events: EventRecorder, path: str
     future.result()  # raises the writer's error, if any
 
 
-def save_pass(spec: WorkerSpec, events: EventRecorder, rank: int) -> None:
-    state = build_state(spec.model, spec.dtype, seed=spec.seed, device=_device(spec))
+def save_pass(spec: WorkerSpec, events: EventRecorder, context: WorkerContext) -> None:
+    storage = worker_storage(spec.storage)
+    state = build_state(spec.model, spec.dtype, seed=spec.seed, device=context.device)
     for call in range(1, spec.save_calls + 1):
         _perturb(state, call)
-        integrity.write_manifest(spec.integrity_dir, call, rank, integrity.state_digests(state))
+        integrity.write_manifest(spec.integrity_dir, call, context.rank, integrity.state_digests(state))
         path = spec.location(call)
-        writer = spec.writer(call)  # not timed: building it creates the S3 client (as s3torchbenchmarking)
+        # Not timed: building the writer creates the S3 client (as s3torchbenchmarking).
+        writer = storage.dcp_writer(path, spec.thread_count, spec.sync_files)
         dist.barrier()
-        _log(rank, f"saving checkpoint {call}/{spec.save_calls} to {path}")
-        events.record(EventKind.SAVE_START, call, path=path)
-        try:
+        _log(context.rank, f"saving checkpoint {call}/{spec.save_calls} to {path}")
+        with timed(events, EventKind.SAVE_START, EventKind.SAVE_END, call, path=path):
             if spec.async_save:
-                _save_async(state, writer, call, events, path)
+                future = dcp.async_save(state, storage_writer=writer)
             else:
                 dcp.save(state, storage_writer=writer)
-                events.record(EventKind.SAVE_BLOCK_END, call, path=path)
-                events.record(EventKind.SAVE_END, call, path=path)
-        except Exception as error:
-            if not spec.async_save:
-                events.record(EventKind.SAVE_END, call, path=path, error=f"{type(error).__name__}: {error}")
-            raise
-        _log(rank, f"saved checkpoint {call}/{spec.save_calls}")
+        events.record(EventKind.SAVE_BLOCK_END, call, path=path)
+        if spec.async_save:
+            _await_write(future, events, call, path)
+        else:
+            events.record(EventKind.SAVE_END, call, path=path)
+        _log(context.rank, f"saved checkpoint {call}/{spec.save_calls}")
 
 
-def load_pass(spec: WorkerSpec, events: EventRecorder, rank: int) -> dict:
+def load_pass(spec: WorkerSpec, events: EventRecorder, context: WorkerContext) -> dict:
     """Load every saved checkpoint and return this rank's verdict over all of them."""
-    state = build_state(spec.model, spec.dtype, device=_device(spec), zeros=True)
+    storage = worker_storage(spec.storage)
+    state = build_state(spec.model, spec.dtype, device=context.device, zeros=True)
     verdicts = {}
     for call in range(1, spec.save_calls + 1):
         path = spec.location(call)
         for tensor in state.values():
             tensor.zero_()
-        if not spec.on_s3 and not spec.warm_load and int(os.environ.get("LOCAL_RANK", "0")) == 0:
-            evict_from_page_cache(path)  # once per host: the ranks of a host share its page cache
-        reader = spec.reader(call)
+        context.evict(storage.local_path(path), spec.warm_load)
+        reader = storage.dcp_reader(path)
         dist.barrier()
-        _log(rank, f"loading checkpoint {call}/{spec.save_calls} from {path}")
-        events.record(EventKind.LOAD_START, call, path=path)
-        try:
+        _log(context.rank, f"loading checkpoint {call}/{spec.save_calls} from {path}")
+        with timed(events, EventKind.LOAD_START, EventKind.LOAD_END, call, path=path):
             dcp.load(state, storage_reader=reader)
-        except Exception as error:
-            events.record(EventKind.LOAD_END, call, path=path, error=f"{type(error).__name__}: {error}")
-            raise
         events.record(EventKind.LOAD_END, call, path=path)
-        expected = integrity.read_manifest(spec.integrity_dir, call, rank)
+        expected = integrity.read_manifest(spec.integrity_dir, call, context.rank)
         verdicts[call] = integrity.compare(expected, integrity.state_digests(state))
-        _log(rank, f"loaded checkpoint {call}/{spec.save_calls}: verified={verdicts[call]['verified']}")
+        _log(context.rank, f"loaded checkpoint {call}/{spec.save_calls}: verified={verdicts[call]['verified']}")
     return integrity.combine_calls([verdicts[call] for call in sorted(verdicts)])
 
 
 def run(spec: WorkerSpec, phase: str) -> None:
-    dist.init_process_group(spec.dist_backend)
-    rank = dist.get_rank()
-    with EventRecorder(spec.events_dir, rank) as events:
+    context = WorkerContext.join(spec.dist_backend)
+    with EventRecorder(spec.events_dir, context.rank) as events:
         if phase == "save":
-            save_pass(spec, events, rank)
+            save_pass(spec, events, context)
         else:
-            integrity.publish_verdict(spec.integrity_dir, rank, spec.save_calls, load_pass(spec, events, rank))
+            verdict = load_pass(spec, events, context)
+            integrity.publish_verdict(spec.integrity_dir, context.rank, spec.save_calls, verdict)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,6 @@
 """The CheckpointIO stack the Trainer is given, and the wrapper that times async writes honestly.
 
-    sync:   <storage IO>                                      (TorchCheckpointIO or S3LightningCheckpoint)
+    sync:   <storage IO>                          (the storage's own: bench.storage's lightning_checkpoint_io())
     async:  AsyncCheckpointIO(RecordWriteEnd(<storage IO>))
 
 `AsyncCheckpointIO.save_checkpoint` clones the tensors and hands the write to a thread, then
@@ -18,10 +18,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from lightning.pytorch.plugins.io import AsyncCheckpointIO, CheckpointIO, TorchCheckpointIO
+from lightning.pytorch.plugins.io import AsyncCheckpointIO, CheckpointIO
 
 from bench.checkpoint_dir import ITER_DIR
 from bench.events import EventKind, EventRecorder
+from bench.storage import worker_storage
+from bench.worker_entry import error_text
 
 
 def iteration_of(path: str) -> int | None:
@@ -54,7 +56,7 @@ class RecordWriteEnd(CheckpointIO):
         try:
             self.inner.save_checkpoint(checkpoint, path, storage_options=storage_options)
         except BaseException as error:
-            self.recorder.record(EventKind.SAVE_END, iteration, path=str(path), error=repr(error),
+            self.recorder.record(EventKind.SAVE_END, iteration, path=str(path), error=error_text(error),
                                  extra={"thread": "writer"})
             raise
         self.recorder.record(EventKind.SAVE_END, iteration, path=str(path), bytes=local_size(path),
@@ -70,19 +72,7 @@ class RecordWriteEnd(CheckpointIO):
         self.inner.teardown()
 
 
-def storage_io(storage: dict) -> CheckpointIO:
-    """The IO that reaches the storage: s3torchconnector's plugin for s3://, else Lightning's own
-    TorchCheckpointIO (local paths, and any fsspec URL whose filesystem package is installed)."""
-    if storage.get("scheme") == "s3":
-        from s3torchconnector.lightning import S3LightningCheckpoint
-
-        from bench.storage import s3_client_config
-
-        return S3LightningCheckpoint(region=storage["s3_region"], s3client_config=s3_client_config(storage),
-                                     endpoint=storage.get("s3_endpoint"))
-    return TorchCheckpointIO()
-
-
 def checkpoint_io_stack(storage: dict, async_save: bool, recorder: EventRecorder) -> CheckpointIO:
-    inner = storage_io(storage)
+    """The Trainer's CheckpointIO for `storage` (bench.storage's describe())."""
+    inner = worker_storage(storage).lightning_checkpoint_io()
     return AsyncCheckpointIO(RecordWriteEnd(inner, recorder)) if async_save else inner

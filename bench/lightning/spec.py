@@ -12,8 +12,7 @@
         "seed": 1234,
         "model": {"vocab_size": 33278, "ninp": 200, "nhid": 200, "nhead": 2,
                   "block_size": 35, "batch_size": 1},
-        "storage": {"scheme": "local" | "s3" | <fsspec protocol, e.g. "gs">,
-                    **bench.storage's describe(): "storage", "s3_region", "s3_endpoint", ...}
+        "storage": {"storage": "disk" | "s3" | "fsspec", ...}   # bench.storage's describe()
       },
       "checkpoint_dir": "/abs/ckpts/run" | "s3://bucket/prefix/run",
       "events_dir": ..., "integrity_dir": ..., "run_dir": ..., "warm_load": false
@@ -31,6 +30,7 @@ import os
 from dataclasses import dataclass, field
 
 from bench.checkpoint_dir import iter_dir_name
+from bench.storage import LocalStorage
 
 CHECKPOINT_FILE = "checkpoint.ckpt"
 # What each --strategy runs (bench.lightning.training builds them), named in the report.
@@ -64,7 +64,7 @@ class LightningSpec:
     seed: int = 1234
     warm_load: bool = False
     model: dict = field(default_factory=lambda: dict(MODEL_DEFAULTS))
-    storage: dict = field(default_factory=lambda: {"scheme": "local"})
+    storage: dict = field(default_factory=lambda: {"storage": LocalStorage.kind})
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> LightningSpec:
@@ -73,15 +73,6 @@ class LightningSpec:
         known = {k: data[k] for k in ("checkpoint_dir", "events_dir", "integrity_dir", "run_dir", "warm_load")
                  if k in data}
         return cls(**data["lightning"], **known)
-
-    def local_iteration_dir(self, iteration: int) -> str | None:
-        """The folder on this host's disk (a plain path or a file:// URL), for page-cache eviction;
-        None on remote storage."""
-        scheme = self.storage.get("scheme", "local")
-        if scheme not in ("local", "file"):
-            return None
-        folder = self.iteration_dir(iteration)
-        return folder[len("file://"):] if folder.startswith("file://") else folder
 
     def iteration_dir(self, iteration: int) -> str:
         """A string, not a Path: `s3://` and other URLs must keep their double slash."""

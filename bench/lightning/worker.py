@@ -28,7 +28,6 @@ end with 0 bytes. Exit codes: 0 ok, 3 loaded but different, 1 anything else.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -36,14 +35,14 @@ import torch
 from lightning.pytorch import Callback
 
 from bench import integrity
-from bench.checkpoint_dir import evict_from_page_cache
 from bench.events import EventKind, EventRecorder
 from bench.lightning.checkpoint_io import checkpoint_io_stack, local_size
 from bench.lightning.spec import LightningSpec
 from bench.lightning.training import FitClock, SaveEveryNSteps, build_module, build_trainer
 from bench.lightning.verify import live_digests, loaded_digests
 from bench.rundir import MEASUREMENTS_FILE
-from bench.worker_entry import worker_main
+from bench.storage import worker_storage
+from bench.worker_entry import WorkerContext, timed, worker_main
 
 
 class Saver:
@@ -58,13 +57,9 @@ class Saver:
         writes_here = self.spec.strategy == "fsdp" or trainer.is_global_zero
         ends_on_writer = self.spec.async_save and writes_here
         trainer.strategy.barrier("ckpt-bench.save")
-        self.recorder.record(EventKind.SAVE_START, iteration, path=path,
-                             extra={"strategy": self.spec.strategy, "async": self.spec.async_save})
-        try:
+        with timed(self.recorder, EventKind.SAVE_START, EventKind.SAVE_END, iteration, path=path,
+                   extra={"strategy": self.spec.strategy, "async": self.spec.async_save}):
             trainer.save_checkpoint(path)
-        except BaseException as error:
-            self.recorder.record(EventKind.SAVE_END, iteration, path=path, error=repr(error))
-            raise
         self.recorder.record(EventKind.SAVE_BLOCK_END, iteration, path=path)
         if not ends_on_writer:
             if not writes_here:
@@ -98,13 +93,13 @@ class SaveCalls(Callback):
         self.saver.wait(trainer)
 
 
-def save_pass(spec: LightningSpec, recorder: EventRecorder, rank: int) -> None:
+def save_pass(spec: LightningSpec, recorder: EventRecorder, context: WorkerContext) -> None:
     saver = Saver(spec, recorder)
     if spec.steps_per_save:
-        save_during_fit(spec, recorder, saver, rank)
+        save_during_fit(spec, recorder, saver, context.rank)
         return
     trainer = build_trainer(spec, checkpoint_io_stack(spec.storage, spec.async_save, recorder), spec.train_steps,
-                            [SaveCalls(spec, saver, rank)])
+                            [SaveCalls(spec, saver, context.rank)])
     trainer.fit(build_module(spec, spec.train_steps, spec.seed))
     print(f"saved {spec.save_calls} checkpoint(s) in {spec.checkpoint_dir}", flush=True)
 
@@ -149,43 +144,38 @@ class LoadCalls(Callback):
     """The load calls, once the strategy has set up model and optimizer where training would run
     (`on_fit_start`; the fit itself has 0 steps)."""
 
-    def __init__(self, spec: LightningSpec, recorder: EventRecorder, rank: int):
-        self.spec, self.recorder, self.rank = spec, recorder, rank
+    def __init__(self, spec: LightningSpec, recorder: EventRecorder, context: WorkerContext):
+        self.spec, self.recorder, self.context = spec, recorder, context
 
     def on_fit_start(self, trainer, pl_module) -> None:
-        spec, iteration = self.spec, self.spec.save_calls
-        expected = integrity.read_manifest(spec.integrity_dir, iteration, self.rank)
+        spec, iteration, rank = self.spec, self.spec.save_calls, self.context.rank
+        expected = integrity.read_manifest(spec.integrity_dir, iteration, rank)
         path = spec.checkpoint_path(iteration)
-        local_dir = spec.local_iteration_dir(iteration)
+        local_dir = worker_storage(spec.storage).local_path(spec.iteration_dir(iteration))
         verdicts = []
         for _call in range(spec.load_calls):
-            if not spec.warm_load and local_dir and int(os.environ.get("LOCAL_RANK", "0")) == 0:
-                evict_from_page_cache(local_dir)
+            self.context.evict(local_dir, spec.warm_load)
             trainer.strategy.barrier("ckpt-bench.load")
-            self.recorder.record(EventKind.LOAD_START, iteration, path=path)
-            try:
+            with timed(self.recorder, EventKind.LOAD_START, EventKind.LOAD_END, iteration, path=path):
                 loaded = trainer.strategy.load_checkpoint(path)
-            except BaseException as error:
-                self.recorder.record(EventKind.LOAD_END, iteration, path=path, error=repr(error))
-                raise
             self.recorder.record(EventKind.LOAD_END, iteration, path=path)
             verdicts.append(integrity.compare(expected, loaded_digests(trainer, loaded, spec.strategy)))
             del loaded
-        integrity.publish_verdict(spec.integrity_dir, self.rank, iteration, integrity.combine_calls(verdicts))
+        integrity.publish_verdict(spec.integrity_dir, rank, iteration, integrity.combine_calls(verdicts))
 
 
-def load_pass(spec: LightningSpec, recorder: EventRecorder, rank: int) -> None:
+def load_pass(spec: LightningSpec, recorder: EventRecorder, context: WorkerContext) -> None:
     """Another seed than the save pass: a load that changed nothing cannot pass verification."""
     trainer = build_trainer(spec, checkpoint_io_stack(spec.storage, False, recorder), 0,
-                            [LoadCalls(spec, recorder, rank)])
+                            [LoadCalls(spec, recorder, context)])
     trainer.fit(build_module(spec, 1, spec.seed + 1))
     print(f"loaded iteration {spec.save_calls} {spec.load_calls} time(s): verified", flush=True)
 
 
 def run(spec: LightningSpec, phase: str) -> None:
-    rank = int(os.environ.get("RANK", "0"))
-    with EventRecorder(spec.events_dir, rank) as recorder:
-        (save_pass if phase == "save" else load_pass)(spec, recorder, rank)
+    context = WorkerContext.from_env()  # the strategy joins the process group itself
+    with EventRecorder(spec.events_dir, context.rank) as recorder:
+        (save_pass if phase == "save" else load_pass)(spec, recorder, context)
 
 
 def main(argv: list[str] | None = None) -> int:

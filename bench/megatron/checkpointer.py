@@ -35,10 +35,11 @@ from megatron.core.dist_checkpointing.mapping import LocalNonpersistentObject, S
 from megatron.core.dist_checkpointing.strategies.async_utils import AsyncCallsQueue, AsyncRequest
 
 from bench import integrity
-from bench.checkpoint_dir import TRACKER_FILE, evict_from_page_cache, iter_dir_name, latest_iteration
+from bench.checkpoint_dir import TRACKER_FILE, iter_dir_name, latest_iteration
 from bench.events import EventKind, EventRecorder
 from bench.megatron import megatron_log
 from bench.megatron.formats import TorchDistFormat, TorchFormat, rank_written_bytes
+from bench.worker_entry import WorkerContext, error_text, timed
 
 
 def local_state_digests(state_dict: dict) -> dict[str, str]:
@@ -72,7 +73,7 @@ class _RecordSaveEnd:
         try:
             self.async_fn(*args, **kwargs)
         except BaseException as error:
-            recorder.record(EventKind.SAVE_END, self.iteration, path=self.directory, error=repr(error))
+            recorder.record(EventKind.SAVE_END, self.iteration, path=self.directory, error=error_text(error))
             raise
         else:
             recorder.record(
@@ -93,12 +94,13 @@ class Checkpointer:
         checkpoint_format: TorchDistFormat | TorchFormat,
         events: EventRecorder,
         integrity_dir: str,
+        context: WorkerContext,
     ):
         self.args = args
         self.format = checkpoint_format
         self.events = events
         self.integrity_dir = integrity_dir
-        self.rank = torch.distributed.get_rank()
+        self.context = context
         self._async_queue = AsyncCallsQueue(persistent=args.use_persistent_ckpt_worker) if args.async_save else None
         self._in_flight: deque[int] = deque()  # iterations of scheduled, not yet finalized async saves
         self._position = (
@@ -115,18 +117,14 @@ class Checkpointer:
         directory = os.path.join(self.args.save, iter_dir_name(iteration))
         if self.format.writes:
             digests = local_state_digests(self.format.state_dict(iteration))
-            integrity.write_manifest(self.integrity_dir, iteration, self.rank, digests)
+            integrity.write_manifest(self.integrity_dir, iteration, self.context.rank, digests)
         megatron_log.print_rank_0(megatron_log.saving_line(iteration, self.args.save, self.format.name))
         torch.distributed.barrier()
 
-        self.events.record(EventKind.SAVE_START, iteration, **self._event_fields(directory))
-        try:
+        with timed(self.events, EventKind.SAVE_START, EventKind.SAVE_END, iteration, **self._event_fields(directory)):
             request = self.format.save(directory, iteration)
             if request is not None:
                 self._schedule(request, iteration, directory)
-        except Exception as error:
-            self.events.record(EventKind.SAVE_END, iteration, path=directory, error=repr(error))
-            raise
         self.events.record(EventKind.SAVE_BLOCK_END, iteration, path=directory)
 
         if request is None:
@@ -142,9 +140,8 @@ class Checkpointer:
         if request.async_fn is None:  # this rank has no shard to write: its part is complete now
             self.events.record(EventKind.SAVE_END, iteration, path=directory, bytes=0)
         else:
-            request = request._replace(
-                async_fn=_RecordSaveEnd(request.async_fn, self.events.path.parent, self.rank, iteration, directory)
-            )
+            record = _RecordSaveEnd(request.async_fn, self.events.path.parent, self.context.rank, iteration, directory)
+            request = request._replace(async_fn=record)
         request.add_finalize_fn(partial(self._finalize_iteration, iteration))
         self._in_flight.append(iteration)
         self._async_queue.schedule_async_request(request)
@@ -153,7 +150,7 @@ class Checkpointer:
         """Megatron-LM's `iter_finalize_fn`: the checkpoint is complete; name it in the tracker."""
         if self._in_flight and self._in_flight[0] == iteration:
             self._in_flight.popleft()
-        if self.rank == 0:
+        if self.context.rank == 0:
             Path(self.args.save, TRACKER_FILE).write_text(str(iteration))
         megatron_log.print_rank_0(megatron_log.saved_line(iteration, self.args.save, *self._position))
 
@@ -165,7 +162,7 @@ class Checkpointer:
             self._async_queue.maybe_finalize_async_calls(blocking=blocking)
         except Exception as error:
             iteration = self._in_flight[0] if self._in_flight else None
-            self.events.record(EventKind.SAVE_END, iteration, error=repr(error))
+            self.events.record(EventKind.SAVE_END, iteration, error=error_text(error))
             raise
 
     def close(self) -> None:
@@ -181,17 +178,12 @@ class Checkpointer:
         if iteration is None:
             raise FileNotFoundError(f"no {TRACKER_FILE} with an iteration in {self.args.load}")
         directory = os.path.join(self.args.load, iter_dir_name(iteration))
-        if not warm and int(os.environ.get("LOCAL_RANK", "0")) == 0:
-            evict_from_page_cache(directory)
+        self.context.evict(directory, warm)
         torch.distributed.barrier()
 
         megatron_log.print_rank_0(megatron_log.loading_line(self.args.load, iteration, self.format.name))
-        self.events.record(EventKind.LOAD_START, iteration, **self._event_fields(directory))
-        try:
+        with timed(self.events, EventKind.LOAD_START, EventKind.LOAD_END, iteration, **self._event_fields(directory)):
             nbytes = self.format.load(directory, iteration)
-        except Exception as error:
-            self.events.record(EventKind.LOAD_END, iteration, path=directory, error=repr(error))
-            raise
         self.events.record(EventKind.LOAD_END, iteration, path=directory, bytes=nbytes)
         megatron_log.print_rank_0(megatron_log.loaded_line(self.args.load, iteration, *self._position))
         return iteration
@@ -202,4 +194,4 @@ class Checkpointer:
         expected = integrity.read_manifest(self.integrity_dir, iteration, self.format.manifest_rank)
         actual = local_state_digests(self.format.state_dict(iteration))
         verdict = integrity.compare(expected, actual)
-        return integrity.publish_verdict(self.integrity_dir, self.rank, iteration, verdict)
+        return integrity.publish_verdict(self.integrity_dir, self.context.rank, iteration, verdict)

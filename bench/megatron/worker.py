@@ -15,7 +15,6 @@ message on stderr names the rank). See `bench.megatron.spec` for the spec.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
@@ -29,22 +28,15 @@ from bench.megatron.checkpointer import Checkpointer
 from bench.megatron.formats import checkpoint_format
 from bench.megatron.spec import MEGATRON_DEFAULTS, WorkerSpec
 from bench.megatron.training import Trainer
-from bench.worker_entry import worker_main
+from bench.worker_entry import WorkerContext, worker_main
 
 # megatron-core's persistent async writer is a spawned process that re-imports this module as
 # `__mp_main__`; it needs the CPU redirections too (no-op where CUDA is available).
 cpu_compat.install()
 
 
-def init_distributed(args: argparse.Namespace) -> torch.device:
-    """nccl and one GPU per local rank where CUDA exists, else gloo on the CPU."""
-    if torch.cuda.is_available():
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-        torch.cuda.set_device(device)
-        torch.distributed.init_process_group("nccl", device_id=device)
-    else:
-        device = torch.device("cpu")
-        torch.distributed.init_process_group("gloo")
+def init_model_parallel(args: argparse.Namespace) -> None:
+    """Megatron's parallel groups and seeds, as Megatron-LM's `initialize_megatron` sets them."""
     parallel_state.initialize_model_parallel(
         tensor_model_parallel_size=args.tensor_model_parallel_size,
         pipeline_model_parallel_size=args.pipeline_model_parallel_size,
@@ -56,7 +48,6 @@ def init_distributed(args: argparse.Namespace) -> torch.device:
     seed = args.seed + 100 * parallel_state.get_pipeline_model_parallel_rank()
     torch.manual_seed(seed)
     model_parallel_cuda_manual_seed(seed)
-    return device
 
 
 def train_and_save(args: argparse.Namespace, trainer: Trainer, checkpointer: Checkpointer) -> None:
@@ -81,14 +72,14 @@ def train_and_save(args: argparse.Namespace, trainer: Trainer, checkpointer: Che
 
 
 def run(spec: WorkerSpec, phase: str) -> None:
-    world_size = int(os.environ["WORLD_SIZE"])
-    args = spec.megatron_args(world_size)
-    device = init_distributed(args)
+    context = WorkerContext.join()  # nccl and one GPU per local rank where CUDA exists, else gloo on the CPU
+    args = spec.megatron_args(context.world_size)
+    init_model_parallel(args)
     megatron_log.print_arguments(args, sorted(set(spec.megatron) - set(MEGATRON_DEFAULTS)))
 
-    trainer = Trainer(args, device)
-    with EventRecorder(spec.events_dir, torch.distributed.get_rank()) as events:
-        checkpointer = Checkpointer(args, checkpoint_format(args, trainer), events, spec.integrity_dir)
+    trainer = Trainer(args, context.device)
+    with EventRecorder(spec.events_dir, context.rank) as events:
+        checkpointer = Checkpointer(args, checkpoint_format(args, trainer), events, spec.integrity_dir, context)
         if phase == "save":
             train_and_save(args, trainer, checkpointer)
         else:

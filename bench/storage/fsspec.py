@@ -1,0 +1,125 @@
+"""Any other URL (`gs://`, `az://`, `file://`, `memory://`, ...): a filesystem fsspec knows.
+
+The ranks write through fsspec too -- torch's FsspecWriter/FsspecReader for DCP, Lightning's own
+TorchCheckpointIO -- so a scheme needs no code here, only its fsspec package (gcsfs for gs://, adlfs
+for az://), which is checked before anything is created. Sizes come from the files listed after the
+run, removal only below a folder that carries our mark.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bench.checkpoint_dir import sizes_by_iteration
+from bench.config import ConfigError
+from bench.storage.base import OWNER_MARK
+
+
+class FsspecWorkerStorage:
+    """torch's and Lightning's fsspec writers; a `file://` URL is a folder of this host's disk."""
+
+    def __init__(self, description: dict) -> None:
+        pass  # the URL is all a rank needs
+
+    def dcp_writer(self, path: str, thread_count: int, sync_files: bool):
+        from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter  # torch 2.13 exports it only here
+
+        return FsspecWriter(path, thread_count=thread_count, sync_files=sync_files)
+
+    def dcp_reader(self, path: str):
+        from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
+
+        return FsspecReader(path)
+
+    def lightning_checkpoint_io(self):
+        from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+        return TorchCheckpointIO()  # opens paths with fsspec
+
+    def local_path(self, path: str) -> str | None:
+        from fsspec.core import url_to_fs
+        from fsspec.implementations.local import LocalFileSystem
+
+        filesystem, inside = url_to_fs(path)
+        return inside if isinstance(filesystem, LocalFileSystem) else None
+
+
+class FsspecStorage:
+    """`<url>/<run-name>/` on the URL's fsspec filesystem."""
+
+    kind = "fsspec"
+    worker = FsspecWorkerStorage
+
+    def __init__(self, save_dir: str, options: Any = None):
+        self.url = save_dir.rstrip("/")
+        self.protocol = save_dir.split("://", 1)[0]
+        self.location: str | None = None
+        self._fs = None
+        self._root: str | None = None  # `location` as the filesystem names it (no protocol)
+
+    @property
+    def fs(self):
+        if self._fs is None:
+            self._fs = self._split(self.url)[0]
+        return self._fs
+
+    def _split(self, url: str):
+        """(filesystem, path as the filesystem names it) for a URL; one line if its package is missing."""
+        import fsspec
+
+        try:
+            return fsspec.core.url_to_fs(url)
+        except ImportError as error:
+            raise ConfigError(f"--save-dir {self.url}: fsspec needs a package for {self.protocol}:// "
+                              f"({str(error).strip().splitlines()[0]})") from None
+        except ValueError as error:
+            raise ConfigError(f"--save-dir {self.url}: {error}") from None
+
+    def check_access(self) -> None:
+        """The save dir, or the nearest folder above it, must exist (a missing bucket fails here)."""
+        path = self._split(self.url)[1].rstrip("/")
+        try:
+            while path and not self.fs.exists(path):
+                path = path.rsplit("/", 1)[0] if "/" in path.strip("/") else ""
+        except Exception as error:
+            raise ConfigError(f"--save-dir {self.url}: cannot reach it ({type(error).__name__}: {error})") from None
+        if not path:
+            raise ConfigError(f"--save-dir {self.url}: nothing exists there or above it (a missing bucket?)")
+
+    def create(self, run_dir: Path) -> str:
+        location = f"{self.url}/{run_dir.name}"
+        root = self._split(location)[1]
+        try:
+            if self.fs.exists(root):
+                raise ConfigError(f"--save-dir {self.url}: {location} already exists; ckpt-bench writes only to a "
+                                  "folder it creates")
+            self.fs.makedirs(root, exist_ok=True)
+            self.fs.pipe(f"{root}/{OWNER_MARK}", f"created by ckpt-bench for {run_dir}\n".encode())
+        except ConfigError:
+            raise
+        except Exception as error:
+            raise ConfigError(f"--save-dir {self.url}: cannot write {location} ({type(error).__name__}: "
+                              f"{error})") from None
+        self._root, self.location = root, location
+        return location
+
+    def iteration_sizes(self) -> dict[int, int]:
+        if self._root is None:
+            return {}
+        start = len(self._root.rstrip("/")) + 1
+        return sizes_by_iteration((path[start:], int(info.get("size") or 0))
+                                  for path, info in self.fs.find(self._root, detail=True).items()
+                                  if info.get("type", "file") == "file")
+
+    def remove(self) -> bool:
+        if self._root is None or not self.fs.exists(f"{self._root}/{OWNER_MARK}"):
+            return False
+        self.fs.rm(self._root, recursive=True)
+        return True
+
+    def worker_env(self) -> dict[str, str]:
+        return {}
+
+    def describe(self) -> dict:
+        return {"storage": self.kind, "fsspec_protocol": self.protocol}
