@@ -4,7 +4,9 @@
     python ckpt_report.py PATH... [--ckpt-dir DIR] [--output report.json] [--format json|table]
 
 PATH: a Megatron-LM stdout log, a Primus log file or folder (logs/pre_trainer/), or a run directory
-of ours. Errors are one line on stderr: exit 1 when no checkpoint event is found, 2 on bad usage.
+of ours. Errors are one line on stderr, never a traceback: exit 1 when no checkpoint event is found,
+2 on bad usage or a file that cannot be read. Lines that cannot be read are skipped and counted in
+the report's notes.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from pathlib import Path
 
 import click
 
-from bench.parsers.sources import ReportError, build_log_report
+from bench.assembly import log_report, to_json
+from bench.parsers.sources import ReportError
 from bench.parsers.table import format_table
 
 
@@ -29,14 +32,17 @@ from bench.parsers.table import format_table
 def main(paths, primus_log_dir, ckpt_dir, output, output_format):
     """Build the checkpoint report of PATH... (log files, Primus log folders or a run directory)."""
     try:
-        report = build_log_report([*paths, *primus_log_dir], ckpt_dir=ckpt_dir)
+        text = to_json(log_report([*paths, *primus_log_dir], ckpt_dir=ckpt_dir))
     except ReportError as error:
         click.echo(f"error: {error}", err=True)
         sys.exit(error.exit_code)
-    text = json.dumps(report, indent=2)
     if output:
-        Path(output).write_text(text + "\n")
-    click.echo(format_table(report) if output_format == "table" else text)
+        try:
+            Path(output).write_text(text + "\n")
+        except OSError as error:
+            click.echo(f"error: cannot write {output}: {error.strerror or error}", err=True)
+            sys.exit(2)
+    click.echo(format_table(json.loads(text)) if output_format == "table" else text)
 
 
 if __name__ == "__main__":

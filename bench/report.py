@@ -11,6 +11,8 @@ Every backend and every log parser ends here, so each number has one definition:
   killed mid-save) is reported incomplete and is never matched with a later save's end.
 * A save that starts while an earlier async save of the same rank has not finished overlaps it:
   both are marked, and the report is not `accurate`.
+* An end earlier than its start (a log's lines out of order, a clock stepped back) makes no
+  negative time: that operation is not complete, its times are left out, and its `error` says why.
 * Bandwidth is bytes / total time in MiB/s. Bytes come from the checkpoint folder on disk when the
   caller measured it, else from the bytes the ranks reported; never from a parameter count.
 * Top-level keys follow the Primus checkpoint tool's report (last complete save), with real types.
@@ -63,22 +65,36 @@ class _Operation:
 
     @property
     def complete(self) -> bool:
-        return self.end is not None and self.end.error is None
+        return self.end is not None and self.end.error is None and self._backwards() is None
 
     @property
     def error(self) -> str | None:
-        return self.end.error if self.end is not None else None
+        if self.end is not None and self.end.error is not None:
+            return self.end.error
+        backwards = self._backwards()
+        if backwards is not None:
+            return (f"its end is {-backwards:.6g} s before its start: the source's times are inconsistent, "
+                    "so its times are left out")
+        return None
+
+    def _backwards(self) -> float | None:
+        """The most negative of the operation's durations, if one is negative."""
+        durations = [d for d in (_duration(self.start, self.block_end), _duration(self.start, self.end))
+                     if d is not None and d < 0]
+        return min(durations) if durations else None
 
     def block_s(self) -> float | None:
-        return _duration(self.start, self.block_end)
+        return None if self._backwards() is not None else _duration(self.start, self.block_end)
 
     def total_s(self) -> float | None:
-        return _duration(self.start, self.end)
+        return None if self._backwards() is not None else _duration(self.start, self.end)
 
     def timing_events(self) -> list[CheckpointEvent]:
         """The events whose clocks give this operation's times (see `_duration`): a closing event
         alone when it carries the source's own measurement, else both ends."""
         used: list[CheckpointEvent] = []
+        if self._backwards() is not None:
+            return used
         for end in (self.block_end, self.end):
             if _duration(self.start, end) is None:
                 continue
@@ -276,6 +292,9 @@ class ReportBuilder:
             if not save["complete"]:
                 why = save.get("error") or "it has no end: the run stopped or the log ends mid-save"
                 notes.append(f"save at iteration {save['iteration']} is incomplete: {why}")
+        for record in loads:
+            if record.get("error"):
+                notes.append(f"load at iteration {record['iteration']} is incomplete: {record['error']}")
         if saves and folder_sizes is None and all(s["bytes"] is None for s in saves):
             notes.append("no checkpoint folder was measured and the log holds no byte counts: "
                          "sizes and bandwidth are left out")

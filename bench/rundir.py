@@ -15,7 +15,8 @@
         report.json          the report
 
 Checkpoint folder sizes are measured into run.json before checkpoints are removed, so
-`ckpt_report.py RUN_DIR` rebuilds the same report later.
+`ckpt_report.py RUN_DIR` rebuilds the same report later (`bench.assembly.run_report`). This module is
+the layout only: paths, and reading and writing its files.
 """
 
 from __future__ import annotations
@@ -24,10 +25,6 @@ import json
 import os
 import time
 from pathlib import Path
-
-from bench import integrity
-from bench.events import event_files, read_event_files
-from bench.report import ReportBuilder
 
 RUN_FILE = "run.json"
 # Report sections a worker measured beyond checkpoint events, e.g. {"training": {...}} (Lightning).
@@ -105,51 +102,3 @@ class RunDir:
             int(path.stem.split("-")[-1]): json.loads(path.read_text())
             for path in self.integrity_dir.glob("load-rank-*.json")
         }
-
-
-def build_run_report(run_dir: str | os.PathLike, ckpt_dir: str | os.PathLike | None = None) -> dict:
-    """The report of one of our runs, from its run directory alone (or with `ckpt_dir` re-measured)."""
-    from bench.checkpoint_dir import iteration_folder_sizes
-
-    run = RunDir(run_dir)
-    facts = run.read_run()
-    if ckpt_dir is not None:
-        folder_sizes = iteration_folder_sizes(ckpt_dir)
-    else:
-        folder_sizes = {int(k): v for k, v in (facts.get("folder_sizes") or {}).items()} or None
-    passes = facts.get("passes", [])
-    failed = [p for p in passes if not p["ok"]]
-
-    def run_section(status: str) -> dict:
-        return {"dir": str(run.path), "backend": facts.get("backend"), "status": status, "passes": passes}
-
-    if facts.get("checkpoints") is False:
-        # A backend without checkpoints (the comms sweep): its report is what its passes measured.
-        return {
-            "comms": run.comms_results("comms"),
-            "config": facts.get("run_info"),
-            "environment": facts.get("environment"),
-            "notes": facts.get("notes") or [],
-            "run": run_section("failed" if failed else "ok"),
-        }
-    load_ran = any(p["name"] == "load" for p in passes)
-    verdicts = run.load_verdicts()
-    verifies = facts.get("verifies", True)  # a framework's load pass checks nothing for us
-    verification = integrity.combine(verdicts) if (verdicts or (load_ran and verifies)) else None
-    builder = ReportBuilder().add_all(read_event_files(event_files(run.events_dir)))
-    report = builder.build(
-        run_info=facts.get("run_info"),
-        folder_sizes=folder_sizes,
-        verification=verification,
-        environment=facts.get("environment"),
-        load_cache=facts.get("load_cache"),
-        notes=facts.get("notes"),
-    )
-    if any(p["name"] == "preflight" for p in passes):
-        report["preflight"] = run.comms_results("preflight")  # the fabric, measured just before
-    measurements = run.path / MEASUREMENTS_FILE
-    if measurements.is_file():  # what a worker measured beyond checkpoints (Lightning: training-time impact)
-        report.update(json.loads(measurements.read_text()))
-    verified = report["verified"] is not False
-    report["run"] = run_section("ok" if not failed and verified else ("failed" if failed else "verification-failed"))
-    return report

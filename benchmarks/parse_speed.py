@@ -132,11 +132,12 @@ def tree_bytes(root: Path) -> int:
 
 
 def parse(root: Path) -> dict:
-    from bench.parsers.sources import build_log_report, resolve
+    from bench.assembly import log_report
+    from bench.parsers.sources import resolve
 
     read = sum(f.stat().st_size for files in resolve(root).streams for f in files)
     started = time.perf_counter()
-    report = build_log_report([root])
+    report = log_report([root])
     seconds = time.perf_counter() - started
     return {
         "seconds": round(seconds, 2),

@@ -5,26 +5,51 @@ the `bench.events` vocabulary, so `bench.report` builds the same report as for o
 
 * `megatron.MegatronParser`: Megatron-LM stdout; also the one grammar of Megatron's messages.
 * `primus.PrimusParser`: Primus file/console lines; strips the prefix, hands the message over.
-* `sources`: what a PATH is (sniffed), which files to read, and `build_log_report`.
+* `sources`: what a PATH is (sniffed with `PARSERS`) and which files to read.
+* `session`: logs in order -> one stream of events (`events_of`), and what they say beside events.
+
+A new format is a module with its parser class, and one line in `PARSERS`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Protocol
 
 from bench.events import CheckpointEvent
 from bench.parsers.arguments import ArgumentsDump
+from bench.parsers.lines import Line
+from bench.parsers.megatron import MegatronParser
+from bench.parsers.primus import PrimusParser
 
 
 class LogParser(Protocol):
-    """Feed a log's lines in order; collect the events; read `run_info` once the log is done."""
+    """A format: how its files are recognised and read (class methods), then one parser per log:
+    feed the log's lines in order, collect the events, read `run_info` once the log is done."""
 
-    format: str
+    format: str  # names the format in the report's notes
+    folder_layout: str | None  # what a log folder of this format is, for messages; None: single files only
     arguments: ArgumentsDump  # the log's arguments dump(s)
-    observed: dict  # configuration the log shows outside a dump (save lines, Primus prefix)
+    observed: dict[str, tuple[object, str]]  # configuration seen outside a dump: key -> (value, where)
+
+    @classmethod
+    def sniff(cls, first_lines: list[str]) -> bool:
+        """Whether a file starting with these lines (ANSI colours removed) is in this format."""
+
+    @classmethod
+    def folder_streams(cls, folder: Path) -> list[list[Path]]:
+        """The files to read when `folder` is (or holds) a log folder of this format: per stream, its
+        files oldest first; [] when it is not. Only asked of formats with a `folder_layout`."""
+
+    @classmethod
+    def lines(cls, streams: list[list[Path]], notes: list[str]) -> Iterator[Line]:
+        """The lines worth feeding, in order; `notes` gets what was damaged (a `.gz` cut short)."""
 
     def feed(self, line: str, seq: int) -> list[CheckpointEvent]:
-        """Events the line completes; `seq` orders them (a line counter over all logs)."""
+        """Events the line completes; `seq` orders them (a line counter over all logs). A line that
+        cannot be read (a date that does not exist) raises ValueError or OverflowError, having
+        changed nothing that would give its events to another save or load."""
 
     def finish(self) -> list[CheckpointEvent]:
         """Events the end of the log implies: saves still open never finished."""
@@ -32,3 +57,7 @@ class LogParser(Protocol):
     @property
     def run_info(self) -> dict:
         """Configuration keys of the report the log holds, with real types."""
+
+
+# Sniffed in this order; the last one takes any file.
+PARSERS: tuple[type[LogParser], ...] = (PrimusParser, MegatronParser)

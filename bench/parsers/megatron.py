@@ -43,11 +43,13 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from bench.events import OVERLAPS_PREVIOUS, CheckpointEvent, EventKind, TimeSource
 from bench.parsers.arguments import ArgumentsDump
-from bench.parsers.lines import megatron_time_ns
+from bench.parsers.lines import Line, is_indented, megatron_time_ns, series_lines
 
 RANK = 0  # the rank that prints Megatron's save/load lines
 
@@ -80,6 +82,7 @@ TIMER_ENTRY = re.compile(
 TIMER_NAME = re.compile(r"^\s+(?P<name>\S+):\s*$")
 TIMER_RANK = re.compile(r"^\s+rank\s+(?P<rank>\d+): (?P<value>[\d.]+)\s*$")
 SAVE_TIMERS = ("save-checkpoint", "save-checkpoint-non-persistent")
+SAVE_LINES = "the save lines"  # where configuration seen in save lines comes from, for the notes
 LOAD_TIMER = "load-checkpoint"
 
 
@@ -108,10 +111,11 @@ class MegatronParser:
     """Megatron stdout: feed lines, get events. Also the message parser inside `PrimusParser`."""
 
     format = "megatron-stdout"
+    folder_layout = None  # stdout is one file
 
     def __init__(self) -> None:
         self.arguments = ArgumentsDump()
-        self.observed: dict[str, object] = {}  # configuration seen outside the arguments dump
+        self.observed: dict[str, tuple[object, str]] = {}  # configuration seen outside the arguments dump
         self._open: dict[int | None, _Operation] = {}  # saves without their end, by iteration
         self._untimed: deque[_Operation] = deque()  # saves still waiting for their timer
         self._load: _Operation | None = None  # the load still waiting for its timer
@@ -121,6 +125,17 @@ class MegatronParser:
 
     # -- the LogParser interface ----------------------------------------------------------------
 
+    @classmethod
+    def sniff(cls, first_lines: list[str]) -> bool:
+        """Any text may be a Megatron stdout: its lines are recognised by their wording, not by a
+        prefix, so this is the fallback format."""
+        return True
+
+    @classmethod
+    def lines(cls, streams: list[list[Path]], notes: list[str]) -> Iterator[Line]:
+        (files,) = streams
+        return series_lines(files, is_indented, notes)
+
     def feed(self, line: str, seq: int) -> list[CheckpointEvent]:
         return self.feed_message(line, seq)
 
@@ -129,7 +144,7 @@ class MegatronParser:
 
     @property
     def run_info(self) -> dict:
-        return {**self.observed, **self.arguments.run_info()}
+        return {**{key: value for key, (value, _) in self.observed.items()}, **self.arguments.run_info()}
 
     # -- messages -------------------------------------------------------------------------------
 
@@ -178,15 +193,15 @@ class MegatronParser:
         save = _Operation(start, asynchronous=self.arguments.values.get("async_save") is True)
         self._open[start.iteration] = save
         self._untimed.append(save)
-        self.observed["save"] = start.path
+        self.observed["save"] = (start.path, SAVE_LINES)
         if match["format"]:
-            self.observed["ckpt_format"] = match["format"]
+            self.observed["ckpt_format"] = (match["format"], SAVE_LINES)
         return [start]
 
     def _save_scheduled(self, match: re.Match, seq: int, prefix_ns: int | None) -> list[CheckpointEvent]:
         block_end = _event(EventKind.SAVE_BLOCK_END, match, seq, prefix_ns)
         save = self._open.get(block_end.iteration)
-        self.observed["async_save"] = True
+        self.observed["async_save"] = (True, SAVE_LINES)
         if save is None:
             return [block_end]  # the log begins mid-save: the engine keeps it as an orphan
         save.asynchronous = True
@@ -229,9 +244,9 @@ class MegatronParser:
     # -- loads ----------------------------------------------------------------------------------
 
     def _load_start(self, match: re.Match, seq: int, prefix_ns: int | None) -> list[CheckpointEvent]:
-        events = self._close_process("a new process started before this save finished", seq)
         extra = {"kind": match["kind"]} if match["kind"] else {}
         start = _event(EventKind.LOAD_START, match, seq, prefix_ns, extra=extra)
+        events = self._close_process("a new process started before this save finished", seq)
         self._load = _Operation(start)
         return [*events, start]
 
@@ -245,14 +260,15 @@ class MegatronParser:
     # -- timers ---------------------------------------------------------------------------------
 
     def _timer_line(self, message: str, seq: int) -> list[CheckpointEvent] | None:
-        """Events of one line of an open timer block, or None when the line ends the block."""
+        """Events of one line of an open timer block, or None when the line ends the block. A value
+        that is not a number (`2250..0`) raises after the timer has taken its save: that save goes
+        untimed, rather than the next save taking this one's timer."""
         block = self._timer
         if match := TIMER_ENTRY.match(message):
             block.name, block.target = match["name"], self._timer_target(match["name"])
-            milliseconds = match["max"] or match["value"]
-            return self._apply_timer(block, RANK, float(milliseconds), seq)
+            return self._apply_timer(block, RANK, _ms_to_ns(match["max"] or match["value"]), seq)
         if match := TIMER_RANK.match(message):
-            return self._apply_timer(block, int(match["rank"]), float(match["value"]), seq)
+            return self._apply_timer(block, int(match["rank"]), _ms_to_ns(match["value"]), seq)
         if match := TIMER_NAME.match(message):
             block.name, block.target = match["name"], self._timer_target(match["name"])
             return []
@@ -267,7 +283,7 @@ class MegatronParser:
         return None  # another timer, or one with no operation in the log (e.g. nothing to load)
 
     def _apply_timer(
-        self, block: _TimerBlock, rank: int, milliseconds: float, seq: int
+        self, block: _TimerBlock, rank: int, elapsed_ns: int, seq: int
     ) -> list[CheckpointEvent]:
         op = block.target
         if op is None:
@@ -288,7 +304,7 @@ class MegatronParser:
             events.append(
                 CheckpointEvent(
                     kind, rank=rank, iteration=op.iteration, path=op.start.path,
-                    elapsed_ns=round(milliseconds * 1e6), source=TimeSource.MEGATRON_TIMER, seq=seq,
+                    elapsed_ns=elapsed_ns, source=TimeSource.MEGATRON_TIMER, seq=seq,
                     extra={"timer": block.name},
                 )
             )
@@ -317,6 +333,11 @@ def _event(
         extra=extra or {},
         **clock,
     )
+
+
+def _ms_to_ns(milliseconds: str) -> int:
+    """A timer's printed milliseconds -> ns; ValueError/OverflowError on `2250..0` or an endless number."""
+    return round(float(milliseconds) * 1e6)
 
 
 def _stamped(start: CheckpointEvent, end: CheckpointEvent) -> bool:

@@ -22,13 +22,12 @@ highest number first, then the live `debug.log`. The two ranks' lines are merged
 from __future__ import annotations
 
 import heapq
-import itertools
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
 from bench.events import CheckpointEvent
-from bench.parsers.lines import candidate_lines, primus_time_ns, read_lines
+from bench.parsers.lines import Line, primus_time_ns, series_lines
 from bench.parsers.megatron import MegatronParser
 
 _MASTER = r"(?:\(PrimusMaster[^)]*\)\s*)?"
@@ -44,10 +43,6 @@ RANK_DIR = re.compile(r"^rank-(\d+)$")
 LEVELS = ("debug", "info", "warning", "error")
 
 
-def is_primus_line(text: str) -> bool:
-    return PREFIX.match(text) is not None
-
-
 def continues(raw: bytes) -> bool:
     """A line without the Primus prefix continues the record above it."""
     return _PREFIX_BYTES.match(raw) is None
@@ -57,6 +52,20 @@ class PrimusParser:
     """Primus file or console lines (any ranks, interleaved) -> events, via `MegatronParser`."""
 
     format = "primus"
+    folder_layout = "a Primus log folder (logs/pre_trainer/rank-N/*.log)"
+
+    @classmethod
+    def sniff(cls, first_lines: list[str]) -> bool:
+        return any(PREFIX.match(line) for line in first_lines)
+
+    @classmethod
+    def folder_streams(cls, folder: Path) -> list[list[Path]]:
+        rank_dirs = find_rank_dirs(folder)
+        return files_to_read(rank_dirs) if rank_dirs else []
+
+    @classmethod
+    def lines(cls, streams: list[list[Path]], notes: list[str]) -> Iterator[Line]:
+        return merged_lines(streams, notes)
 
     def __init__(self) -> None:
         self.megatron = MegatronParser()
@@ -71,7 +80,7 @@ class PrimusParser:
         if stamp != self._stamp:
             self._stamp, self._prefix_ns = stamp, primus_time_ns(*stamp)
         if match["role"] == "rank":
-            self.megatron.observed["world_size"] = int(match["world"])
+            self.megatron.observed["world_size"] = (int(match["world"]), "the Primus line prefix")
         message = LOCATION.sub("", match["message"], count=1)
         return self.megatron.feed_message(message, seq, self._prefix_ns)
 
@@ -135,18 +144,17 @@ def files_to_read(rank_dirs: dict[int, Path]) -> list[list[Path]]:
     return streams
 
 
-def merged_lines(streams: list[list[Path]]) -> Iterator[str]:
+def merged_lines(streams: list[list[Path]], notes: list[str]) -> Iterator[Line]:
     """The candidate lines of several ranks' files, merged by prefix time."""
-
-    def timed(files: list[Path]) -> Iterator[tuple[str, str]]:
-        raw = itertools.chain.from_iterable(read_lines(f) for f in files)
-        stamp = ""
-        for _number, text in candidate_lines(raw, continues):
-            if match := _PREFIX_TIME.match(text):
-                stamp = match[1]
-            yield stamp, text
-
     if len(streams) == 1:
-        return (text for _, text in timed(streams[0]))
+        return series_lines(streams[0], continues, notes)
+
+    def timed(files: list[Path]) -> Iterator[tuple[str, Line]]:
+        stamp = ""
+        for line in series_lines(files, continues, notes):
+            if match := _PREFIX_TIME.match(line[2]):
+                stamp = match[1]
+            yield stamp, line
+
     merged = heapq.merge(*(timed(files) for files in streams), key=lambda item: item[0])
-    return (text for _, text in merged)
+    return (line for _, line in merged)

@@ -10,12 +10,13 @@ import pytest
 from helpers import LOGS
 from helpers import REAL_LOGS as REAL
 
+from bench.assembly import log_report
 from bench.events import OVERLAPS_PREVIOUS, CheckpointEvent, EventKind, TimeSource
 from bench.parsers.arguments import ArgumentsDump, typed
 from bench.parsers.lines import candidate_lines, is_indented
 from bench.parsers.megatron import MegatronParser
 from bench.parsers.primus import PrimusParser, find_rank_dirs, level_files
-from bench.parsers.sources import NoEvents, ReportError, build_log_report, resolve
+from bench.parsers.sources import NoEvents, ReportError, resolve
 from bench.report import build_report
 
 PRIMUS_RUN = LOGS / "primus_run" / "logs" / "pre_trainer"
@@ -41,7 +42,7 @@ def feed(parser, lines: list[str]) -> list[CheckpointEvent]:
 
 
 def test_real_megatron_legacy_stdout():
-    report = build_log_report([real("01_megatron_stdout_legacy_torch_save_2024.log")])
+    report = log_report([real("01_megatron_stdout_legacy_torch_save_2024.log")])
     # Save 1 is timed by `save-checkpoint ...: (21027.08, 21027.08)`; save 2 starts as the log ends.
     assert saves(report) == [(1, True, 21.027, 21.027), (2, False, None, None)]
     assert report["time_source"] == "megatron-timer" and report["time_resolution_s"] == 1e-05
@@ -60,7 +61,7 @@ def test_real_primus_console_lines_hold_no_checkpoint_event():
     path = real("05_primus_console_rank0_lines_2026.log")
     assert resolve(path).parser_class is PrimusParser
     with pytest.raises(NoEvents):
-        build_log_report([path])
+        log_report([path])
 
 
 def test_real_primus_console_prefix_is_stripped():
@@ -74,7 +75,7 @@ def test_real_primus_console_prefix_is_stripped():
 
 
 def test_current_timestamped_sync_uses_timestamps_over_timers():
-    report = build_log_report([LOGS / "megatron_current_timestamped_sync.log"])
+    report = log_report([LOGS / "megatron_current_timestamped_sync.log"])
     assert saves(report) == [(200, True, 4.5, 4.5), (300, True, 3.5, 3.5)]
     assert all(s["time_source"] == "megatron-timestamp" for s in report["saves"])
     assert report["load"]["iteration"] == 100 and report["load_time"] == 8.343  # loads: timer only
@@ -83,7 +84,7 @@ def test_current_timestamped_sync_uses_timestamps_over_timers():
 
 
 def test_current_async_with_overlap_warning():
-    report = build_log_report([LOGS / "megatron_current_timestamped_async_overlap.log"])
+    report = log_report([LOGS / "megatron_current_timestamped_async_overlap.log"])
     # block: start -> `scheduled` line; total: start -> `successfully saved`, both timestamped.
     assert saves(report) == [(100, True, 1.2, 20.0), (110, True, 0.8, 20.0)]
     assert [s["overlapped"] for s in report["saves"]] == [True, True]
@@ -105,7 +106,7 @@ def test_overlap_warning_alone_marks_the_report_inaccurate():
 
 
 def test_2024_untimestamped_sync_times_from_timers():
-    report = build_log_report([LOGS / "megatron_2024_untimestamped_sync.log"])
+    report = log_report([LOGS / "megatron_2024_untimestamped_sync.log"])
     assert saves(report) == [(100, True, 3.0, 3.0), (200, True, 2.0, 2.0)]
     assert report["time_source"] == "megatron-timer"
     assert report["load"]["iteration"] == 50 and report["load_time"] == 5.12  # `max time` style
@@ -113,14 +114,14 @@ def test_2024_untimestamped_sync_times_from_timers():
 
 
 def test_2024_untimestamped_async_has_block_time_only():
-    report = build_log_report([LOGS / "megatron_2024_untimestamped_async.log"])
+    report = log_report([LOGS / "megatron_2024_untimestamped_async.log"])
     assert saves(report) == [(100, True, 0.95, None)]
     assert report["save_total_time"] is None
     assert any("no completion time" in n for n in report["notes"])
 
 
 def test_per_rank_timers_and_non_persistent_timer():
-    report = build_log_report([LOGS / "megatron_2024_per_rank_timers.log"])
+    report = log_report([LOGS / "megatron_2024_per_rank_timers.log"])
     first, second = report["saves"]
     assert first["ranks"] == 4 and first["total_time"] == 2.5
     assert first["total_time_per_rank"] == {"max": 2.5, "max_rank": 1, "min": 2.0, "min_rank": 0}
@@ -129,14 +130,14 @@ def test_per_rank_timers_and_non_persistent_timer():
 
 
 def test_legacy_wording_and_release_load():
-    report = build_log_report([LOGS / "megatron_legacy_release_load.log"])
+    report = log_report([LOGS / "megatron_legacy_release_load.log"])
     assert saves(report) == [(1, True, 21.027, 21.027)]
     assert (report["load"]["iteration"], report["load_time"]) == (0, 0.75)
     assert report["ckpt_format"] is None  # legacy lines name no format and the dump has none
 
 
 def test_killed_mid_save_is_never_completed_by_the_restart():
-    report = build_log_report([LOGS / "megatron_killed_mid_save_restart.log"])
+    report = log_report([LOGS / "megatron_killed_mid_save_restart.log"])
     assert saves(report) == [(200, False, 1.0, None), (200, True, 1.5, 9.0)]
     assert report["saves"][0]["error"] == "a new process started before this save finished"
     assert report["accurate"] is True  # the dead process's save does not overlap the new one
@@ -146,12 +147,12 @@ def test_killed_mid_save_is_never_completed_by_the_restart():
 
 
 def test_ansi_codes_and_interleaved_ranks():
-    report = build_log_report([LOGS / "megatron_ansi_interleaved.log"])
+    report = log_report([LOGS / "megatron_ansi_interleaved.log"])
     assert saves(report) == [(100, True, 3.0, 3.0)]
 
 
 def test_several_logs_are_one_run_in_order(tmp_path):
-    report = build_log_report([
+    report = log_report([
         LOGS / "megatron_2024_untimestamped_sync.log", LOGS / "megatron_current_timestamped_sync.log"
     ])
     assert [s["iteration"] for s in report["saves"]] == [100, 200, 200, 300]
@@ -162,7 +163,7 @@ def test_gzip_log(tmp_path):
     packed = tmp_path / "stdout.log.gz"
     with gzip.open(packed, "wb") as out:
         out.write((LOGS / "megatron_2024_untimestamped_sync.log").read_bytes())
-    assert saves(build_log_report([packed])) == [(100, True, 3.0, 3.0), (200, True, 2.0, 2.0)]
+    assert saves(log_report([packed])) == [(100, True, 3.0, 3.0), (200, True, 2.0, 2.0)]
 
 
 # -- arguments dump ---------------------------------------------------------------------------------
@@ -201,7 +202,7 @@ def test_typed_values(text, value):
 
 
 def test_primus_folder_rotated_files_and_timers_from_last_rank():
-    report = build_log_report([PRIMUS_RUN])
+    report = log_report([PRIMUS_RUN])
     assert saves(report) == [(200, True, 3.913, 3.913), (300, True, 3.25, 3.25), (400, False, None, None)]
     # 200: Megatron 2024 lines, 1 s prefix times, timer from rank-3's info.log wins; 300: timestamps.
     assert [s["time_source"] for s in report["saves"][:2]] == ["megatron-timer", "megatron-timestamp"]
@@ -213,11 +214,11 @@ def test_primus_folder_rotated_files_and_timers_from_last_rank():
 
 def test_primus_folder_found_from_the_experiment_root():
     assert find_rank_dirs(LOGS / "primus_run").keys() == {0, 1, 2, 3}
-    assert saves(build_log_report([LOGS / "primus_run"])) == saves(build_log_report([PRIMUS_RUN]))
+    assert saves(log_report([LOGS / "primus_run"])) == saves(log_report([PRIMUS_RUN]))
 
 
 def test_primus_console_interleaved_async():
-    report = build_log_report([LOGS / "primus_console_interleaved_async.log"])
+    report = log_report([LOGS / "primus_console_interleaved_async.log"])
     # Block from the timer (10 us); total from the 1 s prefixes: the report says both.
     assert saves(report) == [(100, True, 1.234, 8.0)]
     assert report["time_source"] == "megatron-timer+primus-prefix" and report["time_resolution_s"] == 1.0
@@ -272,19 +273,19 @@ def test_filter_keeps_only_what_a_report_needs():
 
 def test_bad_paths(tmp_path):
     with pytest.raises(ReportError, match="no such file"):
-        build_log_report([tmp_path / "missing.log"])
+        log_report([tmp_path / "missing.log"])
     with pytest.raises(ReportError, match="neither a log file"):
-        build_log_report([tmp_path])
+        log_report([tmp_path])
     empty = tmp_path / "empty.log"
     empty.write_text("")
     with pytest.raises(NoEvents):
-        build_log_report([empty])
+        log_report([empty])
 
 
 def test_ckpt_dir_gives_sizes_and_bandwidth(tmp_path):
     (tmp_path / "iter_0000100").mkdir()
     (tmp_path / "iter_0000100" / "__0_0.distcp").write_bytes(b"\0" * (3 << 20))
-    report = build_log_report([LOGS / "megatron_2024_untimestamped_sync.log"], ckpt_dir=tmp_path)
+    report = log_report([LOGS / "megatron_2024_untimestamped_sync.log"], ckpt_dir=tmp_path)
     first, second = report["saves"]
     assert (first["bytes"], first["bytes_source"], first["bandwidth"]) == (3 << 20, "disk", 1.0)
     assert second["bytes"] is None and second["bandwidth"] is None

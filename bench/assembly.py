@@ -1,0 +1,167 @@
+"""Report assembly: the report dict of one of our runs or of logs, and the JSON written of it.
+
+`bench.report` turns checkpoint events into numbers; this puts a whole report together around them:
+what a run directory recorded beside its events (passes, verification, what a worker measured), or
+what logs say beside theirs (their configuration, and where each key came from), sizes measured
+from a checkpoint folder, and the notes saying what is missing and why.
+
+Values come from the source only. Whatever the report's configuration keys cannot be filled from is
+left null and named in the notes; bandwidth needs folder sizes, so for logs it is left out unless
+`ckpt_dir` points at the checkpoints to measure.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from bench import integrity
+from bench.checkpoint_dir import iter_dir_name, iteration_folder_sizes
+from bench.events import CheckpointEvent, event_files, read_event_files
+from bench.parsers.session import DUMP, LogSession
+from bench.parsers.sources import NoEvents, ReportError, RunSource, cannot_read, resolve
+from bench.report import CONFIG_KEYS, ReportBuilder
+from bench.rundir import MEASUREMENTS_FILE, RUN_FILE, RunDir
+
+
+def run_report(run_dir: str | os.PathLike, ckpt_dir: str | os.PathLike | None = None) -> dict:
+    """The report of one of our runs, from its run directory alone (or with `ckpt_dir` re-measured)."""
+    run = RunDir(run_dir)
+    try:
+        facts = run.read_run()
+    except (OSError, ValueError) as error:
+        raise ReportError(f"cannot read {run.path / RUN_FILE}: {error}") from error
+    if ckpt_dir is not None:
+        folder_sizes = _measure(ckpt_dir)
+    else:
+        folder_sizes = {int(k): v for k, v in (facts.get("folder_sizes") or {}).items()} or None
+    passes = facts.get("passes", [])
+    failed = [p for p in passes if not p["ok"]]
+
+    def run_section(status: str) -> dict:
+        section = {"dir": str(run.path), "backend": facts.get("backend"), "status": status, "passes": passes}
+        if facts.get("interrupted"):  # Ctrl-C or SIGTERM (bench.launcher.interrupts): that is the status
+            section.update(status="interrupted", interrupted=facts["interrupted"])
+        return section
+
+    if facts.get("checkpoints") is False:
+        # A backend without checkpoints (the comms sweep): its report is what its passes measured.
+        return {
+            "comms": run.comms_results("comms"),
+            "config": facts.get("run_info"),
+            "environment": facts.get("environment"),
+            "notes": facts.get("notes") or [],
+            "run": run_section("failed" if failed else "ok"),
+        }
+    load_ran = any(p["name"] == "load" for p in passes)
+    verdicts = run.load_verdicts()
+    verifies = facts.get("verifies", True)  # a framework's load pass checks nothing for us
+    verification = integrity.combine(verdicts) if (verdicts or (load_ran and verifies)) else None
+    builder = ReportBuilder().add_all(_recorded_events(run))
+    report = builder.build(
+        run_info=facts.get("run_info"),
+        folder_sizes=folder_sizes,
+        verification=verification,
+        environment=facts.get("environment"),
+        load_cache=facts.get("load_cache"),
+        notes=facts.get("notes"),
+    )
+    if any(p["name"] == "preflight" for p in passes):
+        report["preflight"] = run.comms_results("preflight")  # the fabric, measured just before
+    measurements = run.path / MEASUREMENTS_FILE
+    if measurements.is_file():  # what a worker measured beyond checkpoints (Lightning: training-time impact)
+        report.update(json.loads(measurements.read_text()))
+    if facts.get("not_cleaned_up"):  # checkpoints the run created and could not remove (the storage failed)
+        report["not_cleaned_up"] = facts["not_cleaned_up"]
+    verified = report["verified"] is not False
+    report["run"] = run_section("ok" if not failed and verified else ("failed" if failed else "verification-failed"))
+    return report
+
+
+def _recorded_events(run: RunDir) -> Iterator[CheckpointEvent]:
+    try:
+        yield from read_event_files(event_files(run.events_dir))
+    except (ValueError, KeyError, TypeError) as error:  # not JSON, or not an event's fields
+        raise ReportError(f"cannot read the events in {run.events_dir}: {error!r}") from error
+
+
+def log_report(paths: list[str | Path], ckpt_dir: str | Path | None = None) -> dict:
+    """The report of the logs (or of the one run directory) at `paths`; raises `ReportError`."""
+    if not paths:
+        raise ReportError("give a log file, a log folder or a run directory")
+    if ckpt_dir is not None and not Path(ckpt_dir).is_dir():
+        raise ReportError(f"--ckpt-dir {ckpt_dir} is not a folder")
+    sources = [resolve(p) for p in paths]
+    if any(isinstance(s, RunSource) for s in sources):
+        if len(sources) > 1:
+            raise ReportError("a run directory is reported on its own: give it as the only PATH")
+        return run_report(sources[0].path, ckpt_dir=ckpt_dir)
+
+    session = LogSession()
+    builder = ReportBuilder().add_all(session.events(sources))
+    if not builder.has_events:
+        unread = f" ({session.skipped} unreadable lines skipped)" if session.skipped else ""
+        raise NoEvents(f"no checkpoint save or load found in {', '.join(str(p) for p in paths)}{unread}")
+    notes = session.notes + _config_notes(session)
+    folder_sizes = None
+    if ckpt_dir is not None:
+        folder_sizes = _measure(ckpt_dir)
+        notes.append(f"sizes and bandwidth from the iter_* folders in {ckpt_dir}")
+    notes.append("environment is null: a log does not describe the machine it ran on")
+    report = builder.build(run_info=session.run_info, folder_sizes=folder_sizes, notes=notes)
+    if folder_sizes is not None:
+        for save in report["saves"]:
+            if save["complete"] and save["iteration"] not in folder_sizes:
+                report["notes"].append(
+                    f"no {iter_dir_name(save['iteration'])} folder in {ckpt_dir}: "
+                    "that save's size and bandwidth are left out"
+                )
+    return report
+
+
+def _measure(ckpt_dir: str | os.PathLike) -> dict[int, int]:
+    try:
+        return iteration_folder_sizes(ckpt_dir)
+    except OSError as error:
+        raise cannot_read(Path(ckpt_dir), error) from error
+
+
+def _config_notes(session: LogSession) -> list[str]:
+    """Where the configuration keys came from, when not from one arguments dump, and which are missing."""
+    notes = []
+    if session.dumps == 0:
+        notes.append("the log holds no arguments dump")
+    elif session.dumps > 1:
+        notes.append(f"{session.dumps} arguments dumps (restarts): the configuration is the last one's")
+    for key in sorted(k for k, where in session.provenance.items() if where != DUMP):
+        notes.append(f"{key} comes from {session.provenance[key]}, not from an arguments dump")
+    missing = [key for key in CONFIG_KEYS if key not in session.run_info]
+    if missing:
+        notes.append(f"not in the log, left null: {', '.join(missing)}")
+    return notes
+
+
+def to_json(data) -> str:
+    """Strict JSON of `data`: JSON has no NaN or Infinity (Python writes them, most readers then fail),
+    so a non-finite float is written as null, and a report (a dict with `notes`) says where."""
+    replaced: list[str] = []
+    finite = _finite(data, "", replaced)
+    if replaced and isinstance(finite, dict) and "notes" in finite:
+        finite["notes"] = [*(finite["notes"] or []),
+                           f"not a finite number, written as null: {', '.join(replaced)}"]
+    return json.dumps(finite, indent=2, allow_nan=False)
+
+
+def _finite(value, where: str, replaced: list[str]):
+    """A copy of `value` with non-finite floats replaced by None; `replaced` gets their places."""
+    if isinstance(value, float) and not math.isfinite(value):
+        replaced.append(where or "the value")
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v, f"{where}.{k}" if where else str(k), replaced) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v, f"{where}[{i}]", replaced) for i, v in enumerate(value)]
+    return value
