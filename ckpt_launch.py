@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run a checkpoint benchmark: `python ckpt_launch.py --help`."""
 
-from bench.cli import launch
+from bench.cli import main
 
 if __name__ == "__main__":
-    launch()
+    main()

@@ -110,7 +110,10 @@ def load_yaml(path: str | os.PathLike, environ: Mapping[str, str] | None = None,
         parents = [parents]
     merged: dict = {}
     for parent in parents:
-        merged = deep_merge(merged, load_yaml(path.parent / parent, environ, (*_chain, path)))
+        parent_path = path.parent / parent
+        if not parent_path.is_file():
+            raise ConfigError(f"{path}: `extends: {parent}` names a file that does not exist ({parent_path})")
+        merged = deep_merge(merged, load_yaml(parent_path, environ, (*_chain, path)))
     return substitute(deep_merge(merged, data), path, environ)
 
 

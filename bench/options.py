@@ -71,7 +71,11 @@ class Flag:
 class Options:
     """Base of every options dataclass: its flags, and construction from command-line values."""
 
-    section: ClassVar[str | None] = None  # --help section title; None: inherited fields only
+    section: ClassVar[str | None] = None  # --help section title
+
+    def __post_init__(self) -> None:
+        """A subclass checks its own values in its `__post_init__`, calling this one first (several
+        option groups combine into one config by inheritance)."""
 
     @classmethod
     def flags(cls) -> dict[str, Flag]:
@@ -80,10 +84,10 @@ class Options:
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any], **extra: Any):
-        """The config from parsed values: an option whose value is None (not given) keeps the
-        field's default; `extra` fills fields that are not options."""
-        given = {name: values[name] for name in cls.flags() if values.get(name) is not None}
-        return cls(**given, **extra)
+        """The config from parsed values: a field whose value is None (an option not given) keeps its
+        default; `extra` sets fields directly."""
+        names = {f.name for f in dataclasses.fields(cls) if f.init} - set(extra)
+        return cls(**{name: values[name] for name in names if values.get(name) is not None}, **extra)
 
     def values(self) -> dict[str, Any]:
         """Option name -> value, for every option field."""

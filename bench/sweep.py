@@ -12,8 +12,9 @@ lists, in declaration order (the last list varies fastest), run one after anothe
       nproc_per_node: [1, 2]
       save_dir: [/tmp/ckpt-bench, s3://my-bucket/ckpt-bench]
 
-Each job's options are parsed by the click command itself (defaults, types, choices), so a job is
-exactly `ckpt_launch.py <its options>`; that command line is recorded with the job. Results:
+Each job's options are parsed by the command line's own parser (defaults, types, choices; `parse`,
+given by `bench.cli`), so a job is exactly `ckpt_launch.py <its options>`; that command line is
+recorded with the job, and it runs through the same `registry.build_launch` as the CLI. Results:
 
     <runs-dir>/sweeps/<name>/<YYYYmmdd-HHMMSS>/
         sweep.yaml                  the sweep as run (fixed settings, lists, command-line overrides)
@@ -42,14 +43,22 @@ import shutil
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import click
 import yaml
 
+from bench.assembly import to_json
 from bench.config import ConfigError
 from bench.environment import describe_environment, package_versions
+from bench.launcher import registry
+from bench.launcher.lifecycle import execute
+from bench.options import to_argv
+
+# `bench.cli.parse_argv`: one command line -> (option values, the options given); ConfigError if it
+# cannot be parsed.
+Parse = Callable[[list[str]], tuple[dict, set]]
 
 # Options a sweep file may not set: they drive the sweep itself.
 RESERVED = ("sweep", "resume", "output", "runs_dir")
@@ -68,8 +77,9 @@ CSV_METRICS = (
 class Job:
     index: int
     params: dict  # the swept values, in declaration order
-    options: dict  # every option, as the click command parsed them
+    options: dict  # every option, as the command line's parser gave them
     argv: list[str]  # the equivalent command line (after `ckpt_launch.py`)
+    given: set = field(default_factory=set)  # the options the job sets (the rest are defaults)
 
     @property
     def report_name(self) -> str:
@@ -97,47 +107,8 @@ def _label(key: str, value) -> str:
     return re.sub(r"[^A-Za-z0-9.+-]+", "-", str(value)).strip("-") or "none"
 
 
-def _command():
-    from bench.cli import launch
-
-    return launch
-
-
-def _params_by_name() -> dict[str, click.Parameter]:
-    return {param.name: param for param in _command().params if param.name}
-
-
-def to_argv(options: dict) -> list[str]:
-    """The command-line arguments that set `options` (names with underscores) on `ckpt_launch.py`."""
-    params = _params_by_name()
-    argv: list[str] = []
-    for name, value in options.items():
-        param = params[name]
-        flag = param.opts[0]
-        if value is None:
-            continue
-        if isinstance(param, click.Option) and param.is_flag:
-            if value:
-                argv.append(flag)
-            elif param.secondary_opts:
-                argv.append(param.secondary_opts[0])
-        elif isinstance(param, click.Option) and param.multiple:
-            for item in value if isinstance(value, (list, tuple)) else [value]:
-                argv += [flag, str(item)]
-        else:
-            argv += [flag, str(value)]
-    return argv
-
-
-def parse_options(argv: list[str]) -> dict:
-    """Every option of one job, parsed (defaults, types, choices) by the click command itself."""
-    command = _command()
-    with command.make_context("ckpt_launch.py", list(argv)) as context:
-        return dict(context.params)
-
-
 def _check_keys(keys, where: str) -> None:
-    params = _params_by_name()
+    params = registry.all_flags()
     for key in keys:
         if key in RESERVED:
             raise ConfigError(f"{where}: {key!r} cannot be set in a sweep file (it drives the sweep itself)")
@@ -148,7 +119,7 @@ def _check_keys(keys, where: str) -> None:
                               "with underscores, e.g. nproc_per_node")
 
 
-def build_sweep(definition, source: str, overrides: dict | None = None) -> Sweep:
+def build_sweep(definition, source: str, parse: Parse, overrides: dict | None = None) -> Sweep:
     """A validated sweep: every job's options parsed as the CLI would; raises ConfigError (one line)."""
     if not isinstance(definition, dict):
         raise ConfigError(f"{source}: a sweep file is a mapping of options and a `sweep:` mapping of lists")
@@ -176,17 +147,17 @@ def build_sweep(definition, source: str, overrides: dict | None = None) -> Sweep
     sweep = Sweep(str(name), fixed, lists, source)
     for index, values in enumerate(itertools.product(*lists.values())):
         params = dict(zip(lists, values, strict=True))
-        argv = to_argv({**fixed, **params})
+        argv = to_argv({**fixed, **params}, registry.all_flags())
         try:
-            options = parse_options(argv)
-        except click.ClickException as error:
+            options, given = parse(argv)
+        except ConfigError as error:
             described = ", ".join(f"{k}={v}" for k, v in params.items())
-            raise ConfigError(f"{source}: job {index} ({described}): {error.format_message()}") from None
-        sweep.jobs.append(Job(index, params, options, argv))
+            raise ConfigError(f"{source}: job {index} ({described}): {error}") from None
+        sweep.jobs.append(Job(index, params, options, argv, given))
     return sweep
 
 
-def load_sweep(path: str | os.PathLike, overrides: dict | None = None) -> Sweep:
+def load_sweep(path: str | os.PathLike, parse: Parse, overrides: dict | None = None) -> Sweep:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"--sweep {path}: sweep file not found")
@@ -194,7 +165,7 @@ def load_sweep(path: str | os.PathLike, overrides: dict | None = None) -> Sweep:
         definition = yaml.safe_load(path.read_text())
     except yaml.YAMLError as error:
         raise ConfigError(f"--sweep {path}: not valid YAML ({str(error).splitlines()[0]})") from None
-    return build_sweep(definition, str(path), overrides)
+    return build_sweep(definition, str(path), parse, overrides)
 
 
 # --- running ------------------------------------------------------------------------------------
@@ -215,10 +186,6 @@ def _write_json(path: Path, data) -> None:
 
 def run_job(root: Path, job: Job) -> dict:
     """Run one job as its own CLI invocation would, its output captured in `<job>/benchmark.log`."""
-    from bench.cli import settings_from_options
-    from bench.launcher import BACKENDS
-    from bench.launcher.base import execute
-
     job_dir = _job_dir(root, job)
     if job_dir.exists():
         shutil.rmtree(job_dir)  # an earlier attempt without a result (see --resume): ours to replace
@@ -233,15 +200,16 @@ def run_job(root: Path, job: Job) -> dict:
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     _write_json(job_dir / "job.json", record)
-    options = {**job.options, "runs_dir": str(job_dir)}
+    values = {**job.options, "runs_dir": str(job_dir)}
     with open(job_dir / "benchmark.log", "w", encoding="utf-8") as log, \
             contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         print(f"$ {record['command']}", flush=True)
         try:
-            result = execute(BACKENDS[options["backend"]], settings_from_options(options))
+            launch, _emit = registry.build_launch(values, {*job.given, "runs_dir"}, os.environ)
+            result = execute(registry.runner_for(launch), launch)
             report = result.report
-            record["status"] = report["run"]["status"]
-            (job_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+            record["status"] = result.status
+            (job_dir / "report.json").write_text(to_json(report) + "\n")
             _link(job_dir / "report.json", job_dir / job.report_name)
             record["report_file"] = job.report_name
             record["run_dir"] = report["run"]["dir"]
@@ -324,8 +292,8 @@ def _new_root(runs_dir: Path, name: str) -> Path:
             root = base.with_name(f"{base.name}-{suffix}")
 
 
-def run_sweep(sweep_file: str | None, runs_dir: str | os.PathLike, resume: str | None = None,
-              overrides: dict | None = None) -> tuple[Path, dict]:
+def run_sweep(sweep_file: str | None, runs_dir: str | os.PathLike, resume: str | None, overrides: dict | None,
+              parse: Parse) -> tuple[Path, dict]:
     """Run (or resume) a sweep; returns its directory and run_results."""
     from tqdm import tqdm
 
@@ -334,17 +302,17 @@ def run_sweep(sweep_file: str | None, runs_dir: str | os.PathLike, resume: str |
         saved = root / SWEEP_FILE
         if not saved.is_file():
             raise ConfigError(f"--resume {root}: not a sweep directory (no {SWEEP_FILE})")
-        sweep = build_sweep(yaml.safe_load(saved.read_text()), str(saved))
+        sweep = build_sweep(yaml.safe_load(saved.read_text()), str(saved), parse)
         if sweep_file or overrides:
-            given = load_sweep(sweep_file, overrides) if sweep_file else build_sweep(
-                {**sweep.definition(), **(overrides or {})}, str(saved))
+            given = load_sweep(sweep_file, parse, overrides) if sweep_file else build_sweep(
+                {**sweep.definition(), **(overrides or {})}, str(saved), parse)
             if [j.options for j in given.jobs] != [j.options for j in sweep.jobs]:
                 raise ConfigError(f"--resume {root}: the sweep given differs from the one this directory holds "
                                   f"({saved}); resume without --sweep, or start a new sweep")
         started = (json.loads((root / RESULTS_FILE).read_text()).get("started")
                    if (root / RESULTS_FILE).is_file() else None)
     else:
-        sweep = load_sweep(sweep_file, overrides)
+        sweep = load_sweep(sweep_file, parse, overrides)
         root = _new_root(Path(runs_dir), sweep.name)
         (root / SWEEP_FILE).write_text(yaml.safe_dump(sweep.definition(), sort_keys=False))
         started = None

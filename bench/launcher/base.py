@@ -1,52 +1,36 @@
-"""The policy every backend shares: plan, validate, launch the passes, report, clean up.
+"""What every runner of a benchmark is: a `Backend` with typed options that turns a `LaunchConfig` into
+a `Plan`; `bench.launcher.lifecycle` carries the plan out the same way for all of them.
 
-A backend only says what to run (`Backend.plan`); this module decides how a run is carried out,
-so every backend gets the same run directory, the same torchrun handling, the same report engine and
-the same rule for deleting things: only a checkpoint folder this run created, after its sizes are
-recorded, and never with `keep_checkpoints`.
+A backend (the built-in Megatron worker, DCP, Lightning, the comms sweep) or a framework mode (Primus,
+Megatron-LM) is one file: its `Config` dataclass (its options, their defaults and checks), and
+`plan()`. `bench.launcher.registry` lists them; the CLI, sweeps and `--emit` all go through it.
+
+Options several backends read are declared here once (`ASYNC_SAVE`, `SAVE_CALLS`, `DIST_BACKEND`,
+`SET`), each backend giving its own default.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import shlex
-import sys
-import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Protocol
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
 
-import yaml
+from bench.options import Flag, Options
 
-from bench.config import ConfigError
-from bench.environment import describe_environment
-from bench.launcher import nodes
-from bench.launcher.torchrun import PassResult, Topology, free_port, run_command, run_pass
-from bench.rundir import RunDir, build_run_report
-from bench.storage import (  # noqa: F401 - re-exported
-    OWNER_MARK,
-    CheckpointStorage,
-    check_writable,
-    remove_checkpoints,
-    storage_for,
-)
+if TYPE_CHECKING:
+    from bench.launcher.config import LaunchConfig
+    from bench.rundir import RunDir
+    from bench.storage import CheckpointStorage
 
-
-@dataclass
-class LaunchSettings:
-    """Everything a user can set on the command line (or in a sweep), for any backend."""
-
-    backend: str = "megatron"
-    config: Path | None = None
-    topology: Topology = field(default_factory=Topology)
-    overrides: dict = field(default_factory=dict)  # trainer arguments set on the command line
-    save_dir: str | None = None
-    runs_dir: Path = Path("runs")
-    keep_checkpoints: bool = False
-    warm_load: bool = False
-    options: dict = field(default_factory=dict)  # backend-specific options (e.g. DCP thread count)
+ASYNC_SAVE = Flag(("--async-save",), "Save asynchronously: training resumes before the write ends.", type=bool,
+                  toggle="--no-async-save")
+SAVE_CALLS = Flag(("--save-calls",), "Number of saves.", type=int, min=1)
+DIST_BACKEND = Flag(("--dist-backend",), "torch.distributed backend (default: nccl on GPU, gloo on CPU).",
+                    choices=("gloo", "nccl"))
+SET = Flag(("--set",), "Override a setting, e.g. --set num_layers=8 (repeatable): Megatron-LM arguments for the "
+           "Megatron backend and frameworks, the demo model's sizes for Lightning.", multiple=True,
+           metavar="KEY=VALUE")
 
 
 @dataclass
@@ -59,7 +43,7 @@ class WorkerPass:
     # of torchrun with `env` added and in `cwd`; its output is kept like a pass's console.log.
     command: list[str] | None = None
     env: dict[str, str] = field(default_factory=dict)
-    cwd: Path | None = None
+    cwd: str | None = None
     show_progress: Callable[[str], bool] | None = None  # None: the plan's
 
 
@@ -70,12 +54,11 @@ class Plan:
     name: str  # run name (e.g. the experiment name)
     worker_module: str  # run with `python -m torch.distributed.run ... -m <worker_module>`
     resolved_config: dict  # written to resolved.yaml
-    spec: dict  # written to worker.json; the runner adds events/integrity/checkpoint paths
+    spec: dict  # written to worker.json; the lifecycle adds the run's paths
     run_info: dict  # the report's configuration keys (bench.report.CONFIG_KEYS) and more
     passes: list[WorkerPass]
-    checkpoint_parent: str | None  # where the user wants checkpoints; None: inside the run dir
+    checkpoints: Checkpoints | None  # None: the passes save nothing (the comms sweep); the report is theirs
     show_progress: Callable[[str], bool] = lambda line: False
-    checkpoints: bool = True  # False: the passes save nothing (comms); the report is theirs
     verifies: bool = True  # the load pass checks what it loaded (bench.integrity); a framework's does not
     # Called on every node once the run directory and checkpoint folder exist (checkpoint_dir None
     # without checkpoints), to put their paths into the passes (a framework's --save, its YAML).
@@ -83,149 +66,57 @@ class Plan:
     # Called on node 0 after the passes: turns what they left that is not events (a framework's
     # logs) into events under the run's events/; returns notes for the report.
     collect: Callable[[RunDir], list[str]] | None = None
-    # The checkpoints' storage when the backend picks it (Lightning: any fsspec URL); None: storage_for().
-    storage: CheckpointStorage | None = None
 
 
-class Backend(Protocol):
-    """The whole of what the launcher needs from a backend."""
+class Backend(ABC):
+    """A runner: the options it reads and the plan it makes of them. Subclasses set the class
+    attributes and implement `plan`."""
 
-    name: str
+    name: ClassVar[str]  # --backend NAME (or --framework NAME when `framework`)
+    title: ClassVar[str]  # its --help section
+    Config: ClassVar[type[Options]]  # its typed options
+    framework: ClassVar[bool] = False  # chosen with --framework, not --backend
 
-    def plan(self, settings: LaunchSettings) -> Plan:
-        """Resolve and validate the settings; raise ConfigError with one line for a user mistake."""
-        ...
+    @classmethod
+    def environment_options(cls, values: Mapping, environ: Mapping[str, str], given: set[str]) -> dict:
+        """`values` (option name -> value) with what this runner takes from environment variables for
+        the options not `given` on the command line (Lightning: dataflux's variables). Raises
+        ConfigError for a bad value."""
+        return dict(values)
+
+    @abstractmethod
+    def plan(self, launch: LaunchConfig) -> Plan:
+        """Resolve and validate; raise ConfigError with one line for a user mistake. Creates nothing."""
+
+
+@dataclass(frozen=True)
+class Checkpoints:
+    """What the lifecycle does with a plan's checkpoints: where they go, whether they stay, how they
+    are loaded."""
+
+    storage: CheckpointStorage  # checked, then created by the lifecycle; the ranks write below it
+    keep: bool  # False: removed after the report (only a folder the run created)
+    warm_load: bool  # True: loads read from the page cache, not cold
 
 
 @dataclass
-class RunResult:
-    run_dir: RunDir
-    report: dict
-    exit_code: int
+class CheckpointOptions(Options):
+    """Options of every runner that saves checkpoints."""
 
+    section: ClassVar[str] = "Checkpoints (every backend that saves)"
 
-def execute(backend: Backend, settings: LaunchSettings) -> RunResult:
-    plan = backend.plan(settings)
-    from bench.launcher.comms import preflight_pass  # comms builds on this module
+    save_dir: str | None = Flag(
+        ("--save-dir",), "Where checkpoints go: a new folder <save-dir>/<run-name>/ is created (default: inside "
+        "the run directory). A path, s3://bucket/prefix, or another fsspec URL where the backend supports it.",
+    ).field()
+    keep_checkpoints: bool = Flag(
+        ("--keep-checkpoints", "--no-remove-outputs"), "Keep the checkpoints after the report (default: remove "
+        "the folder this run created).", type=bool,
+    ).field(False)
+    warm_load: bool = Flag(
+        ("--warm-load",), "Load with the checkpoint in the page cache (default: evict it first, a cold load).",
+        type=bool,
+    ).field(False)
 
-    preflight = preflight_pass(settings)
-    if preflight is not None:
-        plan.passes.insert(0, preflight)
-    run_id = settings.options.get("run_id")
-    nodes.validate(settings.topology, run_id)
-    # Local folder or S3 prefix (bench.storage): checked before anything is created or timed.
-    storage = plan.storage or storage_for(plan.checkpoint_parent, settings.options)
-    storage.check_access()
-    if not settings.topology.rdzv_endpoint and settings.topology.master_port is None:
-        settings.topology.master_port = free_port()
-    if not nodes.is_leader(settings.topology):
-        return _join(plan, settings, storage.worker_env())
-
-    run = RunDir.create(settings.runs_dir, plan.name, run_id)
-    checkpoint_dir = None
-    try:
-        if plan.checkpoints:
-            checkpoint_dir = storage.create(run.path)
-    except ConfigError:
-        run.path.rmdir()  # just created and still empty: a refused run leaves nothing behind
-        raise
-    spec = {
-        **plan.spec,
-        "run_dir": str(run.path),
-        "checkpoint_dir": None if checkpoint_dir is None else str(checkpoint_dir),
-        "events_dir": str(run.events_dir),
-        "integrity_dir": str(run.integrity_dir),
-        "warm_load": settings.warm_load,
-        "run_id": uuid.uuid4().hex,
-    }
-    spec_path = run.write_json("worker.json", spec)
-    if plan.bind is not None:
-        plan.bind(run, spec["checkpoint_dir"])
-    resolved = {**plan.resolved_config,
-                "ckpt_bench": {"backend": backend.name, "checkpoint_dir": spec["checkpoint_dir"]}}
-    (run.path / "resolved.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
-    run_info = {**plan.run_info, "save": spec["checkpoint_dir"]} if plan.checkpoints else plan.run_info
-    facts = {
-        "backend": backend.name,
-        "checkpoints": plan.checkpoints,
-        "verifies": plan.verifies,
-        "run_info": run_info,
-        "checkpoint_dir": spec["checkpoint_dir"],
-        "load_cache": "warm" if settings.warm_load else "cold",
-        "environment": describe_environment(checkpoint_dir),
-        "passes": [],
-    }
-    run.write_json("run.json", facts)
-    print(f"run directory: {run.path}", file=sys.stderr, flush=True)
-
-    commands, facts["passes"] = _run_passes(plan, settings, run, spec_path, storage.worker_env())
-    (run.path / "commands.sh").write_text("#!/usr/bin/env bash\nset -e\n" + "\n".join(commands) + "\n")
-
-    if plan.collect is not None:
-        facts["notes"] = [*facts.get("notes", []), *plan.collect(run)]
-    if plan.checkpoints:
-        facts["folder_sizes"] = storage.iteration_sizes()
-    run.write_json("run.json", facts)
-    report = build_run_report(run.path)
-    run.report_path.write_text(json.dumps(report, indent=2) + "\n")
-    if plan.checkpoints and not settings.keep_checkpoints and storage.remove():
-        print(f"removed checkpoints in {checkpoint_dir} (keep them with --keep-checkpoints)",
-              file=sys.stderr, flush=True)
-    status = report["run"]["status"]
-    exit_code = 0 if status == "ok" else (3 if status == "verification-failed" else 1)
-    return RunResult(run, report, exit_code)
-
-
-def _run_passes(
-    plan: Plan, settings: LaunchSettings, run: RunDir, spec_path: Path, storage_env: dict[str, str]
-) -> tuple[list[str], list[dict]]:
-    """Run the passes in order, on this node; stop after the first that failed on any node.
-    Returns this node's commands and the pass results of every node."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **storage_env}
-    commands, summaries = [], []
-    for worker_pass in plan.passes:
-        log_dir = nodes.log_dir(run, worker_pass.name, settings.topology)
-        show = worker_pass.show_progress or plan.show_progress
-        pass_env = {**env, **worker_pass.env}
-        if worker_pass.command is not None:
-            result = run_command(worker_pass.name, worker_pass.command, log_dir, show, pass_env, worker_pass.cwd)
-        else:
-            args = ["--spec", str(spec_path), *worker_pass.args] if worker_pass.spec else worker_pass.args
-            # One c10d rendezvous per pass: no agent can join the previous pass's.
-            topology = replace(settings.topology, rdzv_id=f"{run.path.name}-{worker_pass.name}")
-            result = run_pass(worker_pass.name, topology, log_dir, worker_pass.module or plan.worker_module,
-                              args, show, pass_env)
-        commands.append(shlex.join(result.command))
-        if not result.ok:
-            _print_failure(result)
-        every_node = nodes.finish_pass(run, settings.topology, result)
-        summaries += every_node
-        if not all(s["ok"] for s in every_node):
-            break
-    return commands, summaries
-
-
-def _join(plan: Plan, settings: LaunchSettings, storage_env: dict[str, str]) -> RunResult:
-    """Node R > 0 of a multi-node run: the passes, in node 0's run directory; node 0 reports."""
-    run = nodes.join(settings.runs_dir, settings.options["run_id"])
-    print(f"node {settings.topology.node_rank}: run directory {run.path}", file=sys.stderr, flush=True)
-    spec_path = run.path / "worker.json"
-    if plan.bind is not None:
-        plan.bind(run, json.loads(spec_path.read_text())["checkpoint_dir"])
-    _, summaries = _run_passes(plan, settings, run, spec_path, storage_env)
-    ok = all(s["ok"] for s in summaries)
-    report = {
-        "run": {"dir": str(run.path), "node_rank": settings.topology.node_rank,
-                "status": "ok" if ok else "failed", "passes": summaries},
-        "notes": [f"node 0 writes the report of all nodes: {run.report_path}"],
-    }
-    return RunResult(run, report, 0 if ok else 1)
-
-
-def _print_failure(result: PassResult) -> None:
-    if not result.failures:
-        print(f"[{result.name}] pass failed with exit code {result.exit_code}; logs in {result.log_dir}",
-              file=sys.stderr, flush=True)
-    for failure in result.failures:
-        print(f"[{result.name}] rank {failure.rank} failed (exit code {failure.exit_code}); "
-              f"last lines of its log:\n{failure.log_tail.rstrip()}", file=sys.stderr, flush=True)
+    def checkpoints(self, storage: CheckpointStorage) -> Checkpoints:
+        return Checkpoints(storage, keep=bool(self.keep_checkpoints), warm_load=bool(self.warm_load))

@@ -5,36 +5,50 @@ A named model's state is saved `--save-calls` times with `torch.distributed.chec
 checkpoint is loaded back and verified. The ranks run `bench.dcp.worker`.
 
 Everything that can be refused is refused here, before anything is created or launched: an unknown
-model or dtype, nccl without GPUs, a state that cannot fit in this host's memory, S3 settings that
-cannot work (the bucket itself is checked by `bench.storage` right after).
+model or dtype (`DcpConfig`), nccl without GPUs, a state that cannot fit in this host's memory, S3
+settings that cannot work (the bucket itself is checked by the lifecycle right after).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from bench.config import ConfigError
 from bench.dcp import models
-from bench.launcher.base import LaunchSettings, Plan, WorkerPass
-from bench.storage import storage_for
-
-DEFAULTS = {
-    "model": "vit-base",
-    "dtype": "float32",
-    "thread_count": 1,  # torch's FileSystemWriter default
-    "save_calls": 3,
-    "async_save": False,
-    "sync_files": True,  # torch's FileSystemWriter default; S3 uploads are never fsynced
-}
+from bench.launcher.base import ASYNC_SAVE, DIST_BACKEND, SAVE_CALLS, Backend, CheckpointOptions, Plan, WorkerPass
+from bench.launcher.comms import PreflightOptions
+from bench.launcher.config import LaunchConfig
+from bench.options import Flag
+from bench.storage import StorageOptions, storage_for
 
 _PROGRESS = re.compile(r"^(saving|saved|loading|loaded) checkpoint")
 
 GIB = 1 << 30
 
 
-def _option(options: dict, key: str):
-    value = options.get(key)
-    return DEFAULTS[key] if value is None else value
+@dataclass
+class DcpConfig(CheckpointOptions, PreflightOptions, StorageOptions):
+    """The DCP backend's options."""
+
+    model: str = Flag(("--model",), "Named checkpoint shape: " + ", ".join(models.MODELS) + ".").field("vit-base")
+    dtype: str = Flag(("--dtype",), "Parameter dtype (float32, bfloat16, float16).").field("float32")
+    thread_count: int = Flag(("--thread-count",), "Writer threads per rank.", type=int, min=1).field(1)
+    sync_files: bool | None = Flag(("--sync-files",), "fsync files after writing (local disk; default on).",
+                                   type=bool, toggle="--no-sync-files").field()
+    save_calls: int = SAVE_CALLS.field(3)
+    async_save: bool = ASYNC_SAVE.field(False)
+    dist_backend: str | None = DIST_BACKEND.field()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.model not in models.MODELS:
+            raise ConfigError(f"--model {self.model!r} is not known: use one of {', '.join(models.MODELS)}")
+        try:
+            self.dtype = models.canonical_dtype(self.dtype)
+        except KeyError:
+            raise ConfigError(f"--dtype {self.dtype!r} is not supported: use one of "
+                              f"{', '.join(models.DTYPES)} (or fp32, bf16, fp16)") from None
 
 
 def default_dist_backend() -> str:
@@ -75,87 +89,75 @@ def check_memory(model: str, dtype: str, copies_per_rank: int, ranks_per_host: i
     return state
 
 
-def resolve(settings: LaunchSettings) -> dict:
-    """The DCP settings of a run, validated; raises ConfigError with one line."""
-    options = settings.options
-    model = _option(options, "model")
-    if model not in models.MODELS:
-        raise ConfigError(f"--model {model!r} is not known: use one of {', '.join(models.MODELS)}")
-    try:
-        dtype = models.canonical_dtype(_option(options, "dtype"))
-    except KeyError:
-        raise ConfigError(f"--dtype {options.get('dtype')!r} is not supported: use one of "
-                          f"{', '.join(models.DTYPES)} (or fp32, bf16, fp16)") from None
-    storage = storage_for(settings.save_dir, options)  # validates the S3 settings; no I/O
-    sync_files = _option(options, "sync_files")
-    if storage.kind == "s3":
-        if options.get("sync_files"):
-            raise ConfigError("--sync-files applies to a local --save-dir only: s3torchconnector's S3StorageWriter "
-                              "never fsyncs (an upload is durable once S3 acknowledges it)")
-        sync_files = False
-    dist_backend = options.get("dist_backend") or default_dist_backend()
-    check_dist_backend(dist_backend, settings.topology.nproc_per_node)
-    async_save = bool(_option(options, "async_save"))
-    state_bytes = check_memory(model, dtype, 2 if async_save else 1, settings.topology.nproc_per_node)
-    return {
-        "model": model,
-        "dtype": dtype,
-        "save_calls": _option(options, "save_calls"),
-        "thread_count": _option(options, "thread_count"),
-        "sync_files": bool(sync_files),
-        "async_save": async_save,
-        "dist_backend": dist_backend,
-        "storage": storage.describe(),
-        "seed": 1234,
-        "_state_bytes": state_bytes,
-    }
-
-
-def run_info(dcp: dict, settings: LaunchSettings) -> dict:
-    world_size = settings.topology.world_size
+def run_info(config: DcpConfig, spec: dict, state_bytes: int, launch: LaunchConfig) -> dict:
+    world_size = launch.topology.world_size
     return {
         "world_size": world_size,
         "data_parallel_size": world_size,  # the state is replicated on every rank, as under DDP
         "ckpt_format": "torch_dcp",
         "ckpt_fully_parallel_save": None,
         "ckpt_fully_parallel_load": None,
-        "async_save": dcp["async_save"],
+        "async_save": config.async_save,
         "save_interval": None,
         "optimizer": None,
         "use_distributed_optimizer": None,
-        "params_dtype": f"torch.{dcp['dtype']}",
+        "params_dtype": f"torch.{config.dtype}",
         "main_params_dtype": None,
         "exp_avg_dtype": None,
         "exp_avg_sq_dtype": None,
         # Beyond the Primus keys.
         "backend": "dcp",
-        "model": dcp["model"],
-        "model_parameters": models.parameter_count(dcp["model"]),
-        "model_state_bytes": dcp["_state_bytes"],
-        "dtype": dcp["dtype"],
-        "dist_backend": dcp["dist_backend"],
-        "thread_count": dcp["thread_count"],
-        "sync_files": dcp["sync_files"],
-        "save_calls": dcp["save_calls"],
-        "nnodes": settings.topology.nnodes,
-        "nproc_per_node": settings.topology.nproc_per_node,
-        **dcp["storage"],
+        "model": config.model,
+        "model_parameters": models.parameter_count(config.model),
+        "model_state_bytes": state_bytes,
+        "dtype": config.dtype,
+        "dist_backend": spec["dist_backend"],
+        "thread_count": config.thread_count,
+        "sync_files": spec["sync_files"],
+        "save_calls": config.save_calls,
+        "nnodes": launch.topology.nnodes,
+        "nproc_per_node": launch.topology.nproc_per_node,
+        **spec["storage"],
     }
 
 
-class DcpBackend:
+class DcpBackend(Backend):
     name = "dcp"
+    title = "DCP backend (--backend dcp): torch.distributed.checkpoint of a named model's state"
+    Config = DcpConfig
 
-    def plan(self, settings: LaunchSettings) -> Plan:
-        dcp = resolve(settings)
-        spec = {key: value for key, value in dcp.items() if not key.startswith("_")}
+    def plan(self, launch: LaunchConfig) -> Plan:
+        config: DcpConfig = launch.options
+        storage = storage_for(config.save_dir, config)  # validates the S3 settings; no I/O
+        sync_files = True if config.sync_files is None else config.sync_files
+        if storage.kind != "disk":
+            if config.sync_files:
+                raise ConfigError(f"--sync-files applies to a local --save-dir only: the {storage.kind} writer "
+                                  "never fsyncs (an upload is durable once the store acknowledges it)")
+            sync_files = False
+        dist_backend = config.dist_backend or default_dist_backend()
+        check_dist_backend(dist_backend, launch.topology.nproc_per_node)
+        state_bytes = check_memory(config.model, config.dtype, 2 if config.async_save else 1,
+                                   launch.topology.nproc_per_node)
+        spec = {
+            "model": config.model,
+            "dtype": config.dtype,
+            "save_calls": config.save_calls,
+            "thread_count": config.thread_count,
+            "sync_files": sync_files,
+            "async_save": config.async_save,
+            "dist_backend": dist_backend,
+            "storage": storage.describe(),
+            "seed": 1234,
+        }
         return Plan(
-            name=f"dcp-{dcp['model']}",
+            name=f"dcp-{config.model}",
             worker_module="bench.dcp.worker",
-            resolved_config={"dcp": spec, "save_dir": settings.save_dir},
+            resolved_config={"dcp": spec, "save_dir": config.save_dir},
             spec={"dcp": spec},
-            run_info=run_info(dcp, settings),
-            passes=[WorkerPass("save", ["--phase", "save"]), WorkerPass("load", ["--phase", "load"])],
-            checkpoint_parent=settings.save_dir,
+            run_info=run_info(config, spec, state_bytes, launch),
+            passes=[*config.preflight_passes(dist_backend), WorkerPass("save", ["--phase", "save"]),
+                    WorkerPass("load", ["--phase", "load"])],
+            checkpoints=config.checkpoints(storage),
             show_progress=lambda line: bool(_PROGRESS.search(line.strip())),
         )

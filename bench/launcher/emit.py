@@ -19,25 +19,22 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-import click
 import jinja2
-from click.core import ParameterSource
 
 from bench.config import ConfigError
+from bench.launcher.config import EmitOptions
+from bench.options import Flag, to_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES = {"slurm": "slurm.sbatch.j2", "k8s": "k8s_pytorchjob.yaml.j2"}
 
-# Options that describe the job, not the benchmark: never passed on to the nodes.
-JOB_OPTIONS = frozenset({
-    "emit", "job_name", "slurm_partition", "slurm_account", "slurm_time", "gpus_per_node",
-    "container_image", "container_mounts", "k8s_namespace", "k8s_pvc", "shared_dir", "workdir", "output",
-})
-# Options each node gets from the cluster instead (see the module docstring).
+# Options each node gets from the cluster instead (see the module docstring); `output` is this
+# command's own.
 PER_NODE_OPTIONS = frozenset({
-    "nnodes", "node_rank", "master_addr", "master_port", "rdzv_endpoint", "run_id", "runs_dir",
+    "nnodes", "node_rank", "master_addr", "master_port", "rdzv_endpoint", "run_id", "runs_dir", "output",
 })
 
 # Per node, from Slurm: its index in the allocation; the job id names the run directory.
@@ -49,26 +46,11 @@ K8S_RENDEZVOUS = ['--node-rank "${PET_NODE_RANK:-$RANK}"', '--master-addr "$MAST
                   '--master-port "$MASTER_PORT"']
 
 
-def benchmark_args(command: click.Command, context: click.Context, options: dict) -> list[str]:
-    """The command-line arguments that give `options` again, for the options the user set."""
-    args: list[str] = []
-    for param in command.params:
-        name = param.name
-        if (not isinstance(param, click.Option) or name in JOB_OPTIONS or name in PER_NODE_OPTIONS
-                or context.get_parameter_source(name) != ParameterSource.COMMANDLINE):
-            continue
-        value = options[name]
-        if param.is_flag:
-            if param.secondary_opts:
-                args.append(param.opts[0] if value else param.secondary_opts[0])
-            elif value:
-                args.append(param.opts[0])
-        elif param.multiple:
-            for item in value:
-                args += [param.opts[0], str(item)]
-        elif value is not None:
-            args += [param.opts[0], str(value)]
-    return args
+def benchmark_args(values: Mapping, given: Iterable[str], flags: Mapping[str, Flag]) -> list[str]:
+    """The command-line arguments that give the benchmark's options again: those the user set, less
+    the job's own and those each node gets from the cluster."""
+    job = set(EmitOptions.flags()) | PER_NODE_OPTIONS
+    return to_argv(values, flags, names=[name for name in flags if name in given and name not in job])
 
 
 def _check(values: dict) -> None:
@@ -83,58 +65,55 @@ def node_command(python: str, workdir: str, args: list[str], rendezvous: list[st
     return f"cd {shlex.quote(workdir)} && exec {launch} {' '.join(rendezvous)}"
 
 
-def render(target: str, command: click.Command, context: click.Context, options: dict) -> str:
-    _check(options)
-    for item in options.get("set") or ():
+def render(emit: EmitOptions, values: Mapping, given: Iterable[str], flags: Mapping[str, Flag]) -> str:
+    """The job script or manifest for `emit`, running the benchmark that `values` (the options `given`)
+    describe on `values["nnodes"]` nodes."""
+    _check(values)
+    for item in values.get("set") or ():
         _check({"set": item})
-    shared = options.get("shared_dir")
-    if not shared:
-        raise ConfigError(f"--emit {target}: give --shared-dir DIR, a folder every node mounts (run directories "
-                          "and checkpoints go there)")
-    args = benchmark_args(command, context, options)
+    shared = emit.shared_dir
+    args = benchmark_args(values, given, flags)
     args += ["--runs-dir", f"{shared}/runs"]
-    if not options.get("save_dir"):
+    if not values.get("save_dir"):
         args += ["--save-dir", f"{shared}/checkpoints"]
-    container = options.get("container_image")
-    workdir = options.get("workdir") or str(ROOT)
-    nnodes = options["nnodes"]
+    container = emit.container_image
+    workdir = emit.workdir or str(ROOT)
+    nnodes = values["nnodes"]
     environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(ROOT / "templates"), undefined=jinja2.StrictUndefined,
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False,
     )
     environment.filters["q"] = shlex.quote
     environment.filters["tojson"] = json.dumps  # jinja's own escapes & < > for HTML
-    values = {
+    job_name = emit.job_name or "ckpt-bench"
+    template_values = {
         "nnodes": nnodes,
-        "job_name": options.get("job_name") or "ckpt-bench",
-        "gpus_per_node": options.get("gpus_per_node"),
+        "job_name": job_name,
+        "gpus_per_node": emit.gpus_per_node,
         "runs_dir": f"{shared}/runs",
         "shared_dir": shared,
         "workdir": workdir,
     }
-    if target == "slurm":
+    if emit.emit == "slurm":
         # Without a container the nodes run this very interpreter (a venv on shared storage).
         python = "python" if container else sys.executable
-        values.update(
-            time=options.get("slurm_time") or "01:00:00",
-            partition=options.get("slurm_partition"),
-            account=options.get("slurm_account"),
+        template_values.update(
+            time=emit.slurm_time or "01:00:00",
+            partition=emit.slurm_partition,
+            account=emit.slurm_account,
             output=f"{shared}/slurm-%j.out",
             container_image=container,
-            container_mounts=options.get("container_mounts"),
+            container_mounts=emit.container_mounts,
             node_command=node_command(python, workdir, args, SLURM_RENDEZVOUS),
         )
     else:
-        if not container:
-            raise ConfigError("--emit k8s: give --container-image IMAGE (with ckpt-bench in --workdir)")
-        run_id = values["job_name"]
-        per_pod = [f"--nnodes {nnodes}", *K8S_RENDEZVOUS, f"--run-id {shlex.quote(run_id)}"]
+        per_pod = [f"--nnodes {nnodes}", *K8S_RENDEZVOUS, f"--run-id {shlex.quote(job_name)}"]
         roles = [("Master", 1)] + ([("Worker", nnodes - 1)] if nnodes > 1 else [])
-        values.update(
+        template_values.update(
             image=container,
-            namespace=options.get("k8s_namespace"),
-            pvc=options.get("k8s_pvc"),
+            namespace=emit.k8s_namespace,
+            pvc=emit.k8s_pvc,
             roles=roles,
             node_command=node_command("python", workdir, args, per_pod),
         )
-    return environment.get_template(TEMPLATES[target]).render(**values)
+    return environment.get_template(TEMPLATES[emit.emit]).render(**template_values)

@@ -15,7 +15,7 @@ The load pass reads back what this run saved (that is what is timed and verified
 CKPT_RESTORE_PATH may only name the same place as the save dir (alone, it is the save dir).
 NUM_LOAD_CALLS=0 skips the load pass.
 
-Refused here, before anything is created: unknown strategy or accelerator, loads without saves,
+Refused before anything is created: unknown strategy or accelerator, loads without saves,
 FSDP2 with --async-save or object storage (Lightning's ModelParallelStrategy writes DCP to a local
 path itself and never calls the CheckpointIO, so neither AsyncCheckpointIO nor an S3 plugin would be
 used), an fsspec URL whose filesystem package is missing (`bench.storage.FsspecStorage`).
@@ -27,17 +27,20 @@ import json
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from bench.config import ConfigError, parse_assignment
-from bench.launcher.base import LaunchSettings, Plan, WorkerPass
+from bench.launcher.base import ASYNC_SAVE, DIST_BACKEND, SAVE_CALLS, SET, Backend, CheckpointOptions, Plan, WorkerPass
+from bench.launcher.comms import PreflightOptions
+from bench.launcher.config import LaunchConfig
 from bench.launcher.dcp import check_dist_backend
 from bench.lightning.spec import STRATEGY_CLASSES
+from bench.options import Flag
 from bench.rundir import MEASUREMENTS_FILE
-from bench.storage import FsspecStorage, storage_for
+from bench.storage import StorageOptions, storage_for
 
 STRATEGIES = ("ddp", "fsdp")
 ACCELERATORS = ("auto", "cpu", "gpu")
-DEFAULTS = {"strategy": "ddp", "num_layers": 10, "save_calls": 3, "load_calls": 3, "accelerator": "auto"}
 # --set keys: the demo Transformer's sizes and the training around the saves.
 TUNABLES = {"vocab_size": 33278, "ninp": 200, "nhid": 200, "nhead": 2, "block_size": 35, "batch_size": 1,
             "train_steps": 2, "seed": 1234}
@@ -59,6 +62,54 @@ _MIN_ZERO = {"save_calls", "load_calls"}  # 0 is a request (no loads) we can ans
 _PROGRESS = re.compile(r"^(saved|loaded|fit without saves)")
 
 
+def _tunables(assignments) -> dict:
+    values = dict(TUNABLES)
+    for text in assignments or ():
+        key, value = parse_assignment(text)
+        if key not in TUNABLES:
+            raise ConfigError(f"--set {key}: not a Lightning setting; use one of {', '.join(TUNABLES)}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key == "seed" else 1):
+            raise ConfigError(f"--set {key}={value!r}: must be a positive integer")
+        values[key] = value
+    if values["ninp"] % values["nhead"]:
+        raise ConfigError(f"--set nhead={values['nhead']}: must divide ninp={values['ninp']}")
+    return values
+
+
+@dataclass
+class LightningConfig(CheckpointOptions, PreflightOptions, StorageOptions):
+    """The Lightning backend's options."""
+
+    strategy: str = Flag(("--strategy",), "ddp or fsdp (FSDP2).").field("ddp")
+    accelerator: str = Flag(("--accelerator",), "cpu, gpu or auto (default: gpu when CUDA is available).").field(
+        "auto")
+    num_layers: int = Flag(("--num-layers",), "Transformer layers (model size).", type=int, min=1).field(10)
+    steps_per_save: int | None = Flag(("--steps-per-save",), "Save during fit every N steps and measure the "
+                                      "training-time impact.", type=int, min=1).field()
+    save_calls: int = SAVE_CALLS.field(3)
+    load_calls: int = Flag(("--load-calls",), "Number of loads.", type=int, min=1).field(3)
+    async_save: bool = ASYNC_SAVE.field(False)
+    dist_backend: str | None = DIST_BACKEND.field()
+    set: tuple[str, ...] = SET.field(())
+    env_options: dict = field(default_factory=dict)  # dataflux variables used, by name
+    model: dict = field(init=False)  # the demo Transformer's sizes and training (from --set)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.strategy = self.strategy.lower()
+        if self.strategy not in STRATEGIES:
+            raise ConfigError(f"--strategy {self.strategy!r} is not supported: use one of {', '.join(STRATEGIES)}")
+        if self.save_calls < 1:
+            raise ConfigError(f"--save-calls {self.save_calls}: nothing would be saved"
+                              + (f", so the {self.load_calls} load call(s) would have nothing to load"
+                                 if self.load_calls else ""))
+        if self.strategy == "fsdp" and self.async_save:
+            raise ConfigError("--async-save with --strategy fsdp: Lightning's ModelParallelStrategy saves with DCP "
+                              "itself and never calls the CheckpointIO, so AsyncCheckpointIO would not be used; "
+                              "use ddp")
+        self.model = _tunables(self.set)
+
+
 def _env_value(name: str, option: str, text: str):
     if option not in _INT_OPTIONS:
         return text.strip()
@@ -76,26 +127,14 @@ def _same_place(a: str, b: str) -> bool:
         "://" not in a and "://" not in b and os.path.abspath(a) == os.path.abspath(b))
 
 
-def _given_on_command_line(option: str) -> bool:
-    """--nnodes/--nproc-per-node have click defaults, so "not given" is asked of click itself."""
-    import click
-    from click.core import ParameterSource
-
-    context = click.get_current_context(silent=True)
-    if context is None or option not in context.params:
-        return False
-    return context.get_parameter_source(option) not in (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
-
-
-def options_from_env(options: dict, environ: Mapping[str, str]) -> dict:
-    """The options with dataflux's variables filling what no flag set; `env_options` records which
-    variables were used."""
-    resolved = dict(options)
+def options_from_env(values: Mapping, environ: Mapping[str, str], given: set[str] | None = None) -> dict:
+    """`values` with dataflux's variables filling the options not `given` (default: those whose value
+    is None); `env_options` records which variables were used."""
+    given = {k for k, v in values.items() if v is not None} if given is None else given
+    resolved = dict(values)
     used = {}
     for name, option in ENV_OPTIONS.items():
-        given = (_given_on_command_line(option) if option in ("nnodes", "nproc_per_node")
-                 else resolved.get(option) is not None)
-        if environ.get(name, "").strip() and not given:
+        if environ.get(name, "").strip() and option not in given:
             resolved[option] = used[name] = _env_value(name, option, environ[name])
     restore = environ.get("CKPT_RESTORE_PATH", "").strip()
     if restore:
@@ -109,20 +148,6 @@ def options_from_env(options: dict, environ: Mapping[str, str]) -> dict:
             used["CKPT_RESTORE_PATH"] = restore
     resolved["env_options"] = used
     return resolved
-
-
-def _tunables(assignments) -> dict:
-    values = dict(TUNABLES)
-    for text in assignments or ():
-        key, value = parse_assignment(text)
-        if key not in TUNABLES:
-            raise ConfigError(f"--set {key}: not a Lightning setting; use one of {', '.join(TUNABLES)}")
-        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key == "seed" else 1):
-            raise ConfigError(f"--set {key}={value!r}: must be a positive integer")
-        values[key] = value
-    if values["ninp"] % values["nhead"]:
-        raise ConfigError(f"--set nhead={values['nhead']}: must divide ninp={values['ninp']}")
-    return values
 
 
 def _accelerator(requested: str) -> str:
@@ -139,56 +164,10 @@ def _accelerator(requested: str) -> str:
     return requested
 
 
-def resolve(settings: LaunchSettings) -> dict:
-    """The Lightning settings of a run, validated; raises ConfigError with one line."""
-    options = settings.options
-    strategy = (options.get("strategy") or DEFAULTS["strategy"]).lower()
-    if strategy not in STRATEGIES:
-        raise ConfigError(f"--strategy {strategy!r} is not supported: use one of {', '.join(STRATEGIES)}")
-    value = {key: DEFAULTS[key] if options.get(key) is None else options[key] for key in DEFAULTS}
-    if value["save_calls"] < 1:
-        raise ConfigError(f"--save-calls {value['save_calls']}: nothing would be saved"
-                          + (f", so the {value['load_calls']} load call(s) would have nothing to load"
-                             if value["load_calls"] else ""))
-    async_save = bool(options.get("async_save"))
-    save_dir = settings.save_dir
-    scheme = save_dir.split("://", 1)[0] if save_dir and "://" in save_dir else "local"
-    if strategy == "fsdp" and async_save:
-        raise ConfigError("--async-save with --strategy fsdp: Lightning's ModelParallelStrategy saves with DCP itself "
-                          "and never calls the CheckpointIO, so AsyncCheckpointIO would not be used; use ddp")
-    if strategy == "fsdp" and scheme != "local":
-        raise ConfigError(f"--save-dir {save_dir} with --strategy fsdp: Lightning's ModelParallelStrategy writes its "
-                          "DCP folder to a local path only; use a local --save-dir or --strategy ddp")
-    # Local and s3:// as every backend has them; any other URL goes to Lightning's TorchCheckpointIO,
-    # which writes through fsspec (its package -- gcsfs for gs:// -- is checked before the launch).
-    storage = FsspecStorage(save_dir) if scheme not in ("local", "s3") else storage_for(save_dir, options)
-    accelerator = _accelerator(value["accelerator"])
-    dist_backend = options.get("dist_backend") or ("nccl" if accelerator == "gpu" else "gloo")
-    if dist_backend == "nccl" and accelerator == "cpu":
-        raise ConfigError("--dist-backend nccl needs --accelerator gpu; use --dist-backend gloo on CPU")
-    check_dist_backend(dist_backend, settings.topology.nproc_per_node)
-    tunables = _tunables(options.get("set"))
-    return {
-        "strategy": strategy,
-        "accelerator": accelerator,
-        "dist_backend": dist_backend,
-        "num_layers": value["num_layers"],
-        "save_calls": value["save_calls"],
-        "load_calls": value["load_calls"],
-        "steps_per_save": options.get("steps_per_save"),
-        "async_save": async_save,
-        "train_steps": tunables.pop("train_steps"),
-        "seed": tunables.pop("seed"),
-        "model": tunables,
-        "storage": {**storage.describe(), "scheme": scheme},
-        "_storage": storage,
-    }
-
-
-def run_info(spec: dict, settings: LaunchSettings, env_options: dict) -> dict:
+def run_info(spec: dict, launch: LaunchConfig, env_options: dict) -> dict:
     from bench.lightning.model import parameter_count  # torch and lightning: only once a Lightning run is planned
 
-    world_size = settings.topology.world_size
+    world_size = launch.topology.world_size
     return {
         "world_size": world_size,
         "data_parallel_size": world_size,  # DDP replicates; FSDP2 shards over one data-parallel mesh of all ranks
@@ -216,40 +195,67 @@ def run_info(spec: dict, settings: LaunchSettings, env_options: dict) -> dict:
         "load_calls": spec["load_calls"],
         "steps_per_save": spec["steps_per_save"],
         "train_steps": spec["train_steps"],
-        "nnodes": settings.topology.nnodes,
-        "nproc_per_node": settings.topology.nproc_per_node,
+        "nnodes": launch.topology.nnodes,
+        "nproc_per_node": launch.topology.nproc_per_node,
         "env_options": env_options or None,
         **{k: v for k, v in spec["storage"].items() if k != "scheme"},
         "storage_scheme": spec["storage"]["scheme"],
     }
 
 
-class LightningBackend:
+class LightningBackend(Backend):
     name = "lightning"
+    title = "Lightning backend (--backend lightning): trainer.save_checkpoint / strategy.load_checkpoint"
+    Config = LightningConfig
 
-    def resolve_options(self, options: dict, environ: Mapping[str, str]) -> dict:
-        """Called by the CLI before the settings are built, so that NUM_NODES/NUM_DEVICES and
-        CKPT_DIR_PATH shape the topology and the save dir like the flags they stand for."""
-        return options_from_env(options, environ)
+    @classmethod
+    def environment_options(cls, values: Mapping, environ: Mapping[str, str], given: set[str]) -> dict:
+        """dataflux's variables, for the options no flag set: NUM_NODES/NUM_DEVICES and CKPT_DIR_PATH
+        shape the topology and the save dir like the flags they stand for."""
+        return options_from_env(values, environ, given)
 
-    def plan(self, settings: LaunchSettings) -> Plan:
-        spec = resolve(settings)
-        storage = spec.pop("_storage")
-        passes = [WorkerPass("save", ["--phase", "save"])]
+    def plan(self, launch: LaunchConfig) -> Plan:
+        config: LightningConfig = launch.options
+        save_dir = config.save_dir
+        scheme = save_dir.split("://", 1)[0] if save_dir and "://" in save_dir else "local"
+        if config.strategy == "fsdp" and scheme != "local":
+            raise ConfigError(f"--save-dir {save_dir} with --strategy fsdp: Lightning's ModelParallelStrategy "
+                              "writes its DCP folder to a local path only; use a local --save-dir or --strategy ddp")
+        storage = storage_for(save_dir, config)
+        accelerator = _accelerator(config.accelerator)
+        dist_backend = config.dist_backend or ("nccl" if accelerator == "gpu" else "gloo")
+        if dist_backend == "nccl" and accelerator == "cpu":
+            raise ConfigError("--dist-backend nccl needs --accelerator gpu; use --dist-backend gloo on CPU")
+        check_dist_backend(dist_backend, launch.topology.nproc_per_node)
+        tunables = dict(config.model)
+        spec = {
+            "strategy": config.strategy,
+            "accelerator": accelerator,
+            "dist_backend": dist_backend,
+            "num_layers": config.num_layers,
+            "save_calls": config.save_calls,
+            "load_calls": config.load_calls,
+            "steps_per_save": config.steps_per_save,
+            "async_save": config.async_save,
+            "train_steps": tunables.pop("train_steps"),
+            "seed": tunables.pop("seed"),
+            "model": tunables,
+            "storage": {**storage.describe(), "scheme": scheme},
+        }
+        passes = [*config.preflight_passes(dist_backend), WorkerPass("save", ["--phase", "save"])]
         if spec["load_calls"]:
             passes.append(WorkerPass("load", ["--phase", "load"]))
         name = f"lightning-{spec['strategy']}-{spec['num_layers']}l" + ("-async" if spec["async_save"] else "")
         return Plan(
             name=name,
             worker_module="bench.lightning.worker",
-            resolved_config={"lightning": spec, "save_dir": settings.save_dir},
+            resolved_config={"lightning": spec, "save_dir": save_dir},
             spec={"lightning": spec},
-            run_info=run_info(spec, settings, settings.options.get("env_options")),
+            run_info=run_info(spec, launch, config.env_options),
             passes=passes,
-            checkpoint_parent=settings.save_dir,
+            checkpoints=config.checkpoints(storage),
             show_progress=lambda line: bool(_PROGRESS.search(line.strip())),
             collect=training_impact_notes,
-            storage=storage if isinstance(storage, FsspecStorage) else None,
         )
 
 

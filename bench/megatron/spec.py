@@ -44,6 +44,9 @@ from dataclasses import dataclass
 
 import torch
 
+from bench.config import ConfigError
+from bench.megatron.rules import check, check_worker_limits
+
 MEGATRON_DEFAULTS = {
     "num_layers": 2,
     "hidden_size": 64,
@@ -103,8 +106,6 @@ MEGATRON_DEFAULTS = {
     "dist_ckpt_optim_fully_reshardable": False,
 }
 
-CKPT_FORMATS = ("torch_dist", "torch")
-
 
 class SpecError(ValueError):
     """The spec asks for something this worker cannot run; the message says what and why."""
@@ -142,12 +143,8 @@ class WorkerSpec:
 
 def _derive(args: argparse.Namespace, world_size: int) -> None:
     model_parallel = args.tensor_model_parallel_size * args.pipeline_model_parallel_size * args.context_parallel_size
-    if world_size % model_parallel:
-        raise SpecError(
-            f"world size {world_size} is not a multiple of tensor x pipeline x context parallel size ({model_parallel})"
-        )
     args.world_size = world_size
-    args.data_parallel_size = world_size // model_parallel
+    args.data_parallel_size = max(1, world_size // model_parallel)  # rules.check refuses a remainder
     if args.ffn_hidden_size is None:
         args.ffn_hidden_size = 4 * args.hidden_size
     if args.max_position_embeddings is None:
@@ -164,59 +161,11 @@ def _derive(args: argparse.Namespace, world_size: int) -> None:
 
 
 def _validate(args: argparse.Namespace) -> None:
-    checks = [
-        (args.ckpt_format in CKPT_FORMATS, f"ckpt_format {args.ckpt_format!r} is not one of {CKPT_FORMATS}"),
-        (
-            not (args.async_save and args.ckpt_format != "torch_dist"),
-            "async_save needs ckpt_format torch_dist (Megatron-LM's legacy torch format has no async save)",
-        ),
-        (
-            not (args.ckpt_format == "torch" and args.use_distributed_optimizer),
-            "ckpt_format torch with use_distributed_optimizer is not supported by this worker (Megatron-LM "
-            "gathers that optimizer state into a separate distrib_optim.pt); use torch_dist",
-        ),
-        (args.save is not None, "the spec names no checkpoint folder (checkpoint_dir or megatron.save)"),
-        (
-            "://" not in str(args.save) and "://" not in str(args.load),
-            "megatron-core's dist_checkpointing writes to a file system: checkpoint folders must be local paths",
-        ),
-        (
-            args.context_parallel_size == 1,
-            "context_parallel_size > 1 needs Transformer Engine's attention; the local layer spec "
-            "(megatron-core without Transformer Engine) supports no context parallelism",
-        ),
-        (
-            args.num_attention_heads % args.tensor_model_parallel_size == 0,
-            "num_attention_heads must be a multiple of tensor_model_parallel_size",
-        ),
-        (
-            not args.group_query_attention
-            or bool(args.num_query_groups and args.num_query_groups % args.tensor_model_parallel_size == 0),
-            "group_query_attention needs num_query_groups, a multiple of tensor_model_parallel_size",
-        ),
-        (
-            args.num_layers % args.pipeline_model_parallel_size == 0,
-            "num_layers must be a multiple of pipeline_model_parallel_size",
-        ),
-        (
-            args.global_batch_size % (args.micro_batch_size * args.data_parallel_size) == 0,
-            "global_batch_size must be a multiple of micro_batch_size x data_parallel_size",
-        ),
-        (
-            args.expert_model_parallel_size == 1 or args.num_experts is not None,
-            "expert_model_parallel_size > 1 needs num_experts",
-        ),
-        (
-            args.num_experts is None or args.num_experts % args.expert_model_parallel_size == 0,
-            "num_experts must be a multiple of expert_model_parallel_size",
-        ),
-        (
-            not (args.sequence_parallel and args.tensor_model_parallel_size == 1),
-            "sequence_parallel needs tensor_model_parallel_size > 1",
-        ),
-        (args.save_interval > 0, "save_interval must be positive"),
-        (not (args.bf16 and args.fp16), "bf16 and fp16 are exclusive"),
-    ]
-    problems = [message for ok, message in checks if not ok]
-    if problems:
-        raise SpecError("; ".join(problems))
+    """Megatron's rules and the built-in worker's limits (bench.megatron.rules), on this spec."""
+    if args.save is None:
+        raise SpecError("the spec names no checkpoint folder (checkpoint_dir or megatron.save)")
+    try:
+        check(vars(args), args.world_size)
+        check_worker_limits(vars(args))
+    except ConfigError as error:
+        raise SpecError(str(error)) from None

@@ -113,3 +113,9 @@ def test_deep_merge_does_not_mutate():
 )
 def test_set_values_are_typed(text, expected):
     assert parse_assignment(text) == expected
+
+
+def test_missing_extends_parent_names_the_file_that_extends_it(tmp_path):
+    child = write(tmp_path / "child.yaml", "extends: gone.yaml\na: 1\n")
+    with pytest.raises(ConfigError, match=r"child.yaml: `extends: gone.yaml` names a file that does not exist"):
+        load_yaml(child)

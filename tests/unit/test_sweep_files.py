@@ -3,12 +3,13 @@
 import pytest
 from helpers import ROOT, launch
 
+from bench.cli import parse_argv
 from bench.config import ConfigError
 from bench.sweep import build_sweep, load_sweep
 
 
 def _sweep(**definition):
-    return build_sweep({"backend": "dcp", **definition}, "test.yaml")
+    return build_sweep({"backend": "dcp", **definition}, "test.yaml", parse_argv)
 
 
 @pytest.mark.parametrize(
@@ -51,12 +52,12 @@ def test_jobs_are_cli_invocations_in_declaration_order():
 
 
 def test_shipped_sweeps():
-    dcp = load_sweep(ROOT / "configs/sweeps/dcp.yaml")
+    dcp = load_sweep(ROOT / "configs/sweeps/dcp.yaml", parse_argv)
     assert len(dcp.jobs) == 8
     assert "results_vit-base_gloo_2_2_s3.json" in {job.report_name for job in dcp.jobs}
     assert {job.options["backend"] for job in dcp.jobs} == {"dcp"}
-    megatron = load_sweep(ROOT / "configs/sweeps/megatron_parallelism.yaml")
+    megatron = load_sweep(ROOT / "configs/sweeps/megatron_parallelism.yaml", parse_argv)
     assert [job.params for job in megatron.jobs][1] == {"tp": 1, "ckpt_format": "torch"}
     assert {job.options["backend"] for job in megatron.jobs} == {"megatron"}
     for name in ("dcp_disk.yaml", "dcp_ddp_ec2.yaml"):
-        assert load_sweep(ROOT / "configs/sweeps" / name).jobs
+        assert load_sweep(ROOT / "configs/sweeps" / name, parse_argv).jobs
