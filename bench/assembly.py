@@ -76,9 +76,23 @@ def run_report(run_dir: str | os.PathLike, ckpt_dir: str | os.PathLike | None = 
         report.update(json.loads(measurements.read_text()))
     if facts.get("not_cleaned_up"):  # checkpoints the run created and could not remove (the storage failed)
         report["not_cleaned_up"] = facts["not_cleaned_up"]
+    _name_failure_causes(report, failed)
     verified = report["verified"] is not False
     report["run"] = run_section("ok" if not failed and verified else ("failed" if failed else "verification-failed"))
     return report
+
+
+def _name_failure_causes(report: dict, failed_passes: list[dict]) -> None:
+    """A failed pass's storage cause (a full disk, a dead endpoint: bench.launcher.lifecycle) leads the
+    error of the save or load it left incomplete: the rank's own error is often a symptom (torch's zip
+    writer says `unexpected pos` on a full disk)."""
+    for failed_pass in failed_passes:
+        cause = failed_pass.get("cause")
+        operations = report["saves"] if failed_pass["name"] == "save" else [report.get("load") or {}]
+        for operation in operations:
+            if cause and operation and not operation.get("complete", True):
+                error = operation.get("error")
+                operation["error"] = f"{cause} ({error})" if error and cause not in error else (error or cause)
 
 
 def _recorded_events(run: RunDir) -> Iterator[CheckpointEvent]:

@@ -134,7 +134,9 @@ def run_sweep_command(values: dict, given: set[str]) -> None:
     except ConfigError as error:
         fail(str(error))
     print_report(summary(results), values.get("output"))
-    sys.exit(0 if all(job["status"] == "ok" for job in results["jobs"]) else 1)
+    interrupted = [job for job in results["jobs"] if job["status"] == "interrupted" and job.get("exit_code")]
+    sys.exit(interrupted[0]["exit_code"] if interrupted else 0 if all(job["status"] == "ok" for job in results["jobs"])
+             else 1)
 
 
 def main(argv: list[str] | None = None) -> None:

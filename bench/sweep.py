@@ -55,6 +55,8 @@ from bench.environment import describe_environment, package_versions
 from bench.launcher import registry
 from bench.launcher.lifecycle import execute
 from bench.options import to_argv
+from bench.rundir import RUN_FILE
+from bench.storage import remove_checkpoints
 
 # `bench.cli.parse_argv`: one command line -> (option values, the options given); ConfigError if it
 # cannot be parsed.
@@ -187,8 +189,8 @@ def _write_json(path: Path, data) -> None:
 def run_job(root: Path, job: Job) -> dict:
     """Run one job as its own CLI invocation would, its output captured in `<job>/benchmark.log`."""
     job_dir = _job_dir(root, job)
-    if job_dir.exists():
-        shutil.rmtree(job_dir)  # an earlier attempt without a result (see --resume): ours to replace
+    if job_dir.exists():  # an earlier attempt without a result (see --resume): ours to replace
+        _remove_attempt(job_dir)
     job_dir.mkdir(parents=True)
     record = {
         "index": job.index,
@@ -209,6 +211,7 @@ def run_job(root: Path, job: Job) -> dict:
             result = execute(registry.runner_for(launch), launch)
             report = result.report
             record["status"] = result.status
+            record["exit_code"] = result.exit_code
             (job_dir / "report.json").write_text(to_json(report) + "\n")
             _link(job_dir / "report.json", job_dir / job.report_name)
             record["report_file"] = job.report_name
@@ -224,6 +227,19 @@ def run_job(root: Path, job: Job) -> dict:
     record["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     _write_json(job_dir / "job.json", record)
     return record
+
+
+def _remove_attempt(job_dir: Path) -> None:
+    """An earlier attempt's folder, and the local checkpoint folder its run created elsewhere (a
+    `--save-dir`) if the attempt was killed before removing it: only folders carrying our mark."""
+    for run_file in job_dir.glob(f"*/{RUN_FILE}"):
+        try:
+            checkpoint_dir = json.loads(run_file.read_text()).get("checkpoint_dir")
+        except (OSError, ValueError):
+            continue
+        if checkpoint_dir and "://" not in checkpoint_dir and remove_checkpoints(Path(checkpoint_dir)):
+            print(f"removed {checkpoint_dir}, left by an interrupted attempt of {job_dir}", file=sys.stderr)
+    shutil.rmtree(job_dir)
 
 
 def _link(source: Path, target: Path) -> None:
@@ -311,6 +327,11 @@ def run_sweep(sweep_file: str | None, runs_dir: str | os.PathLike, resume: str |
                                   f"({saved}); resume without --sweep, or start a new sweep")
         started = (json.loads((root / RESULTS_FILE).read_text()).get("started")
                    if (root / RESULTS_FILE).is_file() else None)
+        for job in sweep.jobs:  # a job still "running" belongs to a sweep process that is gone
+            record = _read_job(root, job)
+            if record and record["status"] == "running":
+                record.update(status="interrupted", error="the sweep stopped while this job ran")
+                _write_json(_job_dir(root, job) / "job.json", record)
     else:
         sweep = load_sweep(sweep_file, parse, overrides)
         root = _new_root(Path(runs_dir), sweep.name)
@@ -333,6 +354,8 @@ def run_sweep(sweep_file: str | None, runs_dir: str | os.PathLike, resume: str |
             progress.update(1)
             if record["status"] != "ok":
                 progress.write(f"job {job.index} {record['status']}: {record['error']}", file=sys.stderr)
+            if record["status"] == "interrupted":  # Ctrl-C / SIGTERM: the sweep stops; --resume goes on
+                break
     return root, write_results(root, sweep, started)
 
 

@@ -165,6 +165,8 @@ def run_passes(plan: Plan, launch: LaunchConfig, run: RunDir, spec_path: Path,
             summaries.append({**result.summary(), "interrupted": interrupts.signal.name})
             break
         if not result.ok:
+            if result.cause is None and plan.checkpoints is not None:
+                result.cause = plan.checkpoints.storage.diagnose()
             _print_failure(result)
         every_node = nodes.finish_pass(run, launch.topology, result)
         summaries += every_node

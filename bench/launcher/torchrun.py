@@ -105,15 +105,14 @@ class PassResult:
     exit_code: int
     log_dir: Path
     failures: list[RankFailure] = field(default_factory=list)
+    # What went wrong with the storage, when known: from a failing rank's log (the first failure's
+    # first), else from the storage itself (the lifecycle asks it).
+    cause: str | None = None
 
     @property
     def ok(self) -> bool:
         return self.exit_code == 0
 
-    @property
-    def cause(self) -> str | None:
-        """A storage failure named in a failing rank's log (the first failure's first)."""
-        return next(filter(None, (storage_failure(f.log_tail) for f in self.failures)), None)
 
     def summary(self) -> dict:
         return {
@@ -242,4 +241,5 @@ def run_command(
         failure.log_tail = _tail(_rank_log(log_dir, failure.local_rank, "stderr")) or _tail(
             _rank_log(log_dir, failure.local_rank, "stdout")
         )
-    return PassResult(name, command, exit_code, log_dir, failures)
+    cause = next(filter(None, (storage_failure(f.log_tail) for f in failures)), None)
+    return PassResult(name, command, exit_code, log_dir, failures, cause)

@@ -73,6 +73,11 @@ class CheckpointStorage(Protocol):
         """Environment variables the ranks need to reach the storage."""
         ...
 
+    def diagnose(self) -> str | None:
+        """After a pass failed: what is wrong with the storage now, in a few words (`No space left on
+        device on /path`, `endpoint unreachable`), or None when it looks healthy. Never raises."""
+        ...
+
     def describe(self) -> dict:
         """JSON: `{"storage": kind, ...}` with every setting the ranks need to reach the storage (the
         worker spec carries it) and the report shows."""

@@ -121,5 +121,12 @@ class FsspecStorage:
     def worker_env(self) -> dict[str, str]:
         return {}
 
+    def diagnose(self) -> str | None:
+        try:
+            self.fs.exists(self._root or self._split(self.url)[1])
+        except Exception as error:  # whatever the filesystem raises is the diagnosis
+            return f"cannot reach {self.url} ({type(error).__name__}: {error})"
+        return None
+
     def describe(self) -> dict:
         return {"storage": self.kind, "fsspec_protocol": self.protocol}

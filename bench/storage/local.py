@@ -91,5 +91,18 @@ class LocalStorage:
     def worker_env(self) -> dict[str, str]:
         return {}
 
+    def diagnose(self) -> str | None:
+        """A full filesystem hides behind many errors (torch's zip writer reports a short write as
+        `unexpected pos`), so ask the filesystem itself."""
+        folder = self.location or self.parent
+        if folder is None or not os.path.isdir(folder):
+            return None
+        usage = shutil.disk_usage(folder)
+        if usage.free < max(1 << 20, usage.total // 1000):
+            return f"No space left on device on {folder} ({usage.free} bytes free of {usage.total})"
+        if not os.access(folder, os.W_OK | os.X_OK):
+            return f"permission denied on {folder}"
+        return None
+
     def describe(self) -> dict:
         return {"storage": self.kind}

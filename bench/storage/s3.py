@@ -224,6 +224,13 @@ class S3Storage:
     def worker_env(self) -> dict[str, str]:
         return {"AWS_ENDPOINT_URL": self.endpoint} if self.endpoint else {}
 
+    def diagnose(self) -> str | None:
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+        except Exception as error:  # whatever the client raises is the diagnosis
+            return str(self._fail(error, "checking the bucket after the failure"))
+        return None
+
     def describe(self) -> dict:
         return {
             "storage": self.kind,
