@@ -100,13 +100,16 @@ def prepare(runner: Backend, launch: LaunchConfig) -> Plan:
 def set_up(plan: Plan, launch: LaunchConfig) -> tuple[RunDir, Path, dict]:
     """The run directory with everything the passes read; returns it, the worker spec's path and the
     run facts (run.json) so far."""
+    missing = [folder for folder in (launch.runs_path, *launch.runs_path.parents) if not folder.exists()]
     run = RunDir.create(launch.runs_path, plan.name, launch.run_id)
     checkpoint_dir = None
     try:
         if plan.checkpoints is not None:
             checkpoint_dir = plan.checkpoints.storage.create(run.path)
     except ConfigError:
-        run.path.rmdir()  # just created and still empty: a refused run leaves nothing behind
+        # Just created and still empty, with the runs folders made for it: a refused run leaves nothing.
+        for folder in (run.path, *missing):
+            folder.rmdir()
         raise
     warm = plan.checkpoints is not None and plan.checkpoints.warm_load
     spec = {

@@ -1,7 +1,7 @@
 """Bad input: one clear line naming the value, exit code 2, nothing launched or left behind."""
 
 import pytest
-from helpers import launch
+from helpers import assert_one_line_error, launch
 
 
 @pytest.mark.parametrize(
@@ -35,3 +35,10 @@ def test_unset_required_variable(tmp_path):
     exp.write_text("workspace: ${MY_WORKSPACE}\nmodules: {pre_trainer: {model: tiny_gpt.yaml}}\n")
     result = launch("--config", str(exp), runs_dir=tmp_path / "runs")
     assert result.returncode == 2 and "MY_WORKSPACE is not set" in result.stderr
+
+
+def test_a_save_dir_that_cannot_be_created_leaves_no_runs_folder(tmp_path):
+    runs = tmp_path / "new" / "runs"
+    result = launch("--save-dir", "/proc/ckpt-bench", runs_dir=runs)
+    assert_one_line_error(result, "--save-dir /proc/ckpt-bench")
+    assert not (tmp_path / "new").exists()
