@@ -46,7 +46,7 @@ def test_a_save_dir_that_cannot_be_created_leaves_no_runs_folder(tmp_path):
 
 @pytest.mark.parametrize("args,needle", [
     (["--nproc-per-node", "x"], "Invalid value for '--nproc-per-node'"),
-    (["--no-such-option"], "No such option: --no-such-option"),
+    (["--no-such-option"], "No such option '--no-such-option'"),
 ])
 def test_usage_errors_are_one_line(tmp_path, args, needle):
     assert_one_line_error(launch(*args, runs_dir=tmp_path / "runs"), needle)
