@@ -46,6 +46,12 @@ class FrameworkConfig(MegatronConfig):
 
     root: Path = field(init=False)  # the checkout, once checked (`checkout`)
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.training_impact:
+            raise ConfigError("--training-impact runs in the built-in worker: a framework's own training loop "
+                              "cannot be timed without and with saves; drop --framework or --training-impact")
+
     def checkout(self, option: str, inside: str, framework: str) -> Path:
         """The checkout given as `option`, which must hold `inside`."""
         value = getattr(self, option)

@@ -68,6 +68,9 @@ class MegatronConfig(CheckpointOptions, PreflightOptions):
         ("--use-distributed-optimizer",), "Megatron's DistributedOptimizer (sharded optimizer state).", type=bool,
         toggle="--no-use-distributed-optimizer").field()
     set: tuple[str, ...] = SET.field(())
+    training_impact: bool = Flag(
+        ("--training-impact",), "Train the save pass's iterations twice in the same processes, without saves "
+        "and then with them, and report the training-visible cost of saving.", type=bool).field(False)
     overrides: dict = field(init=False)  # trainer arguments set on the command line
 
     def __post_init__(self) -> None:
@@ -169,7 +172,7 @@ class MegatronBackend(Backend):
             name=experiment.exp_name,
             worker_module="bench.megatron.worker",
             resolved_config={**experiment.to_yaml_dict(), "exp_root": str(experiment.exp_root)},
-            spec={"megatron": args},
+            spec={"megatron": args, "training_impact": config.training_impact},
             run_info=run_info(args, sizes, launch),
             passes=[*config.preflight_passes(), WorkerPass("save", ["--phase", "save"]),
                     WorkerPass("load", ["--phase", "load"])],

@@ -6,7 +6,9 @@
                                               # is `save` and `load` (the launcher writes it here)
       "events_dir": "/abs/run/events",        # one rank-R.jsonl of CheckpointEvents per rank
       "integrity_dir": "/abs/run/integrity",  # per-save manifests and per-rank load verdicts
-      "warm_load": false                      # true: load without evicting the page cache first
+      "warm_load": false,                     # true: load without evicting the page cache first
+      "run_dir": "/abs/run",                  # where rank 0 writes measurements.json
+      "training_impact": false                # true: time the save pass's iterations without and with saves
     }
 
 Keys under "megatron" are Megatron-LM's own argument names (as in Primus YAML overrides), so a
@@ -118,6 +120,8 @@ class WorkerSpec:
     integrity_dir: str
     warm_load: bool = False
     checkpoint_dir: str | None = None
+    run_dir: str | None = None
+    training_impact: bool = False  # train twice, without and with saves (bench.megatron.worker)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> WorkerSpec:
@@ -129,6 +133,8 @@ class WorkerSpec:
             integrity_dir=raw["integrity_dir"],
             warm_load=bool(raw.get("warm_load", False)),
             checkpoint_dir=raw.get("checkpoint_dir"),
+            run_dir=raw.get("run_dir"),
+            training_impact=bool(raw.get("training_impact", False)),
         )
 
     def megatron_args(self, world_size: int) -> argparse.Namespace:

@@ -5,6 +5,9 @@
 
 save: train `train_iters` iterations of a real megatron-core GPT and save after every iteration
       `i` with `i % save_interval == 0` (and after the last one, as Megatron-LM's `pretrain` does).
+      With `training_impact`: after 2 untimed warm-up iterations, the same iterations twice in the
+      same processes -- without saves, then with them -- and the training-visible cost of saving
+      (slowest rank, iteration times around each save) to `<run>/measurements.json`.
 load: build the same model and optimizer, drop the latest checkpoint from the page cache (unless
       `warm_load`), load it, and check it against what was saved.
 
@@ -15,8 +18,11 @@ message on stderr names the rank). See `bench.megatron.spec` for the spec.
 from __future__ import annotations
 
 import argparse
+import json
+import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
 from megatron.core import parallel_state
@@ -28,6 +34,7 @@ from bench.megatron.checkpointer import Checkpointer
 from bench.megatron.formats import checkpoint_format
 from bench.megatron.spec import MEGATRON_DEFAULTS, WorkerSpec
 from bench.megatron.training import Trainer
+from bench.rundir import MEASUREMENTS_FILE
 from bench.worker_entry import WorkerContext, worker_main
 
 # megatron-core's persistent async writer is a spawned process that re-imports this module as
@@ -50,25 +57,75 @@ def init_model_parallel(args: argparse.Namespace) -> None:
     model_parallel_cuda_manual_seed(seed)
 
 
-def train_and_save(args: argparse.Namespace, trainer: Trainer, checkpointer: Checkpointer) -> None:
-    samples_per_iteration = args.global_batch_size
-    for iteration in range(1, args.train_iters + 1):
+def train(args: argparse.Namespace, trainer: Trainer, checkpointer: Checkpointer, iterations: int,
+          saves: bool) -> list[float]:
+    """Iterations 1..`iterations`, saving when due if `saves`. Returns each iteration's seconds on this
+    rank, its save included: what training waits for (the log line shows the training step alone)."""
+    seconds = []
+    for iteration in range(1, iterations + 1):
         started = time.perf_counter()
         loss = trainer.global_loss(trainer.train_step())
         checkpointer.maybe_finalize(blocking=False)
+        trained = time.perf_counter()
         if iteration % args.log_interval == 0:
-            megatron_log.print_rank_0(
-                megatron_log.iteration_line(
-                    iteration,
-                    args.train_iters,
-                    iteration * samples_per_iteration,
-                    (time.perf_counter() - started) * 1000,
-                    loss,
-                )
-            )
-        if iteration % args.save_interval == 0 or iteration == args.train_iters:
+            megatron_log.print_rank_0(megatron_log.iteration_line(
+                iteration, args.train_iters, iteration * args.global_batch_size, (trained - started) * 1000, loss))
+        if saves and (iteration % args.save_interval == 0 or iteration == args.train_iters):
             checkpointer.save(iteration)
-    checkpointer.close()
+        seconds.append(time.perf_counter() - started)
+    return seconds
+
+
+def slowest(seconds: list[float]) -> list[float]:
+    """Per iteration, the slowest rank's time: the job goes as fast as its slowest rank."""
+    values = torch.tensor(seconds, dtype=torch.float64, device=torch.device("cpu"))
+    if torch.distributed.get_backend() == "nccl":
+        values = values.cuda()
+    torch.distributed.all_reduce(values, op=torch.distributed.ReduceOp.MAX)
+    return values.tolist()
+
+
+def training_impact(args: argparse.Namespace, without: list[float], with_saves: list[float]) -> dict:
+    """The report's `training` section: what saving cost the training loop."""
+    time_without, time_with = sum(without), sum(with_saves)
+    typical = statistics.median(without)
+    saved = [i for i in range(1, args.train_iters + 1) if i % args.save_interval == 0 or i == args.train_iters]
+    return {
+        "iterations": args.train_iters,
+        "saves": len(saved),
+        "async_save": bool(args.async_save),
+        "time_without_saves": round(time_without, 4),
+        "time_with_saves": round(time_with, 4),
+        "save_impact_time": round(time_with - time_without, 4),
+        "save_impact_percent": round(100 * (time_with - time_without) / time_without, 1) if time_without else None,
+        "iteration_time_without_saves_median": round(typical, 4),
+        "around_saves": [
+            {"iteration": i, "iteration_time": round(with_saves[i - 1], 4),
+             "next_iteration_time": round(with_saves[i], 4) if i < len(with_saves) else None}
+            for i in saved
+        ],
+        "timing": "slowest rank per iteration, time.perf_counter; an iteration's time includes the save made "
+                  "after it (the blocking part; an async save's background write competes with later "
+                  "iterations); after 2 untimed warm-up iterations; the first save of a process includes "
+                  "megatron-core's one-off writer start-up",
+    }
+
+
+def train_and_save(args: argparse.Namespace, trainer: Trainer, checkpointer: Checkpointer,
+                   measure_impact_in: str | None) -> None:
+    """The save pass; with `measure_impact_in` (a run directory) the training-visible cost of the saves
+    is measured first without, then with saves, and written there."""
+    if measure_impact_in is None:
+        train(args, trainer, checkpointer, args.train_iters, saves=True)
+        checkpointer.close()
+        return
+    train(args, trainer, checkpointer, min(2, args.train_iters), saves=False)  # warm-up: first-iteration costs
+    without = slowest(train(args, trainer, checkpointer, args.train_iters, saves=False))
+    with_saves = slowest(train(args, trainer, checkpointer, args.train_iters, saves=True))
+    checkpointer.close()  # after the timing: the last async save's wait is the job's end, not training
+    if torch.distributed.get_rank() == 0:
+        path = Path(measure_impact_in) / MEASUREMENTS_FILE
+        path.write_text(json.dumps({"training": training_impact(args, without, with_saves)}, indent=2) + "\n")
 
 
 def run(spec: WorkerSpec, phase: str) -> None:
@@ -81,7 +138,7 @@ def run(spec: WorkerSpec, phase: str) -> None:
     with EventRecorder(spec.events_dir, context.rank) as events:
         checkpointer = Checkpointer(args, checkpoint_format(args, trainer), events, spec.integrity_dir, context)
         if phase == "save":
-            train_and_save(args, trainer, checkpointer)
+            train_and_save(args, trainer, checkpointer, spec.run_dir if spec.training_impact else None)
         else:
             iteration = checkpointer.load(warm=spec.warm_load)
             checkpointer.verify(iteration)

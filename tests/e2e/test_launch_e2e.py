@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from helpers import ROOT
 from helpers import launch as launch_cli
 
@@ -62,6 +63,7 @@ def test_tp2_async_kept_checkpoints_in_save_dir(tmp_path):
     result, (run_dir,) = launch(
         tmp_path, "--tp", "2", "--async-save", "--train-iters", "4", "--save-interval", "2",
         "--save-dir", str(save_dir), "--keep-checkpoints", "--yaml-config-path", str(ROOT / "configs/tiny_gpt.yaml"),
+        "--training-impact",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout)
@@ -74,6 +76,12 @@ def test_tp2_async_kept_checkpoints_in_save_dir(tmp_path):
     assert (checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == "4"
     assert (checkpoints / "iter_0000004").is_dir() and (checkpoints / "iter_0000002").is_dir()
     assert (save_dir / "someone-elses-file").read_text() == "never touched"
+    # --training-impact: the same iterations without and with saves; the saves' training-visible cost.
+    training = report["training"]
+    assert (training["iterations"], training["saves"], training["async_save"]) == (4, 2, True)
+    assert training["save_impact_time"] == pytest.approx(
+        training["time_with_saves"] - training["time_without_saves"], abs=0.001)
+    assert [s["iteration"] for s in training["around_saves"]] == [2, 4]
 
 
 def test_failing_pass_names_the_rank(tmp_path):

@@ -39,6 +39,8 @@ def refused(*args) -> str:
         (["--comms-max-size", "4KiB"], "--comms-max-size applies to --backend comms or --preflight"),
         (["--backend", "dcp", "--framework", "primus"], "--framework primus runs a Megatron experiment"),
         (["--framework", "megatron-lm"], "--framework megatron-lm: give --megatron-path DIR"),
+        (["--framework", "primus", "--training-impact"], "--training-impact runs in the built-in worker"),
+        (["--backend", "dcp", "--training-impact"], "--training-impact is not read by the dcp backend"),
     ],
 )
 def test_options_the_runner_does_not_read_are_refused(args, needle):
