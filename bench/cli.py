@@ -112,9 +112,9 @@ def _launch(**values) -> None:
 
             click.echo(render(emit, values, given, registry.all_flags()), nl=False)
             sys.exit(0)
-        from bench.launcher.lifecycle import execute
+        from bench.launcher.repeat import run
 
-        result = execute(registry.runner_for(launch_config), launch_config)
+        result = run(registry.runner_for(launch_config), launch_config)
     except ConfigError as error:
         fail(str(error))
     print_report(result.report, launch_config.output)

@@ -53,7 +53,7 @@ from bench.assembly import to_json
 from bench.config import ConfigError
 from bench.environment import describe_environment, package_versions
 from bench.launcher import registry
-from bench.launcher.lifecycle import execute
+from bench.launcher.repeat import run
 from bench.options import to_argv
 from bench.rundir import RUN_FILE
 from bench.storage import remove_checkpoints
@@ -208,7 +208,7 @@ def run_job(root: Path, job: Job) -> dict:
         print(f"$ {record['command']}", flush=True)
         try:
             launch, _emit = registry.build_launch(values, {*job.given, "runs_dir"}, os.environ)
-            result = execute(registry.runner_for(launch), launch)
+            result = run(registry.runner_for(launch), launch)
             report = result.report
             record["status"] = result.status
             record["exit_code"] = result.exit_code

@@ -35,6 +35,9 @@ class CommonOptions(Options):
                               "the same on every node (node 0 creates the directory, the others join it).").field()
     runs_dir: str = Flag(("--runs-dir",), "Where run directories go.", default="runs", show_default=True).field("runs")
     output: str | None = Flag(("--output",), "Also write the JSON report here.").field()
+    repeat: int = Flag(("--repeat",), "Run the whole benchmark N times, each in fresh processes, and report "
+                       "medians and spread (repeat_stats).", type=int, min=1, default=1,
+                       show_default=True).field(1)
 
 
 @dataclass
