@@ -62,6 +62,7 @@ class _Operation:
     block_end: CheckpointEvent | None = None
     end: CheckpointEvent | None = None
     overlapped: bool = False
+    previous: _Operation | None = None  # this rank's save before this one (saves only)
 
     @property
     def complete(self) -> bool:
@@ -85,6 +86,17 @@ class _Operation:
 
     def block_s(self) -> float | None:
         return None if self._backwards() is not None else _duration(self.start, self.block_end)
+
+    def wait_for_previous_s(self) -> float | None:
+        """How long this save's blocking part ran while this rank's previous save was still writing:
+        with megatron-core's persistent writer, the time it waited for it (one queue, one write at a
+        time). None without a previous save or comparable clocks (one host's monotonic clock)."""
+        previous = self.previous
+        ends = (self.start, self.block_end, previous and previous.end)
+        if previous is None or any(e is None or e.mono_ns is None for e in ends) or self._backwards() is not None:
+            return None
+        overlap_ns = min(previous.end.mono_ns, self.block_end.mono_ns) - self.start.mono_ns
+        return max(0.0, overlap_ns / 1e9)
 
     def total_s(self) -> float | None:
         return None if self._backwards() is not None else _duration(self.start, self.end)
@@ -158,6 +170,8 @@ class _RankTimeline:
     def _start(self, kind: str, event: CheckpointEvent) -> None:
         op = _Operation(kind, event.rank, event.iteration, start=event)
         if kind == "save":
+            op.previous = next((o for o in reversed(self.operations) if o.kind == "save" and o.rank == event.rank),
+                               None)
             said_so = bool(event.extra.get(OVERLAPS_PREVIOUS))
             op.overlapped = said_so
             for other in self._open_saves():
@@ -360,6 +374,7 @@ class ReportBuilder:
         ops = checkpoint.ranks
         block = {op.rank: op.block_s() for op in ops if op.block_s() is not None}
         total = {op.rank: op.total_s() for op in ops if op.total_s() is not None}
+        waits = [w for w in (op.wait_for_previous_s() for op in ops) if w is not None]
         record = self._common(checkpoint, folder_sizes)
         total_time = max(total.values()) if total and len(total) == len(ops) else None
         record.update(
@@ -370,6 +385,7 @@ class ReportBuilder:
                 "block_time_per_rank": _spread(block),
                 "total_time_per_rank": _spread(total),
                 "overlapped": any(op.overlapped for op in ops),
+                "wait_for_previous": _seconds(max(waits)) if waits else None,
             }
         )
         return record
