@@ -66,6 +66,7 @@ class Plan:
     # Called on node 0 after the passes: turns what they left that is not events (a framework's
     # logs) into events under the run's events/; returns notes for the report.
     collect: Callable[[RunDir], list[str]] | None = None
+    notes: list[str] = field(default_factory=list)  # what the report should say about this plan
 
 
 class Backend(ABC):

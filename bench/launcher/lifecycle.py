@@ -135,6 +135,7 @@ def set_up(plan: Plan, launch: LaunchConfig) -> tuple[RunDir, Path, dict]:
         "load_cache": "warm" if warm else "cold",
         "environment": describe_environment(checkpoint_dir),
         "passes": [],
+        "notes": list(plan.notes),
     }
     run.write_json("run.json", facts)
     print(f"run directory: {run.path}", file=sys.stderr, flush=True)

@@ -45,6 +45,8 @@ class MegatronConfig(CheckpointOptions, PreflightOptions):
         "fully_parallel_save": "ckpt_fully_parallel_save",
         "fully_parallel_load": "ckpt_fully_parallel_load",
         "use_distributed_optimizer": "use_distributed_optimizer",
+        "use_persistent_ckpt_worker": "use_persistent_ckpt_worker",
+        "ckpt_assume_constant_structure": "ckpt_assume_constant_structure",
     }
 
     config: str | None = Flag(("--config", "--yaml-config-path"), "Primus experiment YAML (default: "
@@ -67,6 +69,14 @@ class MegatronConfig(CheckpointOptions, PreflightOptions):
     use_distributed_optimizer: bool | None = Flag(
         ("--use-distributed-optimizer",), "Megatron's DistributedOptimizer (sharded optimizer state).", type=bool,
         toggle="--no-use-distributed-optimizer").field()
+    use_persistent_ckpt_worker: bool | None = Flag(
+        ("--use-persistent-ckpt-worker",), "Async saves through megatron-core's persistent writer process "
+        "(what Megatron-LM requires for async distributed saves since late 2025) instead of a forked one per "
+        "save.", type=bool, toggle="--no-use-persistent-ckpt-worker").field()
+    ckpt_assume_constant_structure: bool | None = Flag(
+        ("--ckpt-assume-constant-structure",), "Cache the save plan after the first save (the state's structure "
+        "does not change): the first save plans, the later ones reuse it.", type=bool,
+        toggle="--no-ckpt-assume-constant-structure").field()
     set: tuple[str, ...] = SET.field(())
     training_impact: bool = Flag(
         ("--training-impact",), "Train the save pass's iterations twice in the same processes, without saves "
@@ -125,6 +135,8 @@ def run_info(args: dict, sizes: dict, launch: LaunchConfig) -> dict:
         "save_interval": args["save_interval"],
         "optimizer": args.get("optimizer", "adam"),
         "use_distributed_optimizer": bool(args.get("use_distributed_optimizer")),
+        "use_persistent_ckpt_worker": bool(args.get("use_persistent_ckpt_worker")),
+        "ckpt_assume_constant_structure": bool(args.get("ckpt_assume_constant_structure")),
         "params_dtype": _params_dtype(args),
         "main_params_dtype": _DTYPE_NAMES.get(args.get("main_params_dtype", "fp32"), args.get("main_params_dtype")),
         "exp_avg_dtype": _DTYPE_NAMES.get(args.get("exp_avg_dtype", "fp32"), args.get("exp_avg_dtype")),
@@ -153,6 +165,14 @@ def checkpoint_parent(config: MegatronConfig, args: dict) -> str | None:
     return None if parent is None else str(parent)
 
 
+def async_writer_notes(args: dict) -> list[str]:
+    if not args.get("async_save") or args.get("use_persistent_ckpt_worker"):
+        return []
+    return ["async saves used megatron-core's forked writer (one process per save), as Megatron-LM did before "
+            "late 2025; current Megatron-LM turns --async-save off for distributed checkpoints unless "
+            "--use-persistent-ckpt-worker is given: add it to measure what it runs"]
+
+
 class MegatronBackend(Backend):
     name = "megatron"
     title = "Megatron backend (the default): megatron-core's dist_checkpointing in the built-in worker"
@@ -178,4 +198,5 @@ class MegatronBackend(Backend):
                     WorkerPass("load", ["--phase", "load"])],
             checkpoints=config.checkpoints(storage_for(parent)),
             show_progress=shows_progress,
+            notes=async_writer_notes(args),
         )

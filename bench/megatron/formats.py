@@ -73,6 +73,8 @@ class TorchDistFormat:
     def _strategy(self):
         if self._save_strategy is None:
             strategy = get_default_save_sharded_strategy(self.name)
+            # As Megatron-LM: with a constant structure the save plan is computed once, then reused.
+            strategy.use_cached_ckpt_structure = bool(self.args.ckpt_assume_constant_structure)
             if self.args.ckpt_fully_parallel_save:
                 strategy = FullyParallelSaveStrategyWrapper(
                     strategy,

@@ -92,3 +92,15 @@ def test_every_option_belongs_to_one_section_and_help_is_grouped():
     assert all(p >= 0 for p in positions) and positions == sorted(positions), help_text
     # A shared option lists the runners that read it.
     assert "[megatron, dcp, lightning, primus, megatron-lm]" in " ".join(help_text.split())
+
+
+def test_megatron_flags_override_trainer_arguments_and_say_which_async_writer_ran():
+    from bench.launcher.megatron import MegatronConfig, async_writer_notes
+
+    values, _given = parse_argv(["--async-save", "--use-persistent-ckpt-worker", "--ckpt-assume-constant-structure",
+                                 "--set", "use_persistent_ckpt_worker=false", "--tp", "2"])
+    overrides = MegatronConfig.from_values(values).overrides
+    assert overrides["use_persistent_ckpt_worker"] is True  # a named flag wins over --set
+    assert overrides["ckpt_assume_constant_structure"] is True and overrides["tensor_model_parallel_size"] == 2
+    assert async_writer_notes(overrides) == []
+    assert "forked writer" in async_writer_notes({"async_save": True})[0]
