@@ -77,9 +77,29 @@ def run_report(run_dir: str | os.PathLike, ckpt_dir: str | os.PathLike | None = 
     if facts.get("not_cleaned_up"):  # checkpoints the run created and could not remove (the storage failed)
         report["not_cleaned_up"] = facts["not_cleaned_up"]
     _name_failure_causes(report, failed)
+    report["measurement"] = _measurement_labels(report, facts)
     verified = report["verified"] is not False
     report["run"] = run_section("ok" if not failed and verified else ("failed" if failed else "verification-failed"))
     return report
+
+
+def _measurement_labels(report: dict, facts: dict) -> dict:
+    """What each figure is, in words: fsync, cache, baseline. A reader should not have to guess."""
+    fsync = (facts.get("run_info") or {}).get("fsync")
+    baseline = report.get("storage_baseline")
+    return {
+        "fsync": fsync,
+        "fsync_means": {True: "every file was fsynced before a save counted as complete",
+                        False: "files were not fsynced: a save is complete once written to the page cache",
+                        None: "not applicable (object storage: an upload is durable once acknowledged)"}[fsync],
+        "load_cache": facts.get("load_cache"),
+        "load_cache_means": "cold: the checkpoint was evicted from the page cache (fsync + posix_fadvise "
+                            "DONTNEED) before each load" if facts.get("load_cache") == "cold" else
+                            "warm: loads may have read from the page cache",
+        "storage_baseline": (f"measured with {baseline.get('tool')} after the benchmark, same I/O shape"
+                             if isinstance(baseline, dict) else "not measured (add --storage-baseline)"),
+        "time": "per rank from its own monotonic clock; a save's times are its slowest rank's",
+    }
 
 
 def _name_failure_causes(report: dict, failed_passes: list[dict]) -> None:

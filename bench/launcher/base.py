@@ -45,6 +45,9 @@ class WorkerPass:
     env: dict[str, str] = field(default_factory=dict)
     cwd: str | None = None
     show_progress: Callable[[str], bool] | None = None  # None: the plan's
+    # Evict the run's checkpoints from this host's page cache before the pass (unless --warm-load): for
+    # a framework's load, which does not do it itself (our workers do, before every load).
+    evict_before: bool = False
 
 
 @dataclass

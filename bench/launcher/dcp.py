@@ -114,6 +114,7 @@ def run_info(config: DcpConfig, spec: dict, state_bytes: int, launch: LaunchConf
         "dist_backend": spec["dist_backend"],
         "thread_count": config.thread_count,
         "sync_files": spec["sync_files"],
+        "fsync": spec["sync_files"] if spec["storage"]["storage"] != "s3" else None,
         "save_calls": config.save_calls,
         "nnodes": launch.topology.nnodes,
         "nproc_per_node": launch.topology.nproc_per_node,

@@ -31,6 +31,7 @@ from pathlib import Path
 import yaml
 
 from bench.assembly import run_report, to_json
+from bench.checkpoint_dir import evict_from_page_cache
 from bench.config import ConfigError
 from bench.environment import describe_environment
 from bench.launcher import nodes
@@ -150,6 +151,8 @@ def run_passes(plan: Plan, launch: LaunchConfig, run: RunDir, spec_path: Path,
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **storage_env}
     commands, summaries = [], []
     for worker_pass in plan.passes:
+        if worker_pass.evict_before:
+            _evict(plan)
         log_dir = nodes.log_dir(run, worker_pass.name, launch.topology)
         show = worker_pass.show_progress or plan.show_progress
         pass_env = {**env, **worker_pass.env}
@@ -221,6 +224,17 @@ def write_report(run: RunDir, facts: dict) -> dict:
     report = run_report(run.path)
     run.report_path.write_text(to_json(report) + "\n")
     return report
+
+
+def _evict(plan: Plan) -> None:
+    """The run's checkpoints out of this host's page cache, where they are on this host's disk."""
+    checkpoints = plan.checkpoints
+    if checkpoints is None or checkpoints.warm_load or checkpoints.storage.location is None:
+        return
+    storage = checkpoints.storage
+    folder = storage.worker(storage.describe()).local_path(storage.location)
+    if folder is not None:
+        evict_from_page_cache(folder)
 
 
 def _one_line(error: BaseException) -> str:

@@ -200,6 +200,8 @@ def run_info(spec: dict, launch: LaunchConfig, env_options: dict) -> dict:
         "env_options": env_options or None,
         **{k: v for k, v in spec["storage"].items() if k != "scheme"},
         "storage_scheme": spec["storage"]["scheme"],
+        # FSDP2's DCP folder: FileSystemWriter fsyncs by default; DDP's single file: torch.save, no fsync.
+        "fsync": (spec["strategy"] == "fsdp") if spec["storage"]["scheme"] in ("local", "file") else None,
     }
 
 

@@ -129,6 +129,9 @@ def run_info(args: dict, sizes: dict, launch: LaunchConfig) -> dict:
         "world_size": launch.topology.world_size,
         "data_parallel_size": sizes["dp"],
         "ckpt_format": args["ckpt_format"],
+        # Beyond the Primus keys, here for its neighbours: megatron-core's torch_dist writer fsyncs each
+        # file it writes; the legacy torch format is plain torch.save.
+        "fsync": args["ckpt_format"] == "torch_dist",
         "ckpt_fully_parallel_save": bool(args.get("ckpt_fully_parallel_save")),
         "ckpt_fully_parallel_load": bool(args.get("ckpt_fully_parallel_load")),
         "async_save": bool(args.get("async_save")),

@@ -54,8 +54,9 @@ class MegatronLMBackend(Backend):
         root = config.root
         experiment, args, sizes = resolve_for_framework(launch, "--framework megatron-lm")
         known = known_megatron_flags(root)
-        passes = [WorkerPass(phase, [], spec=False, env={"CUDA_DEVICE_MAX_CONNECTIONS": "1",
-                                                        "PYTHONPATH": _pythonpath(root)})
+        # The load reads a cold checkpoint, as ours do: the lifecycle evicts it first.
+        passes = [WorkerPass(phase, [], spec=False, evict_before=phase == "load",
+                             env={"CUDA_DEVICE_MAX_CONNECTIONS": "1", "PYTHONPATH": _pythonpath(root)})
                   for phase in ("save", "load")]
         notes: list[str] = []
 

@@ -41,7 +41,9 @@ class PrimusBackend(Backend):
         config: PrimusConfig = launch.options
         experiment, args, sizes = resolve_for_framework(launch, "--framework primus")
         topology = launch.topology
-        passes = [WorkerPass(phase, [], command=["bash", str(config.root / SCRIPT)], cwd=str(config.root))
+        # The load reads a cold checkpoint, as ours do: the lifecycle evicts it first.
+        passes = [WorkerPass(phase, [], command=["bash", str(config.root / SCRIPT)], cwd=str(config.root),
+                             evict_before=phase == "load")
                   for phase in ("save", "load")]
 
         def exp_root(run: RunDir, phase: str) -> Path:
