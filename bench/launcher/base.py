@@ -48,6 +48,7 @@ class WorkerPass:
     # Evict the run's checkpoints from this host's page cache before the pass (unless --warm-load): for
     # a framework's load, which does not do it itself (our workers do, before every load).
     evict_before: bool = False
+    nproc_per_node: int | None = None  # ranks per node of this pass; None: the run's (--load-nproc-per-node)
 
 
 @dataclass

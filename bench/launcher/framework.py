@@ -48,6 +48,9 @@ class FrameworkConfig(MegatronConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.changes_load_layout:
+            raise ConfigError("--load-tp/--load-pp/--load-ep/--load-nproc-per-node run in the built-in worker; "
+                              "with --framework, load on another layout by running it again with other sizes")
         if self.training_impact:
             raise ConfigError("--training-impact runs in the built-in worker: a framework's own training loop "
                               "cannot be timed without and with saves; drop --framework or --training-impact")

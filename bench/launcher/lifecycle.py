@@ -163,7 +163,8 @@ def run_passes(plan: Plan, launch: LaunchConfig, run: RunDir, spec_path: Path,
         else:
             args = ["--spec", str(spec_path), *worker_pass.args] if worker_pass.spec else worker_pass.args
             # One c10d rendezvous per pass: no agent can join the previous pass's.
-            topology = replace(launch.topology, rdzv_id=f"{run.path.name}-{worker_pass.name}")
+            topology = replace(launch.topology, rdzv_id=f"{run.path.name}-{worker_pass.name}",
+                               nproc_per_node=worker_pass.nproc_per_node or launch.topology.nproc_per_node)
             result = run_pass(worker_pass.name, topology, log_dir, worker_pass.module or plan.worker_module,
                               args, show, pass_env, on_start=interrupts.watch)
         commands.append(shlex.join(result.command))

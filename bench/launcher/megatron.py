@@ -77,6 +77,14 @@ class MegatronConfig(CheckpointOptions, PreflightOptions):
         ("--ckpt-assume-constant-structure",), "Cache the save plan after the first save (the state's structure "
         "does not change): the first save plans, the later ones reuse it.", type=bool,
         toggle="--no-ckpt-assume-constant-structure").field()
+    load_tp: int | None = Flag(("--load-tp",), "Tensor parallel size of the load pass (default: as saved): "
+                               "dist_checkpointing reshards.", type=int, min=1).field()
+    load_pp: int | None = Flag(("--load-pp",), "Pipeline parallel size of the load pass (default: as saved).",
+                               type=int, min=1).field()
+    load_ep: int | None = Flag(("--load-ep",), "Expert parallel size of the load pass (default: as saved).",
+                               type=int, min=1).field()
+    load_nproc_per_node: int | None = Flag(("--load-nproc-per-node",), "Ranks per node of the load pass "
+                                           "(default: as saved).", type=int, min=1).field()
     set: tuple[str, ...] = SET.field(())
     training_impact: bool = Flag(
         ("--training-impact",), "Train the save pass's iterations twice in the same processes, without saves "
@@ -90,6 +98,17 @@ class MegatronConfig(CheckpointOptions, PreflightOptions):
             if getattr(self, option) is not None:
                 overrides[argument] = getattr(self, option)
         self.overrides = overrides
+
+    # Load-layout option -> the Megatron-LM argument it sets in the load pass.
+    LOAD_LAYOUT: ClassVar[dict[str, str]] = {
+        "load_tp": "tensor_model_parallel_size",
+        "load_pp": "pipeline_model_parallel_size",
+        "load_ep": "expert_model_parallel_size",
+    }
+
+    @property
+    def changes_load_layout(self) -> bool:
+        return any(getattr(self, option) is not None for option in (*self.LOAD_LAYOUT, "load_nproc_per_node"))
 
     @classmethod
     def spelling(cls, argument: str) -> str | None:
@@ -176,6 +195,27 @@ def async_writer_notes(args: dict) -> list[str]:
             "--use-persistent-ckpt-worker is given: add it to measure what it runs"]
 
 
+def load_layout(config: MegatronConfig, args: dict, launch: LaunchConfig) -> tuple[dict | None, dict | None]:
+    """The load pass's parallel sizes when --load-* changes them: (Megatron-LM arguments for the worker,
+    the sizes checked against Megatron's rules), or (None, None)."""
+    if not config.changes_load_layout:
+        return None, None
+    layout = {argument: getattr(config, option) or args[argument] for option, argument in config.LOAD_LAYOUT.items()}
+    world = launch.topology.nnodes * (config.load_nproc_per_node or launch.topology.nproc_per_node)
+    if args["ckpt_format"] != "torch_dist":
+        raise ConfigError(f"--load-* with --ckpt-format {args['ckpt_format']}: that format keeps one file per saving "
+                          "rank and cannot reshard; use --ckpt-format torch_dist")
+    changes_model_parallel = any(layout[a] != args[a] for a in layout)
+    if changes_model_parallel and args.get("use_distributed_optimizer") and not args.get(
+            "dist_ckpt_optim_fully_reshardable"):
+        raise ConfigError("--load-tp/--load-pp/--load-ep with --use-distributed-optimizer: its dp_reshardable "
+                          "optimizer state reshards across data-parallel sizes only; add --set "
+                          "dist_ckpt_optim_fully_reshardable=true to save it fully reshardable")
+    name = {argument: MegatronConfig.flags()[option].canonical for option, argument in config.LOAD_LAYOUT.items()}
+    sizes = rules.check({**args, **layout}, world, lambda argument: name.get(argument) or config.spelling(argument))
+    return layout, {**sizes, "world_size": world}
+
+
 class MegatronBackend(Backend):
     name = "megatron"
     title = "Megatron backend (the default): megatron-core's dist_checkpointing in the built-in worker"
@@ -190,15 +230,16 @@ class MegatronBackend(Backend):
             rules.check_worker_limits({**args, "save": parent}, config.spelling)
         except ConfigError as error:
             raise ConfigError(f"the megatron worker cannot run this: {error}") from None
+        layout, load_sizes = load_layout(config, args, launch)
         experiment.args = args
         return Plan(
             name=experiment.exp_name,
             worker_module="bench.megatron.worker",
             resolved_config={**experiment.to_yaml_dict(), "exp_root": str(experiment.exp_root)},
-            spec={"megatron": args, "training_impact": config.training_impact},
-            run_info=run_info(args, sizes, launch),
+            spec={"megatron": args, "training_impact": config.training_impact, "load_layout": layout},
+            run_info={**run_info(args, sizes, launch), "load_layout": load_sizes},
             passes=[*config.preflight_passes(), WorkerPass("save", ["--phase", "save"]),
-                    WorkerPass("load", ["--phase", "load"])],
+                    WorkerPass("load", ["--phase", "load"], nproc_per_node=config.load_nproc_per_node)],
             checkpoints=config.checkpoints(storage_for(parent)),
             show_progress=shows_progress,
             notes=async_writer_notes(args),

@@ -23,6 +23,7 @@ optimizer and digested, so what is compared is what training would resume from.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from collections import deque
 from functools import partial
@@ -39,7 +40,10 @@ from bench.checkpoint_dir import TRACKER_FILE, iter_dir_name, latest_iteration
 from bench.events import EventKind, EventRecorder
 from bench.megatron import megatron_log
 from bench.megatron.formats import TorchDistFormat, TorchFormat, rank_written_bytes
+from bench.megatron.global_checksums import global_checksums
 from bench.worker_entry import WorkerContext, error_text, timed
+
+GLOBAL_MANIFEST = "global.json"  # per logical tensor, every rank's shards together (global_checksums)
 
 
 def local_state_digests(state_dict: dict) -> dict[str, str]:
@@ -95,8 +99,11 @@ class Checkpointer:
         events: EventRecorder,
         integrity_dir: str,
         context: WorkerContext,
+        layout_independent: bool = False,
     ):
         self.args = args
+        # The load may use another layout than the save: check whole logical tensors (global_checksums).
+        self.layout_independent = layout_independent
         self.format = checkpoint_format
         self.events = events
         self.integrity_dir = integrity_dir
@@ -118,6 +125,10 @@ class Checkpointer:
         if self.format.writes:
             digests = local_state_digests(self.format.state_dict(iteration))
             integrity.write_manifest(self.integrity_dir, iteration, self.context.rank, digests)
+        if self.layout_independent:
+            checksums = global_checksums(self.format.state_dict(iteration))
+            if self.context.rank == 0:
+                self._global_manifest(iteration).write_text(json.dumps(checksums, indent=1))
         megatron_log.print_rank_0(megatron_log.saving_line(iteration, self.args.save, self.format.name))
         torch.distributed.barrier()
 
@@ -189,9 +200,17 @@ class Checkpointer:
         return iteration
 
     def verify(self, iteration: int) -> dict:
-        """Compares the loaded state with the manifest of the rank that saved it and writes this
-        rank's verdict. Collective: if any rank's state differs, every rank raises, naming the first."""
-        expected = integrity.read_manifest(self.integrity_dir, iteration, self.format.manifest_rank)
-        actual = local_state_digests(self.format.state_dict(iteration))
+        """Compares the loaded state with what was saved and writes this rank's verdict: per shard with
+        the manifest of the rank that saved it, or, after a load on another layout, per logical tensor.
+        Collective: if any rank's state differs, every rank raises, naming the first."""
+        if self.layout_independent:
+            expected = json.loads(self._global_manifest(iteration).read_text())
+            actual = global_checksums(self.format.state_dict(iteration))
+        else:
+            expected = integrity.read_manifest(self.integrity_dir, iteration, self.format.manifest_rank)
+            actual = local_state_digests(self.format.state_dict(iteration))
         verdict = integrity.compare(expected, actual)
         return integrity.publish_verdict(self.integrity_dir, self.context.rank, iteration, verdict)
+
+    def _global_manifest(self, iteration: int) -> Path:
+        return integrity.manifest_path(self.integrity_dir, iteration, 0).with_name(GLOBAL_MANIFEST)

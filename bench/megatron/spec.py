@@ -8,7 +8,8 @@
       "integrity_dir": "/abs/run/integrity",  # per-save manifests and per-rank load verdicts
       "warm_load": false,                     # true: load without evicting the page cache first
       "run_dir": "/abs/run",                  # where rank 0 writes measurements.json
-      "training_impact": false                # true: time the save pass's iterations without and with saves
+      "training_impact": false,               # true: time the save pass's iterations without and with saves
+      "load_layout": {"tensor_model_parallel_size": 1, ...}  # optional: the load pass's parallel sizes
     }
 
 Keys under "megatron" are Megatron-LM's own argument names (as in Primus YAML overrides), so a
@@ -122,6 +123,7 @@ class WorkerSpec:
     checkpoint_dir: str | None = None
     run_dir: str | None = None
     training_impact: bool = False  # train twice, without and with saves (bench.megatron.worker)
+    load_layout: dict | None = None  # parallel sizes of the load pass when they differ from the save's
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> WorkerSpec:
@@ -135,11 +137,14 @@ class WorkerSpec:
             checkpoint_dir=raw.get("checkpoint_dir"),
             run_dir=raw.get("run_dir"),
             training_impact=bool(raw.get("training_impact", False)),
+            load_layout=raw.get("load_layout"),
         )
 
-    def megatron_args(self, world_size: int) -> argparse.Namespace:
-        """Megatron-LM style `args`: defaults, then the spec, then derived values; validated."""
-        args = argparse.Namespace(**{**MEGATRON_DEFAULTS, **self.megatron})
+    def megatron_args(self, world_size: int, phase: str = "save") -> argparse.Namespace:
+        """Megatron-LM style `args`: defaults, then the spec (with the load layout in the load phase),
+        then derived values; validated."""
+        layout = (self.load_layout or {}) if phase == "load" else {}
+        args = argparse.Namespace(**{**MEGATRON_DEFAULTS, **self.megatron, **layout})
         if self.checkpoint_dir is not None:
             args.save = args.load = self.checkpoint_dir
         _derive(args, world_size)

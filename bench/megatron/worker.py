@@ -8,8 +8,10 @@ save: train `train_iters` iterations of a real megatron-core GPT and save after 
       With `training_impact`: after 2 untimed warm-up iterations, the same iterations twice in the
       same processes -- without saves, then with them -- and the training-visible cost of saving
       (slowest rank, iteration times around each save) to `<run>/measurements.json`.
-load: build the same model and optimizer, drop the latest checkpoint from the page cache (unless
-      `warm_load`), load it, and check it against what was saved.
+load: build the same model and optimizer (on `load_layout` when given: another TP/PP/EP and world
+      size, resharded by dist_checkpointing), drop the latest checkpoint from the page cache (unless
+      `warm_load`), load it, and check it against what was saved (per logical tensor after a
+      layout change: bench.megatron.global_checksums).
 
 Exit codes: 0 ok, 3 the checkpoint loaded but differs from what was saved, 1 anything else (the
 message on stderr names the rank). See `bench.megatron.spec` for the spec.
@@ -130,13 +132,14 @@ def train_and_save(args: argparse.Namespace, trainer: Trainer, checkpointer: Che
 
 def run(spec: WorkerSpec, phase: str) -> None:
     context = WorkerContext.join()  # nccl and one GPU per local rank where CUDA exists, else gloo on the CPU
-    args = spec.megatron_args(context.world_size)
+    args = spec.megatron_args(context.world_size, phase)
     init_model_parallel(args)
     megatron_log.print_arguments(args, sorted(set(spec.megatron) - set(MEGATRON_DEFAULTS)))
 
     trainer = Trainer(args, context.device)
     with EventRecorder(spec.events_dir, context.rank) as events:
-        checkpointer = Checkpointer(args, checkpoint_format(args, trainer), events, spec.integrity_dir, context)
+        checkpointer = Checkpointer(args, checkpoint_format(args, trainer), events, spec.integrity_dir, context,
+                                    layout_independent=spec.load_layout is not None)
         if phase == "save":
             train_and_save(args, trainer, checkpointer, spec.run_dir if spec.training_impact else None)
         else:

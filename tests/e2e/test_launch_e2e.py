@@ -94,3 +94,15 @@ def test_failing_pass_names_the_rank(tmp_path):
     (save_pass,) = report["run"]["passes"]
     assert save_pass["name"] == "save" and not save_pass["ok"] and save_pass["failed_ranks"]
     assert json.loads((run_dir / "report.json").read_text())["run"]["status"] == "failed"
+
+
+def test_load_on_another_layout_is_resharded_and_checked_per_logical_tensor(tmp_path):
+    result, (run_dir,) = launch(tmp_path, "--tp", "2", "--train-iters", "2", "--save-interval", "2",
+                                "--load-tp", "1", "--load-nproc-per-node", "1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    assert report["config"]["tensor_model_parallel_size"] == 2 and report["world_size"] == 2
+    assert report["config"]["load_layout"] == {"tp": 1, "pp": 1, "ep": 1, "cp": 1, "dp": 1, "world_size": 1}
+    assert report["verified"] is True and report["verification"]["tensors_checked"] > 0
+    assert (run_dir / "integrity" / "iter_0000002" / "global.json").is_file()
+    assert report["load"]["complete"] and report["load_time"] > 0

@@ -41,6 +41,10 @@ def refused(*args) -> str:
         (["--framework", "megatron-lm"], "--framework megatron-lm: give --megatron-path DIR"),
         (["--framework", "primus", "--training-impact"], "--training-impact runs in the built-in worker"),
         (["--backend", "dcp", "--training-impact"], "--training-impact is not read by the dcp backend"),
+        (["--load-tp", "2", "--ckpt-format", "torch"], "that format keeps one file per saving rank and cannot reshard"),
+        (["--load-tp", "2", "--use-distributed-optimizer"], "add --set dist_ckpt_optim_fully_reshardable=true"),
+        (["--load-tp", "3"], "world size 2 is not divisible by TP x PP x CP = 3"),
+        (["--framework", "primus", "--load-pp", "2"], "--load-pp/--load-ep/--load-nproc-per-node run in the built-in"),
     ],
 )
 def test_options_the_runner_does_not_read_are_refused(args, needle):
