@@ -15,7 +15,10 @@ from collections.abc import Callable, Mapping
 
 from bench.config import ConfigError
 
-CKPT_FORMATS = ("torch_dist", "torch")
+CKPT_FORMATS = ("torch_dist", "torch", "torch_dcp", "fsdp_dtensor")  # what Megatron-LM's --ckpt-format takes
+# What the built-in worker saves: its model is DDP-wrapped megatron-core; torch_dcp saves a model wrapped
+# in torch FSDP2 (Megatron-LM's --use-torch-fsdp2), fsdp_dtensor one wrapped in Megatron FSDP.
+WORKER_FORMATS = ("torch_dist", "torch")
 ASYNC_FORMATS = ("torch_dist",)  # megatron-core's async queue serves the sharded format only
 
 Namer = Callable[[str], "str | None"]
@@ -104,6 +107,12 @@ def check_worker_limits(args: Mapping, name: Namer = lambda key: None) -> None:
     """What the built-in worker (megatron-core without Transformer Engine, local files) cannot run,
     though Megatron-LM could."""
     n = lambda key: _spell(name, key)  # noqa: E731
+    if args.get("ckpt_format") not in WORKER_FORMATS:
+        raise ConfigError(
+            f"{n('ckpt_format')} {args.get('ckpt_format')} saves a model wrapped in "
+            f"{'torch FSDP2 (--use-torch-fsdp2)' if args.get('ckpt_format') == 'torch_dcp' else 'Megatron FSDP'}, "
+            f"which the built-in worker (a DDP-wrapped megatron-core model) does not build: use one of "
+            f"{', '.join(WORKER_FORMATS)}, or run Megatron-LM itself (--framework megatron-lm)")
     if args.get("ckpt_format") == "torch" and args.get("use_distributed_optimizer"):
         raise ConfigError(
             f"{n('ckpt_format')} torch with {n('use_distributed_optimizer')} is not supported by the built-in "
