@@ -172,11 +172,11 @@ def test_interrupted_sweep_job_is_recorded_and_resumed(tmp_path):
     sweep_file = tmp_path / "long.yaml"
     sweep_file.write_text(json.dumps({"name": "long", "backend": "dcp", "model": "tiny", "dist_backend": "gloo",
                                       "nproc_per_node": 1, "save_dir": str(tmp_path / "ckpt"),
-                                      "sweep": {"save_calls": [40]}}))
+                                      "sweep": {"save_calls": [25]}}))
     run = Launch(tmp_path, "--sweep", str(sweep_file))
     while not list(tmp_path.glob("runs/sweeps/long/*/0/*/events/rank-0.jsonl")):
         time.sleep(0.2)
-    time.sleep(1.0)
+    time.sleep(0.5)
     os.killpg(run.process.pid, signal.SIGINT)
     returncode, summary, stderr = run.finish()
     assert returncode == 130, stderr[-3000:]
