@@ -39,6 +39,10 @@ class TimeSource(str, Enum):
     MEGATRON_TIMESTAMP = "megatron-timestamp"  # `[YYYY-MM-DD HH:MM:SS.ffffff]` in the message, 1 us
     MEGATRON_TIMER = "megatron-timer"  # `save-checkpoint ...: (min, max)` timers, 10 us as printed
     PRIMUS_PREFIX = "primus-prefix"  # `[YYYYMMDD HH:MM:SS]` line prefix, 1 s
+    NEMO_PREFIX = "nemo-prefix"  # `[NeMo I YYYY-MM-DD HH:MM:SS ...]` line prefix, 1 s
+    NEMO_CLOCK = "nemo-clock"  # NeMo's `Start time: <epoch>.mmms`, `Save duration: s.mmms`, 1 ms
+    TORCHTITAN_TIMESTAMP = "torchtitan-timestamp"  # `YYYY-MM-DD HH:MM:SS,mmm` of Python logging, 1 ms
+    TORCHTITAN_TIMER = "torchtitan-timer"  # torchtitan's `... in 12.34 seconds`, 10 ms
     NONE = "none"  # the source holds no time for this event
 
 
@@ -47,6 +51,10 @@ RESOLUTION_S = {
     TimeSource.MEGATRON_TIMESTAMP: 1e-6,
     TimeSource.MEGATRON_TIMER: 1e-5,
     TimeSource.PRIMUS_PREFIX: 1.0,
+    TimeSource.NEMO_PREFIX: 1.0,
+    TimeSource.NEMO_CLOCK: 1e-3,
+    TimeSource.TORCHTITAN_TIMESTAMP: 1e-3,
+    TimeSource.TORCHTITAN_TIMER: 1e-2,
     TimeSource.NONE: None,
 }
 

@@ -1,29 +1,44 @@
 #!/usr/bin/env python3
 """How fast `ckpt_report.py` reads a big Primus log tree, and in how much memory.
 
-    python benchmarks/parse_speed.py [--dir DIR] [--size-gib 1.0] [--keep]
+    python benchmarks/parse_speed.py [--dir DIR] [--size-gib 1.0] [--keep] [--repeat 5] [--output R.json]
 
 Generates (unless DIR already holds one) a Primus `logs/pre_trainer/` tree of 8 ranks with the line
 mix of a long run: an iteration line per step on the last rank, per-rank debug/info chatter, a timer
 block every 10 steps, a checkpoint save every 500 steps, an arguments dump, loguru-style 10 MB
-rotation (`debug.<timestamp>.log`). Then parses it in a fresh process (so peak RSS is the parse's
-alone) and prints MB/s over the bytes read and over the whole tree, and peak RSS.
+rotation (`debug.<timestamp>.log`). Then:
+
+* parses it in a fresh process (so peak RSS is the parse's alone) and prints MB/s over the bytes read
+  and over the whole tree;
+* times `python ckpt_report.py TREE` (the whole command: interpreter start-up included) against
+  `grep -rE "checkpoint|time across ranks|arguments" TREE` over the same tree, runs of the two taking
+  turns, `--repeat` times each, and prints the ratio of their medians and ckpt_report.py's peak RSS.
+  grep writes its matching lines to a file, as a user keeping them would (with its output on
+  /dev/null GNU grep stops reading a file at its first match; that time is printed too);
+* prints the SHA-256 of the report's JSON (`--output` keeps it), to compare the numbers of two
+  versions on one tree (`--dir`).
+
+The machine should be otherwise idle: the ratio compares wall-clock times.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+GREP_PATTERN = "checkpoint|time across ranks|arguments"
 
 RANKS = 8
 ROTATE_BYTES = 10 << 20  # Primus's loguru sinks rotate at "10 MB"
@@ -147,11 +162,47 @@ def parse(root: Path) -> dict:
     }
 
 
+def timed_run(command: list[str], stdout) -> tuple[float, float, int]:
+    """Wall seconds, peak RSS (MiB) and exit status of `command` (its own rusage, via wait4)."""
+    started = time.perf_counter()
+    process = subprocess.Popen(command, stdout=stdout, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(process.pid, 0)
+    seconds = time.perf_counter() - started
+    process.returncode = os.waitstatus_to_exitcode(status)
+    return seconds, usage.ru_maxrss / 1024, process.returncode
+
+
+def against_grep(root: Path, repeat: int, output: Path) -> dict:
+    """`ckpt_report.py TREE` and grep over the tree, taking turns: medians, ratio, peak RSS."""
+    report = [sys.executable, str(ROOT / "ckpt_report.py"), str(root), "--output", str(output)]
+    grep = ["grep", "-rE", GREP_PATTERN, str(root)]
+    times: dict[str, list[float]] = {"report": [], "grep": [], "grep_null": []}
+    rss = []
+    with tempfile.TemporaryDirectory(prefix="ckpt-bench-grep-") as scratch:
+        for _ in range(repeat):
+            with open(Path(scratch) / "matches.txt", "wb") as matches:
+                seconds, _, status = timed_run(grep, matches)
+            if status:
+                sys.exit(f"grep exited {status}")
+            times["grep"].append(seconds)
+            times["grep_null"].append(timed_run(grep, subprocess.DEVNULL)[0])
+            seconds, peak, status = timed_run(report, subprocess.DEVNULL)
+            if status:
+                sys.exit(f"ckpt_report.py exited {status}")
+            times["report"].append(seconds)
+            rss.append(peak)
+    median = {name: statistics.median(values) for name, values in times.items()}
+    return {"median": median, "times": times, "peak_rss_mib": max(rss),
+            "ratio": median["report"] / median["grep"], "ratio_null": median["report"] / median["grep_null"]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dir", type=Path, help="where the tree is (generated there if absent)")
     parser.add_argument("--size-gib", type=float, default=1.0)
     parser.add_argument("--keep", action="store_true", help="keep a generated temporary tree")
+    parser.add_argument("--repeat", type=int, default=5, help="runs of ckpt_report.py and of grep (default 5)")
+    parser.add_argument("--output", type=Path, help="keep the report's JSON here")
     parser.add_argument("--parse-only", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.parse_only:
@@ -175,6 +226,19 @@ def main() -> None:
         print(f"parse: {figures['seconds']} s, {figures['bytes_read'] / mb / figures['seconds']:.0f} MB/s read, "
               f"{total / mb / figures['seconds']:.0f} MB/s of tree; {figures['saves']} saves; "
               f"peak RSS {figures['peak_rss_mib']} MiB")
+        with tempfile.TemporaryDirectory(prefix="ckpt-bench-report-") as scratch:
+            output = args.output or Path(scratch) / "report.json"
+            result = against_grep(root, max(1, args.repeat), output)
+            digest = hashlib.sha256(output.read_bytes()).hexdigest()
+        median = result["median"]
+        runs = ", ".join(f"{t:.2f}" for t in result["times"]["report"])
+        print(f"ckpt_report.py {root}: median {median['report']:.2f} s over {args.repeat} runs ({runs}), "
+              f"peak RSS {result['peak_rss_mib']:.1f} MiB")
+        print(f"grep -rE \"{GREP_PATTERN}\" > file: median {median['grep']:.2f} s "
+              f"({', '.join(f'{t:.2f}' for t in result['times']['grep'])}); > /dev/null: median "
+              f"{median['grep_null']:.2f} s")
+        print(f"ratio ckpt_report.py / grep: {result['ratio']:.2f} (grep > /dev/null: {result['ratio_null']:.2f})")
+        print(f"report sha256 {digest}")
     finally:
         if args.dir is None and not args.keep:
             shutil.rmtree(base, ignore_errors=True)

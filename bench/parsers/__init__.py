@@ -3,8 +3,13 @@
 One parser per source format, each behind the same small interface (`LogParser`), each producing
 the `bench.events` vocabulary, so `bench.report` builds the same report as for our own runs:
 
-* `megatron.MegatronParser`: Megatron-LM stdout; also the one grammar of Megatron's messages.
-* `primus.PrimusParser`: Primus file/console lines; strips the prefix, hands the message over.
+* `megatron.MegatronParser`: Megatron-LM (and Megatron-Bridge) stdout; also the one grammar of
+  Megatron's messages.
+* `srun.SrunMegatronParser`: Megatron-LM stdout under `srun --label` (`13: ` before every line).
+* `primus.PrimusParser`: Primus file/console lines; strips the prefix, hands the message over (to
+  Megatron's grammar, and to torchtitan's for Primus's torchtitan backend).
+* `nemo.NemoParser`: NeMo 2 / BioNeMo logs (`[NeMo I 2025-05-15 23:42:47 nemo_logging:393] ...`).
+* `torchtitan.TorchtitanParser`: torchtitan logs (`[titan] 2025-05-15 23:42:47,123 - root - INFO - ...`).
 * `sources`: what a PATH is (sniffed with `PARSERS`) and which files to read.
 * `session`: logs in order -> one stream of events (`events_of`), and what they say beside events.
 
@@ -19,9 +24,12 @@ from typing import Protocol
 
 from bench.events import CheckpointEvent
 from bench.parsers.arguments import ArgumentsDump
-from bench.parsers.lines import Line
+from bench.parsers.lines import Grammar, Line
 from bench.parsers.megatron import MegatronParser
+from bench.parsers.nemo import NemoParser
 from bench.parsers.primus import PrimusParser
+from bench.parsers.srun import SrunMegatronParser
+from bench.parsers.torchtitan import TorchtitanParser
 
 
 class LogParser(Protocol):
@@ -32,6 +40,7 @@ class LogParser(Protocol):
     folder_layout: str | None  # what a log folder of this format is, for messages; None: single files only
     arguments: ArgumentsDump  # the log's arguments dump(s)
     observed: dict[str, tuple[object, str]]  # configuration seen outside a dump: key -> (value, where)
+    grammar: Grammar  # which lines of its files can matter (`bench.parsers.lines`)
 
     @classmethod
     def sniff(cls, first_lines: list[str]) -> bool:
@@ -58,6 +67,10 @@ class LogParser(Protocol):
     def run_info(self) -> dict:
         """Configuration keys of the report the log holds, with real types."""
 
+    @property
+    def notes(self) -> list[str]:
+        """What the report should say about the log beside its numbers; read once the log is done."""
+
 
 # Sniffed in this order; the last one takes any file.
-PARSERS: tuple[type[LogParser], ...] = (PrimusParser, MegatronParser)
+PARSERS: tuple[type[LogParser], ...] = (PrimusParser, NemoParser, TorchtitanParser, SrunMegatronParser, MegatronParser)

@@ -30,6 +30,8 @@ EXTRA_KEYS = (
     "expert_model_parallel_size",
     "load",
     "non_persistent_ckpt_type",
+    "use_persistent_ckpt_worker",
+    "ckpt_assume_constant_structure",
     "num_layers",
     "hidden_size",
     "bf16",

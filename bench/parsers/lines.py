@@ -1,15 +1,27 @@
 """Streaming the lines of a log: constant memory, and only the lines a report can use.
 
-Logs of long runs reach gigabytes, and almost every line is an iteration line no report needs. So
-files are read in binary, each line is tested with one cheap byte search, and only the survivors
-are decoded and handed to a parser. What survives:
+Logs of long runs reach gigabytes, and almost every line is an iteration line no report needs. So a
+file is read in blocks of a few MiB and searched in C (`bytes.find`, compiled patterns) for the few
+lines that can matter; only those are decoded and handed to a parser, never the others one by one.
+What a format keeps is its `Grammar`:
 
-* a line that mentions a checkpoint, a timer header (`... across ranks (ms):`) or the arguments dump;
-* every line of the arguments dump (its lines name no keyword);
-* the continuation lines of a surviving record that can matter: a timer's entries follow its header
-  on their own lines, and only entries naming a checkpoint timer, timer names (`  name:`) and
-  per-rank values (`rank N: t`) can. What "continuation" means is the format's business
-  (`continues`): an indented line in Megatron's stdout, a line without the Primus prefix in Primus.
+* a line holding one of its `keywords` (`checkpoint`, the start of an arguments dump, ...);
+* every line of an arguments dump (its lines name no keyword), up to `end of arguments`;
+* for formats with multi-line records (`record_start`: a line that does not start a record continues
+  the one above, e.g. an indented line in Megatron's stdout, a line without the prefix in Primus),
+  the continuation lines of a kept record that can matter: timer names (`  name:`) and per-rank
+  values (`rank N: t`);
+* a timer block's header (`... across ranks (ms):`, a `headers` keyword) only when a line of its
+  block, or the line right after it, is kept: a block naming no checkpoint timer cannot matter, and a
+  long run prints thousands. The header is looked for up to 1 MiB before the kept line, in the same
+  file (a block split by a rotation loses its header);
+* with a `context` (trigger, needle), the nearest line before a kept line holding the trigger that
+  holds the needle, after the line kept before it, in the same block: torchtitan's `step: N` before
+  a save that does not name its step.
+
+`candidate_lines` states the same rules line by line: it is the definition, `scan_lines` the fast
+reading, and the two keep the same lines but for timer headers whose block holds nothing kept (and
+context lines, which the definition does not have). `tests/unit/test_log_scan.py` holds them to it.
 
 Damaged files: a `.gz` cut short (a copy interrupted, a disk full) gives the lines before the cut
 and a note saying where it is; data that is not gzip, or is corrupt inside, is an `OSError` naming the
@@ -24,28 +36,72 @@ from __future__ import annotations
 
 import errno
 import gzip
-import itertools
 import os
 import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
 ANSI = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]")
-ARGUMENTS_START = b"- arguments -"
+ARGUMENTS_START = b"--- arguments ---"  # Megatron's `-------- arguments --------` (3+ dashes, as the parser reads it)
 ARGUMENTS_END = b"end of arguments"
 _BUFFER = 1 << 20
+BLOCK = 8 << 20  # bytes searched at once
+_MAX_CARRY = 1 << 20  # how far a timer header is looked for, or carried over a block boundary
+_COLON_END = re.compile(rb":[ \t\r\x0b\x0c]*(?:\n|\Z)")  # a line whose last non-blank character is `:`
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a line is when its reader did not count lines (`scan_lines`): `lines` lines after byte
+    `offset` (a line start) of file `file` of its stream. `locate` turns it into a line number."""
+
+    file: int
+    offset: int
+    lines: int = 0
 
 
 # A line to parse: the files it was read from (one stream: a log and its rotations, oldest first),
-# its number in them counted across the files (`locate` turns it into file and line), its text.
-Line = tuple[list[Path], int, str]
+# where it is in them (a line number counted across the files, or a `Position`; `locate` turns
+# either into file and line), its text.
+Line = tuple[list[Path], "int | Position", str]
+
+
+@dataclass(frozen=True)
+class Grammar:
+    """Which lines of a format can matter to a report (see the module docstring)."""
+
+    keywords: tuple[bytes, ...]
+    record_start: re.Pattern[bytes] | None = None  # matches at the start of a line that begins a record
+    headers: tuple[bytes, ...] = ()  # a record holding one is kept only for a kept line in its block
+    context: tuple[bytes, bytes] | None = None  # (trigger, needle)
+
+    def continues(self, raw: bytes) -> bool:
+        """Whether a line continues the record above it."""
+        return self.record_start is not None and self.record_start.match(raw) is None
+
+    @property
+    def next_record(self) -> re.Pattern[bytes]:
+        """A newline followed by a line that begins a record."""
+        return _next_record(self.record_start)
+
+
+_NEXT_RECORD: dict[bytes, re.Pattern[bytes]] = {}
+
+
+def _next_record(start: re.Pattern[bytes]) -> re.Pattern[bytes]:
+    pattern = _NEXT_RECORD.get(start.pattern)
+    if pattern is None:
+        pattern = _NEXT_RECORD[start.pattern] = re.compile(b"\n(?:" + start.pattern + b")")
+    return pattern
 
 
 def read_lines(path: str | os.PathLike, notes: list[str]) -> Iterator[bytes]:
     """The raw lines of a file (gzip-compressed when its name ends in `.gz`); `notes` gets where a
-    `.gz` cut short ends."""
+    `.gz` cut short ends. For a file's first lines (sniffing) and for `locate`: `scan_lines` reads
+    the lines a report needs."""
     if not str(path).endswith(".gz"):
         with open(path, "rb", buffering=_BUFFER) as plain:
             yield from plain
@@ -56,20 +112,30 @@ def read_lines(path: str | os.PathLike, notes: list[str]) -> Iterator[bytes]:
             for number, line in enumerate(compressed, 1):  # noqa: B007 - `number` says where a cut is
                 yield line
         except EOFError:
-            notes.append(f"{path} is cut short (truncated .gz): read up to line {number}, the rest is lost")
+            notes.append(_cut_note(path, number))
         except (gzip.BadGzipFile, zlib.error) as error:
-            raise OSError(errno.EINVAL, f"not readable as gzip ({error})", str(path)) from error
+            raise _not_gzip(path, error) from error
 
 
-def series_lines(files: list[Path], continues: Callable[[bytes], bool], notes: list[str]) -> Iterator[Line]:
-    """The lines worth parsing of files read as one stream (a log and its rotations, oldest first)."""
-    raw = itertools.chain.from_iterable(read_lines(f, notes) for f in files)
-    return ((files, number, text) for number, text in candidate_lines(raw, continues))
+def _cut_note(path, lines: int) -> str:
+    return f"{path} is cut short (truncated .gz): read up to line {lines}, the rest is lost"
 
 
-def locate(files: list[Path], number: int) -> tuple[Path, int]:
-    """File and line in it of line `number` of `files` read as one stream. Reads the files again to
-    count their lines: for a note, not for every line."""
+def _not_gzip(path, error: Exception) -> OSError:
+    return OSError(errno.EINVAL, f"not readable as gzip ({error})", str(path))
+
+
+def locate(files: list[Path], number: int | Position) -> tuple[Path, int]:
+    """File and line in it of line `number` of `files` read as one stream (or of a `Position`). Reads
+    the files again to count their lines: for a note, not for every line."""
+    if isinstance(number, Position):
+        path, lines, size = files[number.file], 0, 0
+        for raw in read_lines(path, []):
+            if size >= number.offset:
+                break
+            size += len(raw)
+            lines += 1
+        return path, lines + number.lines + 1
     for path in files[:-1]:
         count = sum(1 for _ in read_lines(path, []))
         if number <= count:
@@ -78,18 +144,29 @@ def locate(files: list[Path], number: int) -> tuple[Path, int]:
     return files[-1], number
 
 
+# -- the definition, line by line ------------------------------------------------------------------
+
+
+def _hit(raw: bytes, keywords: tuple[bytes, ...]) -> bool:
+    return any(keyword in raw for keyword in keywords)
+
+
 def candidate_lines(
-    raw_lines: Iterable[bytes], continues: Callable[[bytes], bool]
+    raw_lines: Iterable[bytes], continues: Callable[[bytes], bool], grammar: Grammar | None = None
 ) -> Iterator[tuple[int, str]]:
-    """(line number, text) of the lines worth parsing, ANSI colour codes removed."""
+    """(line number, text) of the lines worth parsing, ANSI colour codes removed: the rules, one
+    line at a time (timer headers are kept whatever their block holds). `grammar`: its keywords and
+    headers (Megatron's by default); `continues` says which lines continue a record."""
+    grammar = grammar or MEGATRON
+    keywords = grammar.keywords + grammar.headers
     follow = in_arguments = False
     for number, raw in enumerate(raw_lines, 1):
         if b"\x1b" in raw:
             raw = ANSI.sub(b"", raw)
         if in_arguments:
             in_arguments = ARGUMENTS_END not in raw
-        elif b"checkpoint" in raw or b"across ranks (ms)" in raw or ARGUMENTS_START in raw:
-            follow = True  # (`in` is twice as fast as one alternation regex here)
+        elif _hit(raw, keywords):
+            follow = True
             in_arguments = ARGUMENTS_START in raw
         elif not (follow and continues(raw)):
             follow = False
@@ -101,6 +178,322 @@ def candidate_lines(
 
 def is_indented(raw: bytes) -> bool:
     return raw[:1] in (b" ", b"\t")
+
+
+# Megatron-LM's stdout: a record's continuation lines are indented (a timer's entries).
+MEGATRON = Grammar(
+    keywords=(b"checkpoint", ARGUMENTS_START, b"without --use-persistent-ckpt-worker"),
+    record_start=re.compile(rb"[^ \t]"),
+    headers=(b"across ranks (ms)",),
+)
+
+
+# -- the fast reading ------------------------------------------------------------------------------
+
+
+def scan_lines(files: list[Path], grammar: Grammar, notes: list[str], block: int = BLOCK) -> Iterator[Line]:
+    """The lines worth parsing of files read as one stream (a log and its rotations, oldest first),
+    `block` bytes at a time (at first: a line or a timer block that does not fit doubles it)."""
+    scan = _Scan(grammar, block)
+    for index, path in enumerate(files):
+        for where, text in scan.file(path, index, notes):
+            yield files, where, text
+
+
+class OneFileFormat:
+    """A format whose logs are single files (no folder layout), read with its `grammar`."""
+
+    folder_layout = None
+    grammar: Grammar
+
+    @classmethod
+    def lines(cls, streams: list[list[Path]], notes: list[str]) -> Iterator[Line]:
+        (files,) = streams
+        return scan_lines(files, cls.grammar, notes)
+
+
+class _Blocks:
+    """A file's blocks of whole lines: `buf[:end]`, the last line without its newline only at the end
+    of the file. The caller says how far it used each (`keep`): the next block starts there; when it
+    used nothing (a record it keeps for the next block fills the block), the next block is larger."""
+
+    def __init__(self, path: Path, buffer: bytearray):
+        self.path, self.buffer = path, buffer
+        self.keep = 0  # where the next block starts, in the block just given
+        self.offset = 0  # where the block just given starts in the file (its decompressed bytes)
+        self.cut_short: int | None = None  # lines read of a `.gz` cut short
+
+    def __iter__(self) -> Iterator[tuple[bytes | bytearray, int, bool]]:
+        """(buffer, end, last) per block."""
+        return self._gzip() if str(self.path).endswith(".gz") else self._plain()
+
+    def _plain(self) -> Iterator[tuple[bytearray, int, bool]]:
+        with open(self.path, "rb", buffering=0) as file:
+            while True:
+                buf = self.buffer
+                size = _fill(file, buf)
+                if size == 0:
+                    return
+                last = size < len(buf)
+                end = size if last else buf.rfind(b"\n", 0, size) + 1
+                used = 0
+                if end:
+                    self.keep = end
+                    yield buf, end, last
+                    if last:
+                        return
+                    used = self.keep
+                if not used:  # a line longer than the buffer, or a kept record filling it
+                    self.buffer = bytearray(2 * len(buf))
+                file.seek(used - size, os.SEEK_CUR)  # read again what was not used
+                self.offset += used
+
+    def _gzip(self) -> Iterator[tuple[bytes, int, bool]]:
+        rest, lines, want = b"", 0, len(self.buffer)
+        with gzip.open(self.path, "rb") as compressed:
+            while True:
+                parts, size, last, cut = [rest], len(rest), False, False
+                try:
+                    while size < want:
+                        data = compressed.read1(want - size)
+                        if not data:
+                            last = True
+                            break
+                        parts.append(data)
+                        size += len(data)
+                except EOFError:
+                    last = cut = True
+                except (gzip.BadGzipFile, zlib.error) as error:
+                    raise _not_gzip(self.path, error) from error
+                block = b"".join(parts)
+                end = len(block) if last else block.rfind(b"\n") + 1
+                used = 0
+                if end:
+                    self.keep = end
+                    yield block, end, last
+                    used = self.keep
+                if last:
+                    if cut:
+                        self.cut_short = lines + block.count(b"\n") + (not block.endswith(b"\n"))
+                    return
+                if not used:
+                    want *= 2
+                lines += block.count(b"\n", 0, used)
+                rest = block[used:]
+                self.offset += used
+
+
+def _fill(file, buf: bytearray) -> int:
+    """Reads into `buf` until it is full or the file ends; the bytes read."""
+    view, size = memoryview(buf), 0
+    while size < len(buf):
+        got = file.readinto(view[size:])
+        if not got:
+            break
+        size += got
+    return size
+
+
+class _Scan:
+    """The state of one stream's scan, carried from block to block and file to file."""
+
+    def __init__(self, grammar: Grammar, block: int):
+        self.grammar = grammar
+        self.follow = False  # the last kept line's record may go on
+        self.in_arguments = False
+        self.buffer = bytearray(block)
+
+    def file(self, path: Path, index: int, notes: list[str]) -> Iterator[tuple[Position, str]]:
+        blocks = _Blocks(path, self.buffer)
+        for raw, end, last in blocks:
+            buf, stripped = raw, False
+            if raw.find(b"\x1b", 0, end) >= 0:  # ANSI colours: removed before anything is searched
+                buf, stripped = ANSI.sub(b"", raw[:end]), True
+            block = _Block(self, buf, len(buf) if stripped else end, last, index, blocks.offset, stripped)
+            yield from block.lines()
+            keep = block.keep
+            if stripped:  # back to a position in the file's bytes
+                keep = end if keep >= block.end else _nth_line_start(raw, buf.count(b"\n", 0, keep))
+            blocks.keep = keep
+        self.buffer = blocks.buffer
+        if blocks.cut_short is not None:
+            notes.append(_cut_note(path, blocks.cut_short))
+
+
+def _nth_line_start(raw: bytes | bytearray, lines: int) -> int:
+    """Where line `lines` (counted from 0) of `raw` starts."""
+    position = 0
+    for _ in range(lines):
+        position = raw.index(b"\n", position) + 1
+    return position
+
+
+class _Block:
+    """One block of a stream: finds its kept lines (positions are in `buf`)."""
+
+    def __init__(self, scan: _Scan, buf: bytes | bytearray, end: int, last: bool, file: int, offset: int,
+                 stripped: bool):
+        self.scan, self.buf, self.end, self.last = scan, buf, end, last
+        self.grammar = scan.grammar
+        self.file, self.offset, self.stripped = file, offset, stripped
+        self.keep = end
+        self._counted = self._lines = 0  # in a stripped block: lines before position `_counted`
+        self._done = 0  # end of the last line handed over
+        self.hits = self._hits()
+        self._hit = 0  # index of the first hit not behind us
+
+    def _hits(self) -> list[int]:
+        buf, end, found = self.buf, self.end, []
+        for keyword in self.grammar.keywords:
+            position = buf.find(keyword, 0, end)
+            while position >= 0:
+                found.append(position)
+                position = buf.find(keyword, position + len(keyword), end)
+        found.sort()
+        return found
+
+    # -- positions ------------------------------------------------------------------------------
+
+    def where(self, start: int) -> Position:
+        if not self.stripped:
+            return Position(self.file, self.offset + start)
+        self._lines += self.buf.count(b"\n", self._counted, start)
+        self._counted = start
+        return Position(self.file, self.offset, self._lines)
+
+    def line_start(self, position: int, floor: int = 0) -> int:
+        return self.buf.rfind(b"\n", floor, position) + 1 or floor
+
+    def line_end(self, position: int) -> int:
+        newline = self.buf.find(b"\n", position, self.end)
+        return self.end if newline < 0 else newline + 1
+
+    def record_starts(self, position: int) -> bool:
+        return self.grammar.record_start.match(self.buf, position, self.end) is not None
+
+    def run_end(self, start: int, stop: int) -> int:
+        """The first line in [start, stop) that begins a record (`start`: a line start), else `stop`."""
+        if start >= stop or self.record_starts(start):
+            return start
+        found = self.grammar.next_record.search(self.buf, start, stop)
+        return stop if found is None else found.start() + 1
+
+    def text(self, start: int, stop: int) -> tuple[Position, str]:
+        self._done = stop
+        return self.where(start), self.buf[start:stop].decode("utf-8", "replace").rstrip("\r\n")
+
+    # -- the rules ------------------------------------------------------------------------------
+
+    def lines(self) -> Iterator[tuple[Position, str]]:
+        scan, grammar, end = self.scan, self.grammar, self.end
+        position = 0
+        while position < end:
+            if scan.in_arguments:
+                found = self.buf.find(ARGUMENTS_END, position, end)
+                stop = end if found < 0 else self.line_end(found)
+                yield from self._every_line(position, stop)
+                scan.in_arguments = found < 0
+                position = stop
+            elif scan.follow and grammar.record_start is not None:
+                stop = self.run_end(position, end)
+                position = yield from self._run(position, stop)
+                if not scan.in_arguments and stop < end:
+                    scan.follow = False  # a line beginning a record ends it (a block's end does not)
+            else:
+                hit = self._next_hit(position)
+                if hit is None:
+                    break
+                start = self.line_start(hit, position)
+                if grammar.record_start is not None and grammar.headers:
+                    start = self._header_before(position, start)
+                position = yield from self._kept(start)
+        if not scan.follow and not scan.in_arguments and not self.last:
+            self.keep = self._open_header()
+
+    def _next_hit(self, position: int) -> int | None:
+        hits, index = self.hits, self._hit
+        while index < len(hits) and hits[index] < position:
+            index += 1
+        self._hit = index
+        return hits[index] if index < len(hits) else None
+
+    def _kept(self, start: int) -> Iterator[tuple[Position, str]]:
+        """A kept line (and the line its context brings): the position after it."""
+        stop = self.line_end(start)
+        line = self.buf[start:stop]
+        context = self.grammar.context
+        if context is not None and context[0] in line:
+            found = self.buf.rfind(context[1], self._done, start)
+            if found >= 0:
+                before = self.line_start(found, self._done)
+                yield self.text(before, self.line_end(before))
+        yield self.text(start, stop)
+        self.scan.follow = True
+        self.scan.in_arguments = ARGUMENTS_START in line
+        return stop
+
+    def _every_line(self, start: int, stop: int) -> Iterator[tuple[Position, str]]:
+        while start < stop:
+            end = self.line_end(start)
+            yield self.text(start, end)
+            start = end
+
+    def _run(self, start: int, stop: int) -> Iterator[tuple[Position, str]]:
+        """The kept lines of a record's continuation lines in [start, stop): the position after them,
+        or after a line starting an arguments dump."""
+        buf, candidates = self.buf, set()
+        index = self._hit
+        while index < len(self.hits) and self.hits[index] < stop:
+            if self.hits[index] >= start:
+                candidates.add(self.line_start(self.hits[index], start))
+            index += 1
+        found = buf.find(b"rank", start, stop)
+        while found >= 0:
+            line = self.line_start(found, start)
+            candidates.add(line)
+            found = buf.find(b"rank", self.line_end(line), stop)
+        for match in _COLON_END.finditer(buf, start, stop):
+            candidates.add(self.line_start(match.start(), start))
+        for line in sorted(candidates):
+            position = yield from self._kept(line)
+            if self.scan.in_arguments:
+                return position
+        return stop
+
+    def _header_before(self, floor: int, start: int) -> int:
+        """The header line of the timer block that the line at `start` is in or ends (its run of
+        continuation lines reaches it), if that block starts in [floor, start); else `start`."""
+        if start <= floor:
+            return start
+        before = self.line_start(start - 1, floor)
+        if self.record_starts(before):  # the line before begins a record: a header, or not
+            return before if self._is_header(before) else start
+        lowest = max(floor, start - _MAX_CARRY)
+        header = max(self.buf.rfind(keyword, lowest, start) for keyword in self.grammar.headers)
+        if header < 0:
+            return start
+        line = self.line_start(header, floor)
+        if self.record_starts(line) and self.run_end(self.line_end(line), start) == start:
+            return line
+        return start
+
+    def _is_header(self, start: int) -> bool:
+        stop = self.line_end(start)
+        return any(self.buf.find(keyword, start, stop) >= 0 for keyword in self.grammar.headers)
+
+    def _open_header(self) -> int:
+        """Where a timer block at the end of the block starts, when nothing of it was kept yet and it
+        may go on in the next block (then it is read again there); else the end of the block."""
+        if not self.grammar.headers or self.grammar.record_start is None:
+            return self.end
+        header = max(self.buf.rfind(keyword, self._done, self.end) for keyword in self.grammar.headers)
+        if header < 0:
+            return self.end
+        line = self.line_start(header, self._done)
+        if (self.end - line <= _MAX_CARRY and self.record_starts(line)
+                and self.run_end(self.line_end(line), self.end) == self.end):
+            return line
+        return self.end
 
 
 def megatron_time_ns(text: str) -> int:

@@ -9,9 +9,14 @@ the one grammar for both. Save/load wordings of every generation:
     saving checkpoint at iteration     100 to /ckpt in torch_dist format        (2024-25: no timestamp)
     saving checkpoint at iteration       1 to /ckpt                             (legacy)
       successfully saved checkpoint at iteration       1 to /ckpt               (legacy)
+      [2026-05-14 10:00:09.000000] successfully saved local checkpoint from iteration     100
      loading checkpoint from /ckpt at iteration 100  |  loading distributed ...  |  loading release ...
-      successfully loaded checkpoint from /ckpt [ t 1/1, p 1/1 ] at iteration 100
+      successfully loaded checkpoint from /ckpt [ t 1/1, gtp_remat 1/1, p 1/1 ] at iteration 100
     WARNING: Starting a checkpoint save before previous has finished ...
+    UserWarning: --async-save is not supported without --use-persistent-ckpt-worker. Disabling --async-save.
+
+(the `[ t a/b, gtp_remat c/d, p e/f ]` view is the 2026 form, `[ t a/b, p e/f ]` the older one; a
+local checkpoint, `--non-persistent-ckpt-type local`, names no folder in its end line).
 
 and the timers printed after a save or load, in the three styles of `megatron.core.timers`:
 
@@ -30,9 +35,13 @@ Which rank, which clock:
   (10 us, as `elapsed_ns`), else the Primus line prefix (1 s), else none. A timer is therefore only
   emitted for a phase whose two ends are not both timestamped; the report engine merges it into the
   line's event.
-* The `save-checkpoint` timer is the whole save when the save is synchronous. For an async save (a
-  `scheduled an async checkpoint save` line, or `async_save True` in the arguments) it is the
-  blocking part only, and the save is complete when the `successfully saved` line appears.
+* The `save-checkpoint` timer (`save-checkpoint-non-persistent` for a non-persistent save) is the
+  whole save when the save is synchronous. For an async save (a `scheduled an async checkpoint save`
+  line, or `async_save True` in the arguments) it is the blocking part only, and the save is
+  complete when the `successfully saved` line appears. Megatron-LM turns async saves of distributed
+  checkpoints off without `--use-persistent-ckpt-worker`, with a warning: after it, saves are
+  synchronous whatever the arguments say, and the notes say so (as when the arguments ask for async
+  saves and no save was scheduled async).
 * A timer goes to the oldest save of this process still waiting for one: with 1 s Primus times the
   next save may sort before the previous save's timer. A new process (arguments dump, checkpoint
   load) or the end of the log closes the saves still open as failed-to-finish, so a save killed
@@ -43,13 +52,11 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 from bench.events import OVERLAPS_PREVIOUS, CheckpointEvent, EventKind, TimeSource
 from bench.parsers.arguments import ArgumentsDump
-from bench.parsers.lines import Line, is_indented, megatron_time_ns, series_lines
+from bench.parsers.lines import MEGATRON, Grammar, OneFileFormat, megatron_time_ns
 
 RANK = 0  # the rank that prints Megatron's save/load lines
 
@@ -66,14 +73,16 @@ SAVE_DONE = re.compile(
     _STAMP + r"successfully saved checkpoint (?:from|at) iteration\s+(?P<iteration>\d+) "
     r"to (?P<path>.+?)" + _VIEW + r"\s*$"
 )
+LOCAL_SAVE_DONE = re.compile(_STAMP + r"successfully saved local checkpoint from iteration\s+(?P<iteration>\d+)\s*$")
 LOAD_START = re.compile(
-    r"(?:^|\s)loading (?:(?P<kind>distributed|release) )?checkpoint from (?P<path>.+?)"
+    r"(?:^|\s)loading (?P<kind>(?:release |distributed )*)checkpoint from (?P<path>.+?)"
     r"(?: at iteration (?P<iteration>\d+))?\s*$"
 )
 LOAD_DONE = re.compile(
     r"successfully loaded checkpoint from (?P<path>.+?)" + _VIEW + r" at iteration (?P<iteration>\d+)"
 )
 OVERLAP_WARNING = "Starting a checkpoint save before previous has finished"
+ASYNC_OFF_WARNING = "--async-save is not supported without --use-persistent-ckpt-worker"
 
 TIMER_HEADER = re.compile(r"(?:\(min, max\) time|max time|times) across ranks \(ms\):")
 TIMER_ENTRY = re.compile(
@@ -107,11 +116,11 @@ class _TimerBlock:
     target: _Operation | None = None
 
 
-class MegatronParser:
+class MegatronParser(OneFileFormat):
     """Megatron stdout: feed lines, get events. Also the message parser inside `PrimusParser`."""
 
     format = "megatron-stdout"
-    folder_layout = None  # stdout is one file
+    grammar: Grammar = MEGATRON
 
     def __init__(self) -> None:
         self.arguments = ArgumentsDump()
@@ -122,6 +131,8 @@ class MegatronParser:
         self._timer: _TimerBlock | None = None
         self._overlap_next = False
         self._seq = 0
+        self._async_off: int | None = None  # seq of Megatron's warning that it turned async saves off
+        self._saves = self._scheduled = 0
 
     # -- the LogParser interface ----------------------------------------------------------------
 
@@ -130,11 +141,6 @@ class MegatronParser:
         """Any text may be a Megatron stdout: its lines are recognised by their wording, not by a
         prefix, so this is the fallback format."""
         return True
-
-    @classmethod
-    def lines(cls, streams: list[list[Path]], notes: list[str]) -> Iterator[Line]:
-        (files,) = streams
-        return series_lines(files, is_indented, notes)
 
     def feed(self, line: str, seq: int) -> list[CheckpointEvent]:
         return self.feed_message(line, seq)
@@ -145,6 +151,25 @@ class MegatronParser:
     @property
     def run_info(self) -> dict:
         return {**{key: value for key, (value, _) in self.observed.items()}, **self.arguments.run_info()}
+
+    @property
+    def notes(self) -> list[str]:
+        """What the report should say beside its numbers: async saves asked for and not made."""
+        if self._async_off is not None:
+            asked = " (the arguments dump says async_save True)" if self._asked_async() else ""
+            return [f"async saves were asked for{asked} but Megatron-LM turned them off: it saves distributed "
+                    "checkpoints asynchronously only with --use-persistent-ckpt-worker (its warning "
+                    "'--async-save is not supported without --use-persistent-ckpt-worker'); the saves after it "
+                    "are synchronous, their block time is their whole time"]
+        if self._asked_async() and self._saves and not self._scheduled:
+            return ["the arguments ask for async saves (async_save True) but no save was scheduled async (no "
+                    "'scheduled an async checkpoint save' line): the saves may have run synchronously; their "
+                    "block time is from the save-checkpoint timer, their completion from the "
+                    "'successfully saved' line"]
+        return []
+
+    def _asked_async(self) -> bool:
+        return self.arguments.values.get("async_save") is True
 
     # -- messages -------------------------------------------------------------------------------
 
@@ -165,6 +190,8 @@ class MegatronParser:
             self._timer = _TimerBlock()
         elif self.arguments.starts(message):
             return self._close_process("a new process started before this save finished", seq)
+        elif ASYNC_OFF_WARNING in message:
+            self._async_off = seq
         return []
 
     def _checkpoint_line(self, message: str, seq: int, prefix_ns: int | None) -> list[CheckpointEvent]:
@@ -172,7 +199,7 @@ class MegatronParser:
             return self._save_start(match, seq, prefix_ns)
         if match := SAVE_SCHEDULED.search(message):
             return self._save_scheduled(match, seq, prefix_ns)
-        if match := SAVE_DONE.search(message):
+        if match := SAVE_DONE.search(message) or LOCAL_SAVE_DONE.search(message):
             return self._save_done(match, seq, prefix_ns)
         if match := LOAD_DONE.search(message):
             return self._load_done(match, seq, prefix_ns)
@@ -190,7 +217,8 @@ class MegatronParser:
             extra[OVERLAPS_PREVIOUS] = True
             self._overlap_next = False
         start = _event(EventKind.SAVE_START, match, seq, prefix_ns, extra=extra)
-        save = _Operation(start, asynchronous=self.arguments.values.get("async_save") is True)
+        save = _Operation(start, asynchronous=self._asked_async() and self._async_off is None)
+        self._saves += 1
         self._open[start.iteration] = save
         self._untimed.append(save)
         self.observed["save"] = (start.path, SAVE_LINES)
@@ -202,6 +230,7 @@ class MegatronParser:
         block_end = _event(EventKind.SAVE_BLOCK_END, match, seq, prefix_ns)
         save = self._open.get(block_end.iteration)
         self.observed["async_save"] = (True, SAVE_LINES)
+        self._scheduled += 1
         if save is None:
             return [block_end]  # the log begins mid-save: the engine keeps it as an orphan
         save.asynchronous = True
@@ -214,6 +243,8 @@ class MegatronParser:
         save = self._open.pop(end.iteration, None)
         if save is None:
             return [end]
+        if end.path is None:  # a local checkpoint's end names no folder: its start did
+            end = replace(end, path=save.start.path)
         save.end = end
         if _stamped(save.start, end):
             save.stamped.add(EventKind.SAVE_END)
@@ -244,7 +275,8 @@ class MegatronParser:
     # -- loads ----------------------------------------------------------------------------------
 
     def _load_start(self, match: re.Match, seq: int, prefix_ns: int | None) -> list[CheckpointEvent]:
-        extra = {"kind": match["kind"]} if match["kind"] else {}
+        kind = match["kind"].strip()
+        extra = {"kind": kind} if kind else {}
         start = _event(EventKind.LOAD_START, match, seq, prefix_ns, extra=extra)
         events = self._close_process("a new process started before this save finished", seq)
         self._load = _Operation(start)
@@ -328,7 +360,7 @@ def _event(
         kind,
         rank=RANK,
         iteration=int(iteration) if iteration is not None else None,
-        path=groups["path"].strip(),
+        path=(groups.get("path") or "").strip() or None,
         seq=seq,
         extra=extra or {},
         **clock,

@@ -8,7 +8,10 @@ File sink (`logs/pre_trainer/rank-R/{debug,info,warning,error}.log`) and console
 
 A multi-line message (a timer block) keeps its prefix on the first line only. The prefix time has
 1 s resolution; it is the fallback clock of an event, below Megatron's own timestamp and timers.
-The prefix is stripped here and the message handed to the one Megatron grammar.
+The prefix is stripped here and the message handed to the one Megatron grammar, and to torchtitan's
+(`bench.parsers.torchtitan`: Primus's torchtitan backend writes torchtitan's messages behind the same
+prefix; a torchtitan save is timed by its own `in X seconds`, 10 ms, and its step is the nearest
+`step: N` line before it).
 
 Which files a report needs: Megatron prints its save/load lines and the arguments dump on rank 0
 (at DEBUG: only `debug.log` has them) and its timers on the last rank (at INFO). Each sink file
@@ -26,9 +29,10 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from bench.events import CheckpointEvent
-from bench.parsers.lines import Line, primus_time_ns, series_lines
+from bench.events import CheckpointEvent, TimeSource
+from bench.parsers.lines import ARGUMENTS_START, Grammar, Line, primus_time_ns, scan_lines
 from bench.parsers.megatron import MegatronParser
+from bench.parsers.torchtitan import Clock, TorchtitanMessages
 
 _MASTER = r"(?:\(PrimusMaster[^)]*\)\s*)?"
 PREFIX = re.compile(
@@ -37,7 +41,16 @@ PREFIX = re.compile(
 )
 LOCATION = re.compile(r"^\[-*[^\]\s]*\.py:\d+\] ?: ?")
 _PREFIX_TIME = re.compile(_MASTER + r"\[(\d{8} \d\d:\d\d:\d\d)\]")
-_PREFIX_BYTES = re.compile(rb"(?:\(PrimusMaster[^)]*\)\s*)?\[\d{8} \d\d:\d\d:\d\d\]")
+_PREFIX_BYTES = re.compile(rb"(?:\(PrimusMaster[^)\n]*\)[^\S\n]*)?\[\d{8} \d\d:\d\d:\d\d\]")
+
+# Megatron's messages (a line without the prefix continues the record above), and the torchtitan
+# backend's: a save line that names no step brings the nearest `step: N` line before it.
+GRAMMAR = Grammar(
+    keywords=(b"checkpoint", ARGUMENTS_START, b"without --use-persistent-ckpt-worker"),
+    record_start=_PREFIX_BYTES,
+    headers=(b"across ranks (ms)",),
+    context=(b"the checkpoint", b"step: "),
+)
 
 RANK_DIR = re.compile(r"^rank-(\d+)$")
 LEVELS = ("debug", "info", "warning", "error")
@@ -53,6 +66,7 @@ class PrimusParser:
 
     format = "primus"
     folder_layout = "a Primus log folder (logs/pre_trainer/rank-N/*.log)"
+    grammar = GRAMMAR
 
     @classmethod
     def sniff(cls, first_lines: list[str]) -> bool:
@@ -69,6 +83,7 @@ class PrimusParser:
 
     def __init__(self) -> None:
         self.megatron = MegatronParser()
+        self.torchtitan = TorchtitanMessages()
         self._stamp: tuple[str, str] | None = None
         self._prefix_ns: int | None = None
 
@@ -82,14 +97,22 @@ class PrimusParser:
         if match["role"] == "rank":
             self.megatron.observed["world_size"] = (int(match["world"]), "the Primus line prefix")
         message = LOCATION.sub("", match["message"], count=1)
-        return self.megatron.feed_message(message, seq, self._prefix_ns)
+        events = self.megatron.feed_message(message, seq, self._prefix_ns)
+        if "checkpoint" in message or "step:" in message:  # what torchtitan's messages can be
+            rank = int(match["rank"]) if match["role"] == "rank" else 0
+            events += self.torchtitan.feed(message, seq, rank, Clock(self._prefix_ns, TimeSource.PRIMUS_PREFIX))
+        return events
 
     def finish(self) -> list[CheckpointEvent]:
-        return self.megatron.finish()
+        return self.megatron.finish() + self.torchtitan.finish(self.megatron._seq)
 
     @property
     def run_info(self) -> dict:
         return self.megatron.run_info
+
+    @property
+    def notes(self) -> list[str]:
+        return self.megatron.notes + self.torchtitan.notes
 
     @property
     def arguments(self):
@@ -147,11 +170,11 @@ def files_to_read(rank_dirs: dict[int, Path]) -> list[list[Path]]:
 def merged_lines(streams: list[list[Path]], notes: list[str]) -> Iterator[Line]:
     """The candidate lines of several ranks' files, merged by prefix time."""
     if len(streams) == 1:
-        return series_lines(streams[0], continues, notes)
+        return scan_lines(streams[0], GRAMMAR, notes)
 
     def timed(files: list[Path]) -> Iterator[tuple[str, Line]]:
         stamp = ""
-        for line in series_lines(files, continues, notes):
+        for line in scan_lines(files, GRAMMAR, notes):
             if match := _PREFIX_TIME.match(line[2]):
                 stamp = match[1]
             yield stamp, line

@@ -62,6 +62,7 @@ class LogSession:
                               f"{'were' if skipped > 1 else 'was'} skipped; the first: {path} line {line} ({error})")
 
     def _absorb(self, parser: LogParser) -> None:
+        self.notes.extend(note for note in parser.notes if note not in self.notes)
         dumped = parser.arguments.run_info()
         self.dumps += parser.arguments.dumps
         for key, (value, where) in parser.observed.items():

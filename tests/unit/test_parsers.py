@@ -303,3 +303,69 @@ def test_timer_merged_into_a_prefix_timed_end_takes_the_timers_source():
     report = build_report([start, end, timer])
     assert report["saves"][0]["total_time"] == 3.913
     assert (report["time_source"], report["time_resolution_s"]) == ("megatron-timer", 1e-05)
+
+
+# -- Megatron-LM 2026: local checkpoints, the gtp_remat view, async saves turned off ------------------------
+
+
+def test_local_non_persistent_checkpoint_and_release_distributed_load():
+    report = log_report([LOGS / "megatron_2026_local_nonpersistent.log"])
+    assert saves(report) == [(50, True, 2.4, 2.4), (100, True, 7.5, 7.5)]
+    assert report["saves"][0]["time_source"] == "megatron-timestamp"
+    assert (report["load"]["iteration"], report["load_time"]) == (0, 3.1)  # `loading release distributed ...`
+    assert report["config"]["non_persistent_ckpt_type"] == "local"
+
+
+def test_local_save_end_names_no_folder_its_start_does():
+    lines = ["[2026-05-14 09:00:00.000000] saving checkpoint at iteration      50 to /local in torch format",
+             "  [2026-05-14 09:00:02.400000] successfully saved local checkpoint from iteration      50",
+             "max time across ranks (ms):",
+             "    save-checkpoint-non-persistent .................: 2400.00"]
+    events = feed(MegatronParser(), lines)
+    end = next(e for e in events if e.kind == EventKind.SAVE_END)
+    assert (end.iteration, end.path, end.source) == (50, "/local", TimeSource.MEGATRON_TIMESTAMP)
+    assert saves(build_report(events)) == [(50, True, 2.4, 2.4)]
+
+
+def test_gtp_remat_view_of_2026():
+    lines = ["[2026-05-14 10:00:00.000000] saving checkpoint at iteration     100 to /c in torch_dist format",
+             "  [2026-05-14 10:00:03.000000] successfully saved checkpoint from iteration     100 to /c "
+             "[ t 1/2, gtp_remat 1/2, p 2/2 ]",
+             "  successfully loaded checkpoint from /c [ t 1/2, gtp_remat 1/2, p 2/2 ] at iteration 100"]
+    events = feed(MegatronParser(), lines)
+    assert [(e.kind, e.path) for e in events if e.kind in (EventKind.SAVE_END, EventKind.LOAD_END)] == [
+        (EventKind.SAVE_END, "/c"), (EventKind.LOAD_END, "/c")]
+
+
+def test_async_turned_off_by_megatron_is_in_the_notes():
+    report = log_report([LOGS / "megatron_2026_async_disabled_warning.log"])
+    assert saves(report) == [(100, True, 6.0, 6.0)]
+    assert any(n.startswith("async saves were asked for but Megatron-LM turned them off") for n in report["notes"])
+    assert report["config"]["use_persistent_ckpt_worker"] is False
+    assert report["config"]["ckpt_assume_constant_structure"] is True
+
+
+def test_async_asked_in_the_dump_but_turned_off_saves_synchronously():
+    """A dump printed before Megatron checks the arguments still says True: the warning wins."""
+    lines = ["UserWarning: --async-save is not supported without --use-persistent-ckpt-worker. Disabling --async-save.",
+             "------------------------ arguments ------------------------",
+             "  async_save ...................................... True",
+             "-------------------- end of arguments ---------------------",
+             "saving checkpoint at iteration     100 to /c in torch_dist format",
+             "  successfully saved checkpoint from iteration     100 to /c [ t 1/1, p 1/1 ]",
+             "(min, max) time across ranks (ms):",
+             "    save-checkpoint ................................: (5900.00, 6000.00)"]
+    parser = MegatronParser()
+    report = build_report(feed(parser, lines))
+    assert saves(report) == [(100, True, 6.0, 6.0)]  # synchronous: the timer is the whole save
+    assert parser.notes[0].startswith("async saves were asked for (the arguments dump says async_save True) but "
+                                      "Megatron-LM turned them off")
+
+
+def test_async_asked_and_never_scheduled_is_in_the_notes():
+    report = log_report([LOGS / "megatron_2025_async_asked_not_scheduled.log"])
+    assert saves(report) == [(100, True, 6.0, 6.0)]
+    assert any(n.startswith("the arguments ask for async saves (async_save True) but no save was scheduled async")
+               for n in report["notes"])
+    scheduled = log_report([LOGS / "megatron_2024_untimestamped_async.log"])
+    assert not any("no save was scheduled async" in n or "turned them off" in n for n in scheduled["notes"])
