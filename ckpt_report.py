@@ -3,8 +3,8 @@
 
     python ckpt_report.py PATH... [--ckpt-dir DIR] [--output report.json] [--format json|table]
 
-PATH: a Megatron-LM stdout log, a Primus log file or folder (logs/pre_trainer/), or a run directory
-of ours. Errors are one line on stderr, never a traceback: exit 1 when no checkpoint event is found,
+PATH: a Megatron-LM stdout log (also under `srun --label`), a NeMo 2 or torchtitan log, a Primus log
+file or folder (logs/pre_trainer/), or a run directory of ours; the format is found by content. Errors are one line on stderr, never a traceback: exit 1 when no checkpoint event is found,
 2 on bad usage or a file that cannot be read. Lines that cannot be read are skipped and counted in
 the report's notes.
 """
