@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
 """Report checkpoint saves and loads from logs: `python ckpt_report.py --help`.
 
-    python ckpt_report.py PATH... [--ckpt-dir DIR] [--output report.json] [--format json|table]
+    python ckpt_report.py PATH... [--ckpt-dir DIR] [--output report.json] [--format json|table] [--html FILE]
+                          [--mtbf-hours H | --gpu-mttf-hours H [--gpus N]] [--restart-overhead S]
+    python ckpt_report.py --compare A B [C ...] [--format json|table]
 
 PATH: a Megatron-LM stdout log (also under `srun --label`), a NeMo 2 or torchtitan log, a Primus log
-file or folder (logs/pre_trainer/), or a run directory of ours; the format is found by content. Errors are one line on stderr, never a traceback: exit 1 when no checkpoint event is found,
+file or folder (logs/pre_trainer/), a run directory of ours, or a sweep directory; the format is found by
+content. `--compare` puts the reports of run directories, report.json files and sweep directories side
+by side. Errors are one line on stderr, never a traceback: exit 1 when no checkpoint event is found,
 2 on bad usage or a file that cannot be read. Lines that cannot be read are skipped and counted in
 the report's notes.
 """
@@ -17,9 +21,29 @@ from pathlib import Path
 
 import click
 
+from bench.advice import AdviceOptions, add_advice
 from bench.assembly import log_report, to_json
+from bench.click_options import click_option
+from bench.config import ConfigError
 from bench.parsers.sources import ReportError
-from bench.parsers.table import format_table
+
+
+def _advice_options(command):
+    for name, flag in reversed(AdviceOptions.flags().items()):
+        command = click_option(name, flag)(command)
+    return command
+
+
+def fail(message: str, code: int = 2):
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def _write(path: str, text: str) -> None:
+    try:
+        Path(path).write_text(text)
+    except OSError as error:
+        fail(f"cannot write {path}: {error.strerror or error}")
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
@@ -29,20 +53,89 @@ from bench.parsers.table import format_table
 @click.option("--output", type=click.Path(dir_okay=False), help="Also write the JSON report here.")
 @click.option("--format", "output_format", type=click.Choice(["json", "table"]), default="json",
               show_default=True, help="What to print.")
-def main(paths, primus_log_dir, ckpt_dir, output, output_format):
-    """Build the checkpoint report of PATH... (log files, Primus log folders or a run directory)."""
+@click.option("--html", "html_file", type=click.Path(dir_okay=False),
+              help="Also write a self-contained HTML report here (of logs, a run directory or a sweep directory).")
+@click.option("--compare", is_flag=True, help="Compare PATH... (run directories, report.json files, sweep "
+              "directories): every headline metric side by side, with its ratio to the first.")
+@_advice_options
+def main(paths, primus_log_dir, ckpt_dir, output, output_format, html_file, compare, **advice_values):
+    """Build the checkpoint report of PATH... (log files, Primus log folders, a run directory or a sweep
+    directory), or compare reports."""
     try:
-        text = to_json(log_report([*paths, *primus_log_dir], ckpt_dir=ckpt_dir))
-    except ReportError as error:
-        click.echo(f"error: {error}", err=True)
-        sys.exit(error.exit_code)
+        advice = AdviceOptions.from_values(advice_values)
+        if compare:
+            _compare(paths, primus_log_dir, ckpt_dir, html_file, advice, output, output_format)
+        elif len(paths) == 1 and not primus_log_dir and (Path(paths[0]) / "run_results.json").is_file():
+            _sweep(Path(paths[0]), html_file, output, output_format)
+        else:
+            _report([*paths, *primus_log_dir], ckpt_dir, html_file, advice, output, output_format)
+    except (ReportError, ConfigError) as error:
+        fail(str(error), getattr(error, "exit_code", 2))
+
+
+def _report(paths, ckpt_dir, html_file, advice, output, output_format) -> None:
+    report = add_advice(log_report(paths, ckpt_dir=ckpt_dir), advice)
+    text = to_json(report)
     if output:
-        try:
-            Path(output).write_text(text + "\n")
-        except OSError as error:
-            click.echo(f"error: cannot write {output}: {error.strerror or error}", err=True)
-            sys.exit(2)
-    click.echo(format_table(json.loads(text)) if output_format == "table" else text)
+        _write(output, text + "\n")
+    if html_file:
+        from bench import html_report
+
+        run_dir = (report.get("run") or {}).get("dir")
+        operations = html_report.run_timeline(run_dir) if run_dir else html_report.log_timeline(paths)
+        _write(html_file, html_report.render_report(json.loads(text), operations, source=", ".join(map(str, paths))))
+    if output_format == "table":
+        from bench.parsers.table import format_table
+        from bench.summary import advice_text
+
+        table = format_table(json.loads(text))
+        click.echo(table + ("\n\n" + advice_text(report["advice"]) if report.get("advice") else ""))
+    else:
+        click.echo(text)
+
+
+def _sweep(folder: Path, html_file, output, output_format) -> None:
+    from bench.html_report import load_results, render_sweep
+    from bench.sweep import summary
+
+    try:
+        results = load_results(folder)
+    except (OSError, ValueError) as error:
+        raise ReportError(f"cannot read {folder / 'run_results.json'}: {error}") from None
+    text = to_json(summary(results))
+    if output:
+        _write(output, text + "\n")
+    if html_file:
+        _write(html_file, render_sweep(results))
+    if output_format == "table":
+        from bench.summary import print_sweep
+
+        print_sweep(json.loads(text), results)
+    else:
+        click.echo(text)
+
+
+def _compare(paths, primus_log_dir, ckpt_dir, html_file, advice, output, output_format) -> None:
+    from bench.compare import compare, load_sources
+
+    for given, option in ((primus_log_dir, "--primus-log-dir"), (ckpt_dir, "--ckpt-dir"), (html_file, "--html")):
+        if given:
+            raise ReportError(f"{option} applies to one report, not to --compare")
+    if len(paths) < 2:
+        raise ReportError(f"--compare needs at least two reports (run directories, report.json files or sweep "
+                          f"directories); got {len(paths)}")
+    sources = [source for path in paths for source in load_sources(path)]
+    for source in sources:
+        add_advice(source["report"], advice)
+    text = to_json(compare(sources))
+    if output:
+        _write(output, text + "\n")
+    if output_format == "table":
+        from bench.summary import print_comparison
+
+        print_comparison(json.loads(text))
+    else:
+        click.echo(text)
 
 
 if __name__ == "__main__":

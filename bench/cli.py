@@ -20,6 +20,7 @@ import cloup
 from click.core import ParameterSource
 
 from bench.assembly import to_json
+from bench.click_options import click_option
 from bench.config import ConfigError
 from bench.launcher import registry
 from bench.options import Flag
@@ -29,28 +30,10 @@ SWEEP_SECTION = "Sweeps"
 SWEEP_OPTIONS = ("sweep", "resume")
 
 
-def _click_type(flag: Flag):
-    if flag.choices:
-        return click.Choice(flag.choices)
-    if flag.type is int and (flag.min is not None or flag.max is not None):
-        return click.IntRange(flag.min, flag.max)
-    return flag.type
-
-
 def _click_option(name: str, flag: Flag, readers: tuple[str, ...]):
     """The click option for a Flag; `readers` (the runners that read it, when not all) end its help."""
-    every = set(registry.RUNNERS)
-    tag = f" [{', '.join(readers)}]" if readers and set(readers) != every else ""
-    kwargs = {"help": flag.help + tag, "metavar": flag.metavar, "show_default": flag.show_default}
-    decls = list(flag.decls)
-    if flag.type is bool and flag.toggle:
-        decls[0] = f"{decls[0]}/{flag.toggle}"
-        kwargs["default"] = None
-    elif flag.type is bool:
-        kwargs.update(is_flag=True, default=False)
-    else:
-        kwargs.update(type=_click_type(flag), default=flag.default, multiple=flag.multiple)
-    return cloup.option(name, *decls, **kwargs)
+    tag = f" [{', '.join(readers)}]" if readers and set(readers) != set(registry.RUNNERS) else ""
+    return click_option(name, flag, tag)
 
 
 def _compose(callback):
@@ -93,15 +76,30 @@ def fail(message: str, code: int = 2):
     sys.exit(code)
 
 
-def print_report(report: dict, output: str | None) -> None:
+def wants_table(output_format: str | None) -> bool:
+    """`--format table`, or no `--format` and stdout a terminal: pipes and scripts keep getting JSON."""
+    return output_format == "table" or (output_format is None and sys.stdout.isatty())
+
+
+def print_report(report: dict, output: str | None, output_format: str | None = None,
+                 sweep_results: dict | None = None) -> None:
+    """The report on stdout (a summary table or JSON, see `wants_table`); `--output` always gets JSON."""
     text = to_json(report)
-    click.echo(text)
     if output:
         Path(output).write_text(text + "\n")
+    if not wants_table(output_format):
+        click.echo(text)
+        return
+    from bench import summary
+
+    if sweep_results is not None:
+        summary.print_sweep(report, sweep_results)
+    else:
+        summary.print_report(report)
 
 
 def _launch(**values) -> None:
-    """Run a checkpoint benchmark under torchrun and print its JSON report."""
+    """Run a checkpoint benchmark under torchrun and print its report (a summary on a terminal, else JSON)."""
     given = given_options(click.get_current_context())
     if values["sweep"] or values["resume"]:
         run_sweep_command(values, given)
@@ -117,7 +115,7 @@ def _launch(**values) -> None:
         result = run(registry.runner_for(launch_config), launch_config)
     except ConfigError as error:
         fail(str(error))
-    print_report(result.report, launch_config.output)
+    print_report(result.report, launch_config.output, launch_config.format)
     sys.exit(result.exit_code)
 
 
@@ -133,7 +131,7 @@ def run_sweep_command(values: dict, given: set[str]) -> None:
         _root, results = run_sweep(values["sweep"], values["runs_dir"], values["resume"], overrides, parse_argv)
     except ConfigError as error:
         fail(str(error))
-    print_report(summary(results), values.get("output"))
+    print_report(summary(results), values.get("output"), values.get("format"), sweep_results=results)
     interrupted = [job for job in results["jobs"] if job["status"] == "interrupted" and job.get("exit_code")]
     sys.exit(interrupted[0]["exit_code"] if interrupted else 0 if all(job["status"] == "ok" for job in results["jobs"])
              else 1)

@@ -24,6 +24,7 @@ recorded with the job, and it runs through the same `registry.build_launch` as t
         <job>/<run directory>/      the run itself (bench.rundir)
         run_results.json            every job's config and report, tool and library versions, host
         results.csv                 one row per job
+        sweep_report.html           each metric against each swept parameter, the table of jobs
 
 A job whose run fails is recorded as failed and the sweep goes on. `--resume DIR` runs again the
 jobs of DIR that have no result (never started, interrupted, or failed) and skips the others.
@@ -52,6 +53,7 @@ import yaml
 from bench.assembly import to_json
 from bench.config import ConfigError
 from bench.environment import describe_environment, package_versions
+from bench.html_report import SWEEP_HTML, write_sweep_html
 from bench.launcher import registry
 from bench.launcher.repeat import run
 from bench.options import to_argv
@@ -63,7 +65,7 @@ from bench.storage import remove_checkpoints
 Parse = Callable[[list[str]], tuple[dict, set]]
 
 # Options a sweep file may not set: they drive the sweep itself.
-RESERVED = ("sweep", "resume", "output", "runs_dir")
+RESERVED = ("sweep", "resume", "output", "format", "runs_dir")
 # A job with one of these statuses has its result: `--resume` skips it.
 FINISHED = ("ok", "verification-failed")
 SWEEP_FILE = "sweep.yaml"
@@ -283,6 +285,7 @@ def write_results(root: Path, sweep: Sweep, started: str) -> dict:
         "jobs": jobs,
     }
     _write_json(root / RESULTS_FILE, results)
+    write_sweep_html(root, results)
     with open(root / CSV_FILE, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(["job", "status", *sweep.lists, *CSV_METRICS, "save_bandwidth_median", "report", "error"])
@@ -366,6 +369,7 @@ def summary(results: dict) -> dict:
         "dir": results["dir"],
         "results": str(Path(results["dir"]) / RESULTS_FILE),
         "csv": str(Path(results["dir"]) / CSV_FILE),
+        "report_html": str(html) if (html := Path(results["dir"]) / SWEEP_HTML).is_file() else None,
         "summary": results["summary"],
         "jobs": [
             {

@@ -15,11 +15,17 @@ processes (torchrun and its ranks) inherit them.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from bench.local_s3 import MOTO_SERVER, S3Endpoint, moto_server
 
 __all__ = ["S3Endpoint"]
+
+# Runs and sweeps draw report.html (about half a second of CPU each): off for the suite's hundred runs,
+# on in the tests that check it (tests/unit/test_report_outputs.py, tests/e2e/test_report_outputs_e2e.py).
+os.environ.setdefault("CKPT_BENCH_HTML", "0")
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from bench.advice import AdviceOptions
 from bench.config import ConfigError
 from bench.launcher.torchrun import Topology
 from bench.options import Flag, Options
@@ -35,20 +36,24 @@ class CommonOptions(Options):
                               "the same on every node (node 0 creates the directory, the others join it).").field()
     runs_dir: str = Flag(("--runs-dir",), "Where run directories go.", default="runs", show_default=True).field("runs")
     output: str | None = Flag(("--output",), "Also write the JSON report here.").field()
+    format: str | None = Flag(("--format",), "What to print on stdout: a summary table, or the JSON report "
+                              "(default: table on a terminal, JSON otherwise).", choices=("table", "json")).field()
     repeat: int = Flag(("--repeat",), "Run the whole benchmark N times, each in fresh processes, and report "
                        "medians and spread (repeat_stats).", type=int, min=1, default=1,
                        show_default=True).field(1)
 
 
 @dataclass
-class LaunchConfig(CommonOptions):
-    """Everything one run needs, typed: the common options, the runner's name and its options."""
+class LaunchConfig(CommonOptions, AdviceOptions):
+    """Everything one run needs, typed: the common options, the advice options, the runner's name and its
+    options."""
 
     runner: str = "megatron"  # a backend or framework mode of bench.launcher.registry
     options: Options = field(default_factory=Options)  # the runner's typed options (its Config)
     topology: Topology = field(init=False)
 
     def __post_init__(self) -> None:
+        super().__post_init__()  # the advice options' checks
         if self.nnodes > 1 and self.node_rank >= self.nnodes:
             raise ConfigError(f"--node-rank {self.node_rank}: must be below --nnodes {self.nnodes}")
         self.topology = Topology(nnodes=self.nnodes, nproc_per_node=self.nproc_per_node, node_rank=self.node_rank,

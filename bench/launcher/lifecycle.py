@@ -30,10 +30,12 @@ from pathlib import Path
 
 import yaml
 
+from bench.advice import AdviceOptions, add_advice
 from bench.assembly import run_report, to_json
 from bench.checkpoint_dir import evict_from_page_cache
 from bench.config import ConfigError
 from bench.environment import describe_environment
+from bench.html_report import write_run_html
 from bench.launcher import nodes
 from bench.launcher.base import Backend, Plan
 from bench.launcher.config import LaunchConfig
@@ -83,7 +85,7 @@ def execute(runner: Backend, launch: LaunchConfig) -> RunResult:
             notes += plan.collect(run)
         notes += measure(plan, facts)
         notes += clean_up(plan, facts)
-        report = write_report(run, facts)
+        report = write_report(run, facts, launch)
     return RunResult(run, report)
 
 
@@ -220,10 +222,12 @@ def clean_up(plan: Plan, facts: dict) -> list[str]:
     return []
 
 
-def write_report(run: RunDir, facts: dict) -> dict:
+def write_report(run: RunDir, facts: dict, advice: AdviceOptions | None = None) -> dict:
+    """run.json, then report.json (with the interval advice when `advice` asks for it) and report.html."""
     run.write_json("run.json", facts)
-    report = run_report(run.path)
+    report = add_advice(run_report(run.path), advice, strict=False)
     run.report_path.write_text(to_json(report) + "\n")
+    write_run_html(run.path, report)
     return report
 
 

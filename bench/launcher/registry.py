@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
+from bench.advice import AdviceOptions
 from bench.config import ConfigError
 from bench.launcher.base import Backend, CheckpointOptions
 from bench.launcher.comms import CommsBackend, PreflightOptions
@@ -69,10 +70,11 @@ def sections() -> list[tuple[str, dict[str, Flag], dict[str, tuple[str, ...]]]]:
     readers; the shared checkpoint and storage options have sections of their own."""
     readers: dict[str, list[str]] = {}
     for name, runner in RUNNERS.items():
-        for option in runner.Config.flags():
+        for option in [*runner.Config.flags(), *(AdviceOptions.flags() if _saves(runner) else ())]:
             readers.setdefault(option, []).append(name)
     groups: list[tuple[str, type[Options]]] = [
         (CommonOptions.section, RunnerChoice), (CommonOptions.section, CommonOptions),
+        (AdviceOptions.section, AdviceOptions),
         (CheckpointOptions.section, CheckpointOptions), (PreflightOptions.section, PreflightOptions),
         (StorageOptions.section, StorageOptions),
         *((runner.title, runner.Config) for runner in RUNNERS.values()),
@@ -98,14 +100,24 @@ def all_flags() -> dict[str, Flag]:
     return {name: flag for _title, flags, _readers in sections() for name, flag in flags.items()}
 
 
+def _saves(runner: type[Backend]) -> bool:
+    """Whether the runner saves checkpoints (and so reads the advice options)."""
+    return issubclass(runner.Config, CheckpointOptions)
+
+
 def _refuse_unread(given: set[str], runner: type[Backend], emitting: bool) -> None:
     read = {*RunnerChoice.flags(), *CommonOptions.flags(), *runner.Config.flags()}
+    if _saves(runner):
+        read |= set(AdviceOptions.flags())
     if emitting:
         read |= set(EmitOptions.flags())
     flags = all_flags()
     for name in sorted(given - read, key=list(flags).index):
         if name in EmitOptions.flags():
             raise ConfigError(f"{flags[name].canonical} applies to --emit slurm|k8s only")
+        if name in AdviceOptions.flags():
+            raise ConfigError(f"{flags[name].canonical} advises a checkpoint interval: the {runner.name} backend "
+                              "saves no checkpoint")
         users = [n for n, r in RUNNERS.items() if name in r.Config.flags()]
         kind = "framework mode" if runner.framework else "backend"
         raise ConfigError(f"{flags[name].canonical} is not read by the {runner.name} {kind}; it applies to: "
