@@ -25,9 +25,7 @@ from bench.config import ConfigError
 from bench.launcher import registry
 from bench.options import Flag
 
-SWEEP_SECTION = "Sweeps"
-# Options of this command itself: they drive sweeps, never a single run.
-SWEEP_OPTIONS = ("sweep", "resume")
+SWEEP_SECTION = "Sweeps"  # options of this command itself: they drive sweeps, never a single run
 
 
 def _click_option(name: str, flag: Flag, readers: tuple[str, ...]):

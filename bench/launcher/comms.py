@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from bench.config import ConfigError
-from bench.launcher.base import DIST_BACKEND, Backend, Plan, WorkerPass
+from bench.launcher.base import DIST_BACKEND, Backend, CheckpointOptions, Plan, WorkerPass
 from bench.launcher.config import LaunchConfig
 from bench.options import Flag, Options
 
@@ -67,7 +67,7 @@ class SweepSize(Options):
 class Preflight(SweepSize):
     """`--preflight`: a short comms sweep before the benchmark's own passes."""
 
-    section: ClassVar[str] = "Checkpoints (every backend that saves)"
+    section: ClassVar[str] = CheckpointOptions.section  # --help: beside the other options of every saving backend
 
     preflight: bool = Flag(("--preflight",), "Measure collective bandwidth (a short comms sweep) before the "
                            "benchmark and record it in its report.", type=bool).field(False)

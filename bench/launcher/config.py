@@ -65,14 +65,11 @@ class LaunchConfig(CommonOptions, AdviceOptions):
         return Path(self.runs_dir)
 
 
-JOB_OPTIONS_SECTION = "Cluster jobs (--emit): print the job, run nothing here"
-
-
 @dataclass
 class EmitOptions(Options):
     """`--emit slurm|k8s` and the job's own settings (never passed on to the nodes)."""
 
-    section: ClassVar[str] = JOB_OPTIONS_SECTION
+    section: ClassVar[str] = "Cluster jobs (--emit): print the job, run nothing here"
 
     emit: str | None = Flag(("--emit",), "Print an sbatch script (slurm) or a Kubeflow PyTorchJob manifest (k8s) "
                             "running this benchmark on --nnodes nodes, instead of running it.",
