@@ -23,7 +23,7 @@ from bench.checkpoint_dir import iter_dir_name, iteration_folder_sizes
 from bench.events import CheckpointEvent, event_files, read_event_files
 from bench.parsers.session import DUMP, LogSession
 from bench.parsers.sources import NoEvents, ReportError, RunSource, cannot_read, resolve
-from bench.report import CONFIG_KEYS, ReportBuilder
+from bench.report import CONFIG_KEYS, ReportBuilder, fractions_of_peak
 from bench.rundir import MEASUREMENTS_FILE, RUN_FILE, RunDir
 
 
@@ -74,6 +74,9 @@ def run_report(run_dir: str | os.PathLike, ckpt_dir: str | os.PathLike | None = 
     measurements = run.path / MEASUREMENTS_FILE
     if measurements.is_file():  # what a worker measured beyond checkpoints (Lightning: training-time impact)
         report.update(json.loads(measurements.read_text()))
+    if "storage_baseline" in facts:  # --storage-baseline: the storage's own peak, and how close we came
+        report["storage_baseline"] = facts["storage_baseline"]
+        report.update(fractions_of_peak(report, facts["storage_baseline"]))
     if facts.get("not_cleaned_up"):  # checkpoints the run created and could not remove (the storage failed)
         report["not_cleaned_up"] = facts["not_cleaned_up"]
     _name_failure_causes(report, failed)
@@ -99,6 +102,9 @@ def _measurement_labels(report: dict, facts: dict) -> dict:
         "storage_baseline": (f"measured with {baseline.get('tool')} after the benchmark, same I/O shape"
                              if isinstance(baseline, dict) else "not measured (add --storage-baseline)"),
         "time": "per rank from its own monotonic clock; a save's times are its slowest rank's",
+        "memory": "peak_rss_bytes: each rank's resident memory sampled every 10 ms from the operation's start "
+                  "to its end (a lower bound on the true peak), the highest rank's shown; peak_device_bytes: "
+                  "the CUDA allocator's peak over the same span",
     }
 
 

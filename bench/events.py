@@ -20,6 +20,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bench.memory import MemoryWatch
 
 
 class EventKind(str, Enum):
@@ -72,6 +76,10 @@ class CheckpointEvent:
     source: TimeSource = TimeSource.RECORDED
     seq: int = 0  # order within its source (line number, or record count), for sources without clocks
     error: str | None = None  # set on an *_END event when the operation failed
+    # On end events of our own workers (bench.memory): this rank's peak resident memory from the
+    # operation's start to this event, and on CUDA the allocator's peak over the same span.
+    peak_rss_bytes: int | None = None
+    peak_device_bytes: int | None = None
     extra: dict = field(default_factory=dict)  # backend-specific facts (e.g. format, strategy)
 
     def to_json(self) -> str:
@@ -104,23 +112,45 @@ class EventRecorder:
     record from there: a lock keeps their lines whole.
     """
 
-    def __init__(self, directory: str | os.PathLike, rank: int):
+    # kind -> (operation, whether the event ends it): where a MemoryWatch opens, reads and closes a peak.
+    _MEMORY_SPANS = {
+        EventKind.SAVE_START: ("save", None), EventKind.SAVE_BLOCK_END: ("save", False),
+        EventKind.SAVE_END: ("save", True), EventKind.LOAD_START: ("load", None), EventKind.LOAD_END: ("load", True),
+    }
+
+    def __init__(self, directory: str | os.PathLike, rank: int, memory: MemoryWatch | None = None):
+        """`memory`: also record each operation's peak memory in its end events (our workers)."""
         self.rank = rank
+        self.memory = memory
         self.path = Path(directory) / f"rank-{rank}.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the rank
         self._seq = 0
         self._lock = threading.Lock()
 
-    def record(self, kind: EventKind, iteration: int | None = None, **fields) -> CheckpointEvent:
+    @staticmethod
+    def now() -> tuple[int, int]:
+        """(monotonic, wall) clock now, in ns: for an event whose fields take time to compute after it."""
+        return time.monotonic_ns(), time.time_ns()
+
+    def record(self, kind: EventKind, iteration: int | None = None, at: tuple[int, int] | None = None,
+               **fields) -> CheckpointEvent:
+        """Write one event, timed now or `at` (from `now()`)."""
+        mono_ns, wall_ns = at or self.now()
+        if self.memory is not None:
+            operation, ends = self._MEMORY_SPANS[kind]
+            if ends is None:
+                self.memory.begin((operation, iteration))
+            else:
+                fields = {**self.memory.peak((operation, iteration), finished=ends), **fields}
         with self._lock:
             self._seq += 1
             event = CheckpointEvent(
                 kind=kind,
                 rank=self.rank,
                 iteration=iteration,
-                mono_ns=time.monotonic_ns(),
-                wall_ns=time.time_ns(),
+                mono_ns=mono_ns,
+                wall_ns=wall_ns,
                 seq=self._seq,
                 **fields,
             )

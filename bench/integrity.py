@@ -28,7 +28,9 @@ def tensor_digest(tensor: torch.Tensor) -> str:
     digest = hashlib.blake2b(digest_size=16)
     digest.update(f"{data.dtype}|{tuple(data.shape)}|".encode())
     if data.numel():
-        digest.update(data.reshape(-1).view(torch.uint8).numpy().tobytes())
+        # Hash the tensor's own memory through the buffer protocol: a bytes copy of the whole state
+        # just before a timed save would churn the allocator and the page cache the save then uses.
+        digest.update(data.reshape(-1).view(torch.uint8).numpy())
     return digest.hexdigest()
 
 

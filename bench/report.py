@@ -101,6 +101,13 @@ class _Operation:
     def total_s(self) -> float | None:
         return None if self._backwards() is not None else _duration(self.start, self.end)
 
+    def peak(self, field_name: str) -> int | None:
+        """The operation's peak memory on this rank (`peak_rss_bytes` / `peak_device_bytes` of its end
+        events, bench.memory), None when no event carries it (logs)."""
+        values = [getattr(e, field_name) for e in (self.block_end, self.end) if e is not None]
+        values = [v for v in values if v is not None]
+        return max(values) if values else None
+
     def timing_events(self) -> list[CheckpointEvent]:
         """The events whose clocks give this operation's times (see `_duration`): a closing event
         alone when it carries the source's own measurement, else both ends."""
@@ -221,6 +228,17 @@ def _spread(values: dict[int | None, float]) -> dict | None:
         "min": _seconds(values[min_rank]),
         "min_rank": min_rank,
     }
+
+
+def _peaks(ops: list[_Operation]) -> dict:
+    """Peak memory of an operation: the highest rank's, and which ranks were highest and lowest."""
+    fields = {}
+    for name in ("peak_rss_bytes", "peak_device_bytes"):
+        per_rank = {op.rank: op.peak(name) for op in ops if op.peak(name) is not None}
+        if per_rank or name == "peak_rss_bytes":
+            fields[name] = max(per_rank.values()) if per_rank else None
+            fields[f"{name}_per_rank"] = _spread(per_rank)
+    return fields
 
 
 def _seconds(value: float | None) -> float | None:
@@ -363,6 +381,7 @@ class ReportBuilder:
             "ranks": len(ops),
             "bytes": nbytes,
             "bytes_source": bytes_source,
+            **_peaks(ops),
             "_events": [e for op in ops for e in op.timing_events()],
         }
         record.update(_time_source(record["_events"]))
@@ -448,3 +467,24 @@ def _time_source(events: list[CheckpointEvent]) -> dict:
 def build_report(events: Iterable[CheckpointEvent], **kwargs) -> dict:
     """Convenience: `ReportBuilder().add_all(events).build(**kwargs)`."""
     return ReportBuilder().add_all(events).build(**kwargs)
+
+
+def fractions_of_peak(report: dict, baseline: dict | None) -> dict:
+    """`save_fraction_of_peak` and `load_fraction_of_peak`: what the saves and loads reached over what the
+    storage itself did with their I/O shape (bench.storage.baseline). A save's figure is the median
+    bandwidth of the saves after the first (steady state; the first when it is the only one), over the
+    baseline's write bandwidth; a load's is the median over the loads, over the baseline's cold read.
+    None where either side is missing."""
+
+    def ratio(value, peak) -> float | None:
+        return round(value / peak, 3) if value is not None and peak else None
+
+    stats = report.get("stats") or {}
+    steady = (stats.get("excluding_first") or stats).get("bandwidth") or {}
+    loads = [record.get("bandwidth") for record in (report.get("loads") or [report.get("load") or {}])]
+    loads = [value for value in loads if value is not None]
+    baseline = baseline or {}
+    return {
+        "save_fraction_of_peak": ratio(steady.get("median"), baseline.get("write_bandwidth")),
+        "load_fraction_of_peak": ratio(statistics.median(loads) if loads else None, baseline.get("read_bandwidth")),
+    }

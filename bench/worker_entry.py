@@ -6,7 +6,8 @@
   saved (bench.integrity.VerificationFailed); 1 anything else, with the traceback and a last line
   `[rank R] <phase> failed: ...` on stderr, which the launcher shows with the rank's log tail.
 * `WorkerContext`: this rank as torchrun started it -- its ranks, its device and process group (nccl
-  with one GPU per local rank, gloo on the CPU), and the cold-load rule (`evict`).
+  with one GPU per local rank, gloo on the CPU), its event `recorder` (each operation's peak memory
+  included: bench.memory), and the cold-load rule (`evict`).
 * `timed`: the span of one checkpoint call in events -- its start event, and its end event with the
   error if the call raises. A successful call's end events are the caller's: a synchronous save or a
   load records them right after the block, an async save's writer records SAVE_END when it finishes.
@@ -29,6 +30,7 @@ import torch.distributed as dist
 from bench.checkpoint_dir import evict_from_page_cache
 from bench.events import EventKind, EventRecorder
 from bench.integrity import EXIT_VERIFICATION_FAILED, VerificationFailed
+from bench.memory import MemoryWatch
 
 Spec = TypeVar("Spec")
 
@@ -81,6 +83,10 @@ class WorkerContext:
             device = torch.device("cpu")
             dist.init_process_group(backend)
         return replace(context, device=device)
+
+    def recorder(self, events_dir: str) -> EventRecorder:
+        """This rank's event recorder, with each operation's peak memory in its end events."""
+        return EventRecorder(events_dir, self.rank, memory=MemoryWatch(self.device))
 
     def evict(self, path: str | None, warm: bool) -> None:
         """Before a cold load: drop `path` from the page cache, once per host (its ranks share the cache).

@@ -10,7 +10,9 @@ bench.local_s3), and prints the reports' numbers as a table. gpt2 in float32 is 
 
 The save column is the median over the save calls of each report's save bandwidth (the first save
 of a process included); the load column the median over the loads (every save call is loaded back,
-cold page cache for the disk).
+cold page cache for the disk). Every job also measures its storage with its own I/O shape
+(`--storage-baseline`: fio where installed) and shows the fractions of that peak its saves (after the
+first) and loads reached.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ def main() -> int:
             "s3_region": args.s3_region,
             "s3_endpoint": endpoint,
             "s3_part_size": args.s3_part_size,
+            "storage_baseline": True,  # each job measures its storage with its own I/O shape
             "sweep": {"save_dir": [args.disk_dir, f"s3://{args.bucket}/dcp-storage"], "thread_count": args.threads},
         }
         sweep_file = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "dcp_storage.yaml"
@@ -82,7 +85,8 @@ def print_table(results: dict, args) -> None:
     print(f"\nDCP {args.model}, {args.nproc_per_node} ranks (gloo), {args.save_calls} save calls; "
           f"torch {env['torch']}, s3torchconnector {env['s3torchconnector']}, {env['cpu_count']} CPUs; "
           f"results in {results['dir']}\n")
-    header = ("storage", "threads", "MiB", "save MiB/s", "load MiB/s", "block s", "status")
+    header = ("storage", "threads", "MiB", "save MiB/s", "load MiB/s", "block s", "baseline", "write MiB/s",
+              "read MiB/s", "save/peak", "load/peak", "status")
     print("| " + " | ".join(header) + " |")
     print("|" + "|".join("---" for _ in header) + "|")
     for job in results["jobs"]:
@@ -93,9 +97,12 @@ def print_table(results: dict, args) -> None:
         size = report.get("iter_folder_size")
         block = ((report.get("stats") or {}).get("block_time") or {}).get("median")
         storage = "s3" if str(job["params"]["save_dir"]).startswith("s3://") else "disk"
+        baseline = report.get("storage_baseline") or {}
         row = (storage, job["params"]["thread_count"], f"{size / MIB:.0f}" if size else "-",
                save if save is not None else "-", statistics.median(loads) if loads else "-",
-               block if block is not None else "-", job["status"])
+               block if block is not None else "-", baseline.get("tool", "-"), baseline.get("write_bandwidth", "-"),
+               baseline.get("read_bandwidth", "-"), report.get("save_fraction_of_peak", "-"),
+               report.get("load_fraction_of_peak", "-"), job["status"])
         print("| " + " | ".join(str(cell) for cell in row) + " |")
 
 

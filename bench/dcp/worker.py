@@ -145,7 +145,7 @@ def load_pass(spec: WorkerSpec, events: EventRecorder, context: WorkerContext) -
 
 def run(spec: WorkerSpec, phase: str) -> None:
     context = WorkerContext.join(spec.dist_backend)
-    with EventRecorder(spec.events_dir, context.rank) as events:
+    with context.recorder(spec.events_dir) as events:
         if phase == "save":
             save_pass(spec, events, context)
         else:

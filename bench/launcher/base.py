@@ -102,6 +102,8 @@ class Checkpoints:
     storage: CheckpointStorage  # checked, then created by the lifecycle; the ranks write below it
     keep: bool  # False: removed after the report (only a folder the run created)
     warm_load: bool  # True: loads read from the page cache, not cold
+    storage_baseline: bool = False  # after the passes, measure the storage with the save's I/O shape
+    writers_per_rank: int = 1  # files a rank writes at once (DCP's thread_count): the baseline's concurrency
 
 
 @dataclass
@@ -123,5 +125,13 @@ class CheckpointOptions(Options):
         type=bool,
     ).field(False)
 
-    def checkpoints(self, storage: CheckpointStorage) -> Checkpoints:
-        return Checkpoints(storage, keep=bool(self.keep_checkpoints), warm_load=bool(self.warm_load))
+    storage_baseline: bool = Flag(
+        ("--storage-baseline",), "After the benchmark, measure the storage itself with the checkpoint's I/O "
+        "shape (same files, bytes, writers, fsync; fio where installed) and report the fraction of that peak "
+        "each save and load reached.", type=bool,
+    ).field(False)
+
+    def checkpoints(self, storage: CheckpointStorage, writers_per_rank: int = 1) -> Checkpoints:
+        """`writers_per_rank`: files each rank writes at once (the storage baseline writes as many)."""
+        return Checkpoints(storage, keep=bool(self.keep_checkpoints), warm_load=bool(self.warm_load),
+                           storage_baseline=bool(self.storage_baseline), writers_per_rank=writers_per_rank)

@@ -159,6 +159,6 @@ class DcpBackend(Backend):
             run_info=run_info(config, spec, state_bytes, launch),
             passes=[*config.preflight_passes(dist_backend), WorkerPass("save", ["--phase", "save"]),
                     WorkerPass("load", ["--phase", "load"])],
-            checkpoints=config.checkpoints(storage),
+            checkpoints=config.checkpoints(storage, writers_per_rank=config.thread_count),
             show_progress=lambda line: bool(_PROGRESS.search(line.strip())),
         )

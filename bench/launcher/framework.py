@@ -33,6 +33,7 @@ from bench.config import ConfigError
 from bench.launcher.base import Plan, WorkerPass
 from bench.launcher.config import LaunchConfig
 from bench.launcher.megatron import MegatronConfig, checkpoint_parent, resolve, run_info, shows_progress
+from bench.megatron import rules
 from bench.parsers.session import events_of
 from bench.rundir import RunDir
 from bench.storage import storage_for
@@ -124,7 +125,8 @@ def framework_plan(launch: LaunchConfig, experiment, args: dict, sizes: dict, pa
         spec={},
         run_info={**run_info(args, sizes, launch), "backend": launch.runner},
         passes=[*config.preflight_passes(), *passes],
-        checkpoints=config.checkpoints(storage_for(checkpoint_parent(config, args))),
+        checkpoints=config.checkpoints(storage_for(checkpoint_parent(config, args)),
+                                       writers_per_rank=rules.writers_per_rank(args)),
         show_progress=shows_progress,
         bind=bind,
         collect=collect,

@@ -7,7 +7,8 @@
       3. passes     each pass under torchrun (or the framework's own launcher), in order, stopping after
                     the first that failed on any node, or at Ctrl-C / SIGTERM (`bench.launcher.interrupts`)
       4. collect    what the passes left that is not events (a framework's logs) turned into events
-      5. measure    checkpoint sizes, into run.json before anything is removed
+      5. measure    checkpoint sizes, into run.json before anything is removed; with --storage-baseline,
+                    the storage itself with the last checkpoint's I/O shape (`measure_storage`)
       6. clean up   the checkpoint folder this run created removed, unless kept
       7. report     report.json
 
@@ -42,6 +43,7 @@ from bench.launcher.config import LaunchConfig
 from bench.launcher.interrupts import Interrupts
 from bench.launcher.torchrun import PassResult, free_port, run_command, run_pass
 from bench.rundir import RunDir
+from bench.storage.baseline import MIB, IOShape, measure_rounds
 
 # Run status -> exit code; an interrupted run exits 128 + the signal's number; anything else is 1.
 EXIT_CODES = {"ok": 0, "verification-failed": 3}
@@ -84,6 +86,7 @@ def execute(runner: Backend, launch: LaunchConfig) -> RunResult:
         if plan.collect is not None:
             notes += plan.collect(run)
         notes += measure(plan, facts)
+        notes += measure_storage(plan, facts, launch)
         notes += clean_up(plan, facts)
         report = write_report(run, facts, launch)
     return RunResult(run, report)
@@ -196,6 +199,40 @@ def measure(plan: Plan, facts: dict) -> list[str]:
         facts["folder_sizes"] = None
         return [f"checkpoint sizes could not be measured in {plan.checkpoints.storage.location} "
                 f"({_one_line(error)}): sizes and bandwidth are left out"]
+    return []
+
+
+def measure_storage(plan: Plan, facts: dict, launch: LaunchConfig) -> list[str]:
+    """--storage-baseline: the storage's own write and cold-read bandwidth (median of 3 rounds) with the
+    last saved checkpoint's shape -- its files and their sizes, written by as many writers at once as the
+    save had (ranks x writer threads), fsynced as the save was -- into the run facts (`storage_baseline`).
+    Only after passes that all succeeded: a failed or interrupted run has no shape to copy. Returns notes."""
+    checkpoints = plan.checkpoints
+    if checkpoints is None or not checkpoints.storage_baseline:
+        return []
+    sizes = facts.get("folder_sizes") or {}
+    if facts.get("interrupted") or not all(p["ok"] for p in facts["passes"]) or not sizes:
+        facts["storage_baseline"] = None
+        return ["storage baseline not measured: the benchmark did not complete a save to copy the shape of"]
+    iteration = max(sizes)
+    ranks = launch.topology.nnodes * launch.topology.nproc_per_node
+    try:
+        shape = IOShape.of(checkpoints.storage.iteration_files(iteration), ranks * checkpoints.writers_per_rank,
+                           (facts.get("run_info") or {}).get("fsync"))
+        print(f"storage baseline: {len(shape.file_sizes)} files, {shape.total_bytes / MIB:.1f} MiB, "
+              f"{shape.concurrency} writers at once, fsync {'on' if shape.fsync else 'off'}",
+              file=sys.stderr, flush=True)
+        result = measure_rounds(checkpoints.storage.baseline(), shape)
+    except Exception as error:  # the storage failed now: the benchmark's numbers stand, the baseline is lost
+        facts["storage_baseline"] = None
+        return [f"storage baseline failed ({_one_line(error)}): fraction of peak left out"]
+    result["shape_of_iteration"] = iteration
+    facts["storage_baseline"] = result
+    print(f"storage baseline ({result['tool']}): write {result['write_bandwidth']} MiB/s, "
+          f"read {result['read_bandwidth']} MiB/s", file=sys.stderr, flush=True)
+    if launch.topology.nnodes > 1:
+        return [f"storage baseline measured from node 0 alone with all {shape.concurrency} writers: a shared "
+                "filesystem's aggregate over several nodes may be higher"]
     return []
 
 

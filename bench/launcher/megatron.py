@@ -240,7 +240,7 @@ class MegatronBackend(Backend):
             run_info={**run_info(args, sizes, launch), "load_layout": load_sizes},
             passes=[*config.preflight_passes(), WorkerPass("save", ["--phase", "save"]),
                     WorkerPass("load", ["--phase", "load"], nproc_per_node=config.load_nproc_per_node)],
-            checkpoints=config.checkpoints(storage_for(parent)),
+            checkpoints=config.checkpoints(storage_for(parent), writers_per_rank=rules.writers_per_rank(args)),
             show_progress=shows_progress,
             notes=async_writer_notes(args),
         )

@@ -130,18 +130,21 @@ class Checkpointer:
             if self.context.rank == 0:
                 self._global_manifest(iteration).write_text(json.dumps(checksums, indent=1))
         megatron_log.print_rank_0(megatron_log.saving_line(iteration, self.args.save, self.format.name))
+        # Untimed, as in the bare call: the folder, and the state dict the save consumes.
+        self.format.prepare(directory)
+        state_dict = self.format.state_dict(iteration)
         torch.distributed.barrier()
 
         with timed(self.events, EventKind.SAVE_START, EventKind.SAVE_END, iteration, **self._event_fields(directory)):
-            request = self.format.save(directory, iteration)
+            request = self.format.save(directory, state_dict)
             if request is not None:
                 self._schedule(request, iteration, directory)
         self.events.record(EventKind.SAVE_BLOCK_END, iteration, path=directory)
 
         if request is None:
-            self.events.record(
-                EventKind.SAVE_END, iteration, path=directory, bytes=self.format.written_bytes(directory)
-            )
+            written = self.events.now()  # the save's end; counting its bytes after that is ours
+            self.events.record(EventKind.SAVE_END, iteration, at=written, path=directory,
+                               bytes=self.format.written_bytes(directory))
             torch.distributed.barrier()  # every rank's part is written before the tracker names it
             self._finalize_iteration(iteration)
         else:

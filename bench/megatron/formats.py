@@ -59,16 +59,16 @@ class TorchDistFormat:
             "optimizer": self.trainer.optimizer.sharded_state_dict(model, is_loading=is_loading, metadata=metadata),
         }
 
-    def save(self, directory: str, iteration: int) -> AsyncRequest | None:
-        """Writes (sync) or plans (async: returns the request to schedule) the checkpoint."""
-        if self.rank == 0:  # as Megatron-LM: the other ranks write only after the planning collectives
+    def prepare(self, directory: str) -> None:
+        """Before the timed save. As Megatron-LM: rank 0 creates the folder, the others write into it
+        only after the planning collectives."""
+        if self.rank == 0:
             os.makedirs(directory, exist_ok=True)
-        return dist_checkpointing.save(
-            self.state_dict(iteration),
-            directory,
-            self._strategy(),
-            async_sharded_save=self.args.async_save,
-        )
+
+    def save(self, directory: str, state_dict: dict) -> AsyncRequest | None:
+        """Writes (sync) or plans (async: returns the request to schedule) `state_dict` (this format's
+        `state_dict()`, built before the timed call: dist_checkpointing modifies it in place)."""
+        return dist_checkpointing.save(state_dict, directory, self._strategy(), async_sharded_save=self.args.async_save)
 
     def _strategy(self):
         if self._save_strategy is None:
@@ -162,11 +162,13 @@ class TorchFormat:
             "optimizer": self.trainer.optimizer.state_dict(),
         }
 
-    def save(self, directory: str, iteration: int) -> None:
+    def prepare(self, directory: str) -> None:
         if self.writes:
-            path = self.file(directory)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            torch.save(self.state_dict(iteration), path)
+            os.makedirs(os.path.dirname(self.file(directory)), exist_ok=True)
+
+    def save(self, directory: str, state_dict: dict) -> None:
+        if self.writes:
+            torch.save(state_dict, self.file(directory))
 
     def load(self, directory: str, iteration: int) -> int:
         path = self.file(directory)

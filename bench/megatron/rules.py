@@ -21,6 +21,12 @@ CKPT_FORMATS = ("torch_dist", "torch", "torch_dcp", "fsdp_dtensor")  # what Mega
 WORKER_FORMATS = ("torch_dist", "torch")
 ASYNC_FORMATS = ("torch_dist",)  # megatron-core's async queue serves the sharded format only
 
+
+def writers_per_rank(args: Mapping) -> int:
+    """Files a rank writes at once: megatron-core's torch_dist strategy writes with 2 threads per rank
+    (TorchDistSaveShardedStrategy's thread_count); the legacy format is one torch.save per rank."""
+    return 2 if args.get("ckpt_format", "torch_dist") == "torch_dist" else 1
+
 Namer = Callable[[str], "str | None"]
 
 

@@ -30,7 +30,6 @@ import torch
 from megatron.core import parallel_state
 from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
 
-from bench.events import EventRecorder
 from bench.megatron import cpu_compat, megatron_log
 from bench.megatron.checkpointer import Checkpointer
 from bench.megatron.formats import checkpoint_format
@@ -137,7 +136,7 @@ def run(spec: WorkerSpec, phase: str) -> None:
     megatron_log.print_arguments(args, sorted(set(spec.megatron) - set(MEGATRON_DEFAULTS)))
 
     trainer = Trainer(args, context.device)
-    with EventRecorder(spec.events_dir, context.rank) as events:
+    with context.recorder(spec.events_dir) as events:
         checkpointer = Checkpointer(args, checkpoint_format(args, trainer), events, spec.integrity_dir, context,
                                     layout_independent=spec.load_layout is not None)
         if phase == "save":

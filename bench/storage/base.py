@@ -9,10 +9,15 @@ ranks' side, `WorkerStorage`, which hands each backend the writer and reader it 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+if TYPE_CHECKING:
+    from bench.storage.baseline import Baseline
 
 # Written into every checkpoint folder/prefix we create: we delete one only if it carries our mark.
 OWNER_MARK = ".ckpt-bench-owned"
+# Where --storage-baseline writes, inside the run's checkpoint folder or prefix; removed once measured.
+BASELINE_FOLDER = "storage-baseline"
 
 
 class WorkerStorage(Protocol):
@@ -63,6 +68,15 @@ class CheckpointStorage(Protocol):
 
     def iteration_sizes(self) -> dict[int, int]:
         """iteration -> bytes written below `<location>/iter_NNNNNNN/`."""
+        ...
+
+    def iteration_files(self, iteration: int) -> list[int]:
+        """Bytes of each file (object) below `<location>/iter_NNNNNNN/`: the checkpoint's I/O shape."""
+        ...
+
+    def baseline(self) -> Baseline:
+        """How to measure this storage with a checkpoint's I/O shape and nothing on top (bench.storage.
+        baseline), in a folder or prefix below `location` that it removes when done."""
         ...
 
     def remove(self) -> bool:

@@ -8,12 +8,48 @@ run, removal only below a folder that carries our mark.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
-from bench.checkpoint_dir import sizes_by_iteration
+from bench.checkpoint_dir import evict_from_page_cache, iter_dir_name, sizes_by_iteration
 from bench.config import ConfigError
-from bench.storage.base import OWNER_MARK
+from bench.storage.base import BASELINE_FOLDER, OWNER_MARK
+from bench.storage.baseline import READ_BLOCK, Baseline, PlainIOBaseline
+
+
+class FsspecFiles:
+    """Plain files through the fsspec filesystem the ranks wrote with (a `PlainIO`)."""
+
+    tool = "built-in (fsspec open/write/read)"
+
+    def __init__(self, filesystem, root: str, location: str):
+        self.fs, self.root, self.location = filesystem, root, location
+
+    def write(self, name: str, size: int, fsync: bool, block: memoryview) -> None:
+        self.fs.makedirs(self.root, exist_ok=True)  # each round starts without it (`remove`)
+        with self.fs.open(f"{self.root}/{name}", "wb") as handle:
+            for start in range(0, size, len(block)):
+                handle.write(block[:min(len(block), size - start)])
+            if fsync and hasattr(handle, "fileno"):
+                handle.flush()
+                os.fsync(handle.fileno())
+
+    def read(self, name: str) -> int:
+        total = 0
+        with self.fs.open(f"{self.root}/{name}", "rb") as handle:
+            while chunk := handle.read(READ_BLOCK):
+                total += len(chunk)
+        return total
+
+    def drop_cache(self) -> None:
+        local = FsspecWorkerStorage({}).local_path(self.location)
+        if local is not None:
+            evict_from_page_cache(local)
+
+    def remove(self) -> None:
+        if self.fs.exists(self.root):
+            self.fs.rm(self.root, recursive=True)
 
 
 class FsspecWorkerStorage:
@@ -111,6 +147,14 @@ class FsspecStorage:
         return sizes_by_iteration((path[start:], int(info.get("size") or 0))
                                   for path, info in self.fs.find(self._root, detail=True).items()
                                   if info.get("type", "file") == "file")
+
+    def iteration_files(self, iteration: int) -> list[int]:
+        found = self.fs.find(f"{self._root}/{iter_dir_name(iteration)}", detail=True)
+        return [int(info.get("size") or 0) for info in found.values() if info.get("type", "file") == "file"]
+
+    def baseline(self) -> Baseline:
+        return PlainIOBaseline(FsspecFiles(self.fs, f"{self._root}/{BASELINE_FOLDER}",
+                                           f"{self.location}/{BASELINE_FOLDER}"))
 
     def remove(self) -> bool:
         if self._root is None or not self.fs.exists(f"{self._root}/{OWNER_MARK}"):

@@ -7,9 +7,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from bench.checkpoint_dir import iteration_folder_sizes
+from bench.checkpoint_dir import iter_dir_name, iteration_folder_sizes
 from bench.config import ConfigError
-from bench.storage.base import OWNER_MARK
+from bench.storage.base import BASELINE_FOLDER, OWNER_MARK
+from bench.storage.baseline import Baseline, local_baseline
 
 
 def check_writable(parent: str | None) -> None:
@@ -84,6 +85,13 @@ class LocalStorage:
 
     def iteration_sizes(self) -> dict[int, int]:
         return iteration_folder_sizes(self.location) if self.location else {}
+
+    def iteration_files(self, iteration: int) -> list[int]:
+        folder = Path(self.location) / iter_dir_name(iteration)
+        return [p.stat().st_size for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink()]
+
+    def baseline(self) -> Baseline:
+        return local_baseline(Path(self.location) / BASELINE_FOLDER)
 
     def remove(self) -> bool:
         return bool(self.location) and remove_checkpoints(Path(self.location))

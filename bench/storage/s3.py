@@ -13,10 +13,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.checkpoint_dir import sizes_by_iteration
+from bench.checkpoint_dir import iter_dir_name, sizes_by_iteration
 from bench.config import ConfigError
 from bench.options import Flag, Options
-from bench.storage.base import OWNER_MARK
+from bench.storage.base import BASELINE_FOLDER, OWNER_MARK
+from bench.storage.baseline import READ_BLOCK, Baseline, PlainIOBaseline
 
 _S3_URL = re.compile(r"^s3://(?P<bucket>[^/]+)/?(?P<prefix>.*)$")
 
@@ -87,6 +88,41 @@ class S3WorkerStorage:
 
     def local_path(self, path: str) -> str | None:
         return None
+
+
+class S3Objects:
+    """Plain objects through the S3 client the ranks used (s3torchconnector's, with the run's client
+    settings), nothing on top: a `PlainIO` for the storage baseline."""
+
+    tool = "built-in (s3torchconnector S3Client put_object/get_object)"
+
+    def __init__(self, settings: dict, bucket: str, prefix: str, remove_prefix):
+        from s3torchconnector._s3client import S3Client
+
+        self.client = S3Client(settings["s3_region"], endpoint=settings.get("s3_endpoint"),
+                               s3client_config=S3WorkerStorage(settings).client_config())
+        self.bucket, self.prefix = bucket, prefix
+        self.location = f"s3://{bucket}/{prefix}"
+        self._remove_prefix = remove_prefix
+
+    def write(self, name: str, size: int, fsync: bool, block: memoryview) -> None:
+        writer = self.client.put_object(self.bucket, f"{self.prefix}/{name}")
+        for start in range(0, size, len(block)):
+            writer.write(block[:min(len(block), size - start)])
+        writer.close()  # the upload completes here; there is nothing to fsync
+
+    def read(self, name: str) -> int:
+        reader = self.client.get_object(self.bucket, f"{self.prefix}/{name}")
+        total = 0
+        while chunk := reader.read(READ_BLOCK):
+            total += len(chunk)
+        return total
+
+    def drop_cache(self) -> None:
+        pass  # nothing on this host caches the objects
+
+    def remove(self) -> None:
+        self._remove_prefix(self.prefix)
 
 
 class S3Storage:
@@ -206,6 +242,13 @@ class S3Storage:
         start = len(self._run_prefix) + 1
         return sizes_by_iteration((key[start:], size) for key, size in self._keys(self._run_prefix))
 
+    def iteration_files(self, iteration: int) -> list[int]:
+        return [size for _key, size in self._keys(f"{self._run_prefix}/{iter_dir_name(iteration)}")]
+
+    def baseline(self) -> Baseline:
+        return PlainIOBaseline(S3Objects(self.describe(), self.bucket, f"{self._run_prefix}/{BASELINE_FOLDER}",
+                                         self._delete_below))
+
     def remove(self) -> bool:
         if self._run_prefix is None:
             return False
@@ -215,11 +258,14 @@ class S3Storage:
             self.client.head_object(Bucket=self.bucket, Key=f"{self._run_prefix}/{OWNER_MARK}")
         except ClientError:
             return False  # no mark (not ours, or gone): leave it; an unreachable endpoint raises
-        keys = [key for key, _size in self._keys(self._run_prefix)]
+        self._delete_below(self._run_prefix)
+        return True
+
+    def _delete_below(self, prefix: str) -> None:
+        keys = [key for key, _size in self._keys(prefix)]
         for start in range(0, len(keys), 1000):  # DeleteObjects takes at most 1000 keys
             batch = [{"Key": key} for key in keys[start:start + 1000]]
             self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True})
-        return True
 
     def worker_env(self) -> dict[str, str]:
         return {"AWS_ENDPOINT_URL": self.endpoint} if self.endpoint else {}

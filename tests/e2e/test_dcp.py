@@ -20,6 +20,8 @@ def test_save_then_load(tmp_path, s3_endpoint, storage, async_save):
     args = ["--model", "tiny", "--nproc-per-node", "2", "--dist-backend", "gloo", "--save-calls", "2",
             "--thread-count", "2", "--async-save" if async_save else "--no-async-save"]
     keep = storage == "s3" and not async_save  # one run keeps its checkpoints, to check their layout
+    baseline = not async_save  # the storage's own peak beside the sync saves, on disk and on S3
+    args += ["--storage-baseline"] if baseline else []
     if storage == "s3":
         bucket = s3_endpoint.create_bucket()
         args += ["--save-dir", f"s3://{bucket}/bench", *s3_endpoint.options()]
@@ -45,6 +47,22 @@ def test_save_then_load(tmp_path, s3_endpoint, storage, async_save):
         assert save["bandwidth"] > 0
     assert [load["iteration"] for load in report["loads"]] == [1, 2]  # every save call is loaded back
     assert report["load_bandwidth_in_mbps"] > 0
+    # Each rank's peak memory while each save and load ran: at least the state it holds.
+    for record in [*report["saves"], *report["loads"]]:
+        assert record["peak_rss_bytes"] > state_bytes
+        assert record["peak_rss_bytes"] == record["peak_rss_bytes_per_rank"]["max"]
+    if baseline:
+        measured = report["storage_baseline"]
+        assert measured["tool"] in ("fio", "built-in (os.write/os.read)") if storage == "disk" else \
+            measured["tool"].startswith("built-in (s3torchconnector")
+        # The last checkpoint's shape: its files (2 threads x 2 ranks + .metadata), bytes and fsync.
+        assert measured["files"] >= 4 and measured["concurrency"] == 4 and measured["fsync"] is (storage == "disk")
+        assert abs(measured["bytes"] - report["saves"][-1]["bytes"]) <= measured["files"]  # fio: the mean size
+        assert measured["write_bandwidth"] > 0 and measured["read_bandwidth"] > 0 and len(measured["rounds"]) == 3
+        assert report["save_fraction_of_peak"] > 0 and report["load_fraction_of_peak"] > 0
+        assert report["measurement"]["storage_baseline"].startswith(f"measured with {measured['tool']}")
+    else:
+        assert "storage_baseline" not in report and report["measurement"]["storage_baseline"].startswith("not")
     # The checkpoints this run created are gone; nothing else was touched.
     if keep:
         run = Path(report["run"]["dir"]).name
@@ -52,6 +70,7 @@ def test_save_then_load(tmp_path, s3_endpoint, storage, async_save):
         keys = s3_endpoint.object_keys(bucket)
         assert f"bench/{run}/.ckpt-bench-owned" in keys
         assert {f"bench/{run}/iter_000000{k}/.metadata" for k in (1, 2)} <= set(keys)
+        assert not [key for key in keys if "storage-baseline" in key]  # the baseline's objects never stay
     elif storage == "s3":
         assert s3_endpoint.object_keys(bucket) == []
     else:

@@ -34,6 +34,7 @@ def refused(*args) -> str:
         (["--backend", "lightning", "--ckpt-format", "torch"], "--ckpt-format is not read by the lightning backend"),
         (["--backend", "comms", "--save-dir", "/tmp/x"], "--save-dir is not read by the comms backend"),
         (["--backend", "comms", "--warm-load"], "--warm-load is not read by the comms backend"),
+        (["--backend", "comms", "--storage-baseline"], "--storage-baseline is not read by the comms backend"),
         (["--backend", "megatron", "--s3-region", "us-east-1"], "--s3-region is not read by the megatron backend"),
         (["--slurm-partition", "gpu"], "--slurm-partition applies to --emit slurm|k8s only"),
         (["--comms-max-size", "4KiB"], "--comms-max-size applies to --backend comms or --preflight"),

@@ -17,6 +17,7 @@ from bench.storage import (
     storage_for,
     worker_storage,
 )
+from bench.storage.baseline import IOShape
 
 OPTIONS = StorageOptions(s3_region="us-east-1")
 
@@ -123,6 +124,12 @@ def test_dcp_round_trip_through_the_storage(tmp_path, scheme):
     assert ranks.local_path(path) == {"path": path, "file": f"{tmp_path}/ckpts/run-1/iter_0000001",
                                       "memory": None}[scheme]
     assert storage.iteration_sizes()[1] > 0
+    # The storage baseline copies that checkpoint's shape below the run's folder, then removes its copy.
+    files = storage.iteration_files(1)
+    assert len(files) == 3 and sum(files) == storage.iteration_sizes()[1]  # 2 writer threads + .metadata
+    measured = storage.baseline().measure(IOShape.of(files, concurrency=2, fsync=scheme != "memory"))
+    assert abs(measured["bytes"] - sum(files)) <= 3 and measured["read_bandwidth"] > 0  # fio: the mean size
+    assert storage.iteration_files(1) == files and set(storage.iteration_sizes()) == {1}
     assert storage.remove()
 
 

@@ -1,0 +1,75 @@
+"""Bare Megatron saves: `dist_checkpointing.save` of the worker's sharded state dict, nothing of ours around.
+
+    torchrun --nproc-per-node N benchmarks/bare/megatron_save.py --spec RUN/worker.json --save-calls K \
+        --save-dir DIR --out durations.json
+
+The state is the one ckpt-bench's Megatron worker saves for the same spec (same model, optimizer and
+parallel layout: bench.megatron builds it); the saves are megatron-core's own call with its default
+torch_dist strategy, as Megatron-LM builds it. Each call: a training step, a barrier, the timed save
+into DIR/iter_K; a call's duration is the slowest rank's. Rank 0 writes the durations as JSON.
+"""
+
+import argparse
+import json
+import os
+import time
+
+import torch
+from megatron.core import dist_checkpointing, parallel_state
+from megatron.core.dist_checkpointing.serialization import get_default_save_sharded_strategy
+from megatron.core.dist_checkpointing.strategies.fully_parallel import FullyParallelSaveStrategyWrapper
+
+from bench.megatron import cpu_compat
+from bench.megatron.formats import checkpoint_format
+from bench.megatron.spec import WorkerSpec
+from bench.megatron.training import Trainer
+from bench.megatron.worker import init_model_parallel
+
+cpu_compat.install()  # megatron-core on the CPU (no-op with CUDA): the platform, not the harness
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--spec", required=True)
+    parser.add_argument("--save-calls", type=int, required=True)
+    parser.add_argument("--save-dir", required=True)
+    parser.add_argument("--out", required=True)
+    options = parser.parse_args()
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    torch.distributed.init_process_group("nccl" if cuda else "gloo")
+    args = WorkerSpec.from_file(options.spec).megatron_args(torch.distributed.get_world_size())
+    init_model_parallel(args)
+    trainer = Trainer(args, device)
+    state = checkpoint_format(args, trainer)
+    # megatron-core's default strategy, spread over the data-parallel ranks when the spec says so (as
+    # Megatron-LM builds it for --ckpt-fully-parallel-save).
+    strategy = get_default_save_sharded_strategy("torch_dist")
+    strategy.use_cached_ckpt_structure = bool(args.ckpt_assume_constant_structure)
+    if args.ckpt_fully_parallel_save:
+        strategy = FullyParallelSaveStrategyWrapper(
+            strategy, parallel_state.get_data_parallel_group(with_context_parallel=True),
+            args.ckpt_assume_constant_structure)
+    durations = []
+    for call in range(1, options.save_calls + 1):
+        trainer.train_step()
+        directory = f"{options.save_dir}/iter_{call:07d}"
+        if torch.distributed.get_rank() == 0:
+            os.makedirs(directory, exist_ok=True)
+        sharded_state_dict = state.state_dict(call)
+        torch.distributed.barrier()
+        start = time.monotonic()
+        dist_checkpointing.save(sharded_state_dict, directory, strategy)
+        durations.append(time.monotonic() - start)
+    slowest = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(slowest, durations)
+    if torch.distributed.get_rank() == 0:
+        with open(options.out, "w") as out:
+            json.dump([max(per_rank) for per_rank in zip(*slowest, strict=True)], out)
+    torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Harness overhead: what ckpt-bench reports for a save vs the bare call on the same state.
+
+    python benchmarks/harness_overhead.py [--backends dcp megatron lightning] [--rounds 3] [--dir DIR]
+
+For each backend and round, interleaved (the order flips every round, so drift in a shared, host-cached
+disk hits both sides alike):
+  ours  `ckpt_launch.py --backend B ... --save-calls K` (its whole pipeline: events, digests, the
+        load pass), the save times from its report (`saves[].total_time`: slowest rank, SAVE_START to
+        the write's end);
+  bare  `benchmarks/bare/<B>_save.py` under torchrun on the spec ckpt-bench wrote for that run (same
+        model, dtype, layout, writer threads, fsync), timing only the framework's call:
+        `dcp.save`, megatron-core's `dist_checkpointing.save`, Lightning's `trainer.save_checkpoint`.
+Both write to folders under --dir. The first save of a process is shown apart (megatron-core starts
+its writer's helper process then); `steady` is the median of the later saves over every round, and
+ratio = ours / bare on it. Target: ratio <= 1.05.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One backend: the ckpt-bench options and the bare script that makes the same saves."""
+
+    backend: str
+    options: tuple[str, ...]
+    save_calls: int
+
+    @property
+    def bare_script(self) -> Path:
+        return ROOT / "benchmarks" / "bare" / f"{self.backend}_save.py"
+
+
+CASES = {
+    # The issue's state: gpt2 fp32 (475 MiB), 2 ranks x 2 writer threads, fsync.
+    "dcp": Case("dcp", ("--model", "gpt2", "--dtype", "float32", "--thread-count", "2", "--sync-files"), 4),
+    # The default experiment's GPT with a larger hidden size (sync torch_dist saves, fully parallel).
+    "megatron": Case("megatron", ("--set", "hidden_size=512", "--set", "num_layers=4", "--train-iters", "4",
+                                  "--save-interval", "1", "--no-async-save"), 4),
+    "lightning": Case("lightning", ("--num-layers", "8", "--set", "ninp=512", "--set", "nhid=2048"), 4),
+}
+
+
+def run_ours(case: Case, workdir: Path, round_index: int) -> tuple[list[float], Path]:
+    """ckpt-bench's saves (seconds) and the worker spec it wrote."""
+    run_id = f"{case.backend}-{round_index}"
+    report = workdir / f"{run_id}.json"
+    command = [sys.executable, str(ROOT / "ckpt_launch.py"), "--backend", case.backend, *case.options,
+               "--runs-dir", str(workdir / "runs"), "--run-id", run_id, "--save-dir", str(workdir / "ours"),
+               "--format", "json", "--output", str(report)]
+    if case.backend != "megatron":
+        command += ["--save-calls", str(case.save_calls)]
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    saves = json.loads(report.read_text())["saves"]
+    return [save["total_time"] for save in saves], workdir / "runs" / run_id / "worker.json"
+
+
+def run_bare(case: Case, workdir: Path, spec: Path, nproc: int) -> list[float]:
+    out = workdir / "bare.json"
+    target = workdir / "bare"
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--standalone",
+               str(case.bare_script), "--spec", str(spec), "--save-calls", str(case.save_calls),
+               "--save-dir", str(target), "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    try:
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=ROOT)
+        return json.loads(out.read_text())
+    finally:
+        shutil.rmtree(target, ignore_errors=True)
+
+
+def summary(samples: list[list[float]]) -> tuple[float, float]:
+    """(median first save, median of the later saves) over every process's saves."""
+    return (statistics.median(s[0] for s in samples),
+            statistics.median(value for s in samples for value in s[1:]))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backends", nargs="+", choices=sorted(CASES), default=["dcp", "megatron", "lightning"])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--nproc-per-node", type=int, default=2)
+    parser.add_argument("--dir", default=None, help="work folder (default: a new temporary one, removed after)")
+    args = parser.parse_args()
+
+    workdir = Path(args.dir or tempfile.mkdtemp(prefix="ckpt-bench-overhead-"))
+    rows = []
+    try:
+        for backend in args.backends:
+            case = CASES[backend]
+            ours, bare = [], []
+            spec = None
+            for round_index in range(args.rounds):
+                # ckpt-bench's first run writes the spec the bare script reads; then the order flips.
+                if spec is None or round_index % 2 == 0:
+                    saves, spec = run_ours(case, workdir, round_index)
+                    bare.append(run_bare(case, workdir, spec, args.nproc_per_node))
+                else:
+                    bare.append(run_bare(case, workdir, spec, args.nproc_per_node))
+                    saves, spec = run_ours(case, workdir, round_index)
+                ours.append(saves)
+                print(f"{backend} round {round_index + 1}: ours {saves}  bare {[round(b, 3) for b in bare[-1]]}",
+                      file=sys.stderr, flush=True)
+            (ours_first, ours_steady), (bare_first, bare_steady) = summary(ours), summary(bare)
+            rows.append((backend, bare_first, ours_first, bare_steady, ours_steady, ours_steady / bare_steady))
+    finally:
+        if args.dir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    print(f"{'backend':<10} {'bare first':>10} {'ours first':>10} {'bare steady':>11} {'ours steady':>11} {'ratio':>6}")
+    for backend, bare_first, ours_first, bare_steady, ours_steady, ratio in rows:
+        print(f"{backend:<10} {bare_first:>10.3f} {ours_first:>10.3f} {bare_steady:>11.3f} {ours_steady:>11.3f} "
+              f"{ratio:>6.3f}")
+    print(f"seconds per save, slowest rank; medians over {args.rounds} rounds x later saves; target ratio <= 1.05")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
