@@ -26,6 +26,7 @@ from bench.assembly import log_report, to_json
 from bench.click_options import click_option
 from bench.config import ConfigError
 from bench.parsers.sources import ReportError
+from bench.rundir import sweep_results_file
 
 
 def _advice_options(command):
@@ -65,7 +66,7 @@ def main(paths, primus_log_dir, ckpt_dir, output, output_format, html_file, comp
         advice = AdviceOptions.from_values(advice_values)
         if compare:
             _compare(paths, primus_log_dir, ckpt_dir, html_file, advice, output, output_format)
-        elif len(paths) == 1 and not primus_log_dir and (Path(paths[0]) / "run_results.json").is_file():
+        elif len(paths) == 1 and not primus_log_dir and sweep_results_file(paths[0]) is not None:
             _sweep(Path(paths[0]), html_file, output, output_format)
         else:
             _report([*paths, *primus_log_dir], ckpt_dir, html_file, advice, output, output_format)
@@ -101,7 +102,7 @@ def _sweep(folder: Path, html_file, output, output_format) -> None:
     try:
         results = load_results(folder)
     except (OSError, ValueError) as error:
-        raise ReportError(f"cannot read {folder / 'run_results.json'}: {error}") from None
+        raise ReportError(f"cannot read the sweep results in {folder}: {error}") from None
     text = to_json(summary(results))
     if output:
         _write(output, text + "\n")

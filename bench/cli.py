@@ -26,6 +26,7 @@ from bench.launcher import registry
 from bench.options import Flag
 
 SWEEP_SECTION = "Sweeps"  # options of this command itself: they drive sweeps, never a single run
+PEER_OVERRIDES = "hydra_overrides"  # positional KEY=VALUE arguments: for another benchmark's sweep file only
 
 
 def _click_option(name: str, flag: Flag, readers: tuple[str, ...]):
@@ -45,6 +46,8 @@ def _compose(callback):
         cloup.option("resume", "--resume", type=click.Path(file_okay=False),
                      help="Resume a sweep directory: run only its jobs without a result."),
     )(callback)
+    # After `--sweep FILE`, an s3torchbenchmarking config's Hydra overrides, as its scripts pass them.
+    callback = click.argument(PEER_OVERRIDES, nargs=-1, metavar="[HYDRA_OVERRIDES]...")(callback)
     for title, flags, readers in reversed(registry.sections()):
         callback = cloup.option_group(title, *(_click_option(n, f, readers[n]) for n, f in flags.items()))(callback)
     return cloup.command(
@@ -101,6 +104,9 @@ def _launch(**values) -> None:
     given = given_options(click.get_current_context())
     if values["sweep"] or values["resume"]:
         run_sweep_command(values, given)
+    if values[PEER_OVERRIDES]:
+        fail(f"unexpected argument {values[PEER_OVERRIDES][0]!r}: KEY=VALUE arguments are Hydra overrides of an "
+             "s3torchbenchmarking config given with --sweep FILE")
     try:
         launch_config, emit = registry.build_launch(values, given, os.environ)
         if emit.emit:
@@ -121,12 +127,14 @@ launch = _compose(_launch)
 
 
 def run_sweep_command(values: dict, given: set[str]) -> None:
-    """`--sweep FILE [--resume DIR]`: options given explicitly on the command line become fixed settings."""
+    """`--sweep FILE [--resume DIR] [HYDRA_OVERRIDES]`: options given explicitly on the command line become
+    fixed settings; KEY=VALUE arguments are Hydra overrides of an s3torchbenchmarking config."""
     from bench.sweep import RESERVED, run_sweep, summary
 
-    overrides = {name: values[name] for name in given if name not in RESERVED}
+    overrides = {name: values[name] for name in given if name not in (*RESERVED, PEER_OVERRIDES)}
     try:
-        _root, results = run_sweep(values["sweep"], values["runs_dir"], values["resume"], overrides, parse_argv)
+        _root, results = run_sweep(values["sweep"], values["runs_dir"], values["resume"], overrides, parse_argv,
+                                   tuple(values[PEER_OVERRIDES]))
     except ConfigError as error:
         fail(str(error))
     print_report(summary(results), values.get("output"), values.get("format"), sweep_results=results)

@@ -14,9 +14,7 @@ from pathlib import Path
 
 from bench.parsers.sources import ReportError
 from bench.presentation import number
-from bench.rundir import RunDir
-
-RESULTS_FILE = "run_results.json"  # a sweep directory's (bench.sweep)
+from bench.rundir import RunDir, sweep_results_file
 
 # (metric, where it is in the report: a dotted path), in table order.
 METRICS = (
@@ -95,8 +93,8 @@ def load_sources(path: str | os.PathLike) -> list[dict]:
         if isinstance(data, dict) and "jobs" in data:
             return _sweep_sources(path.parent, data)
         raise ReportError(f"{path} holds no report (give a run directory, a report.json or a sweep directory)")
-    if (path / RESULTS_FILE).is_file():
-        return _sweep_sources(path, _read_json(path / RESULTS_FILE))
+    if (results := sweep_results_file(path)) is not None:
+        return _sweep_sources(path, _read_json(results))
     if (path / "report.json").is_file():
         data = _read_json(path / "report.json")
         if _is_report(data):

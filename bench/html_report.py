@@ -27,6 +27,7 @@ from pathlib import Path
 from bench import presentation as p
 from bench.events import CheckpointEvent, EventKind, event_files, read_event_files
 from bench.report import CONFIG_KEYS
+from bench.rundir import SWEEP_RESULTS_FILES, sweep_results_file
 
 REPORT_HTML = "report.html"
 SWEEP_HTML = "sweep_report.html"
@@ -689,5 +690,8 @@ def _write(path: Path, render) -> Path | None:
 
 
 def load_results(path: str | os.PathLike) -> dict:
-    """A sweep directory's run_results.json."""
-    return json.loads((Path(path) / "run_results.json").read_text())
+    """A sweep directory's results (bench.rundir.sweep_results_file)."""
+    results = sweep_results_file(path)
+    if results is None:
+        raise FileNotFoundError(f"no {' or '.join(SWEEP_RESULTS_FILES)} in {path}")
+    return json.loads(results.read_text())

@@ -27,6 +27,15 @@ import time
 from pathlib import Path
 
 RUN_FILE = "run.json"
+# A sweep directory's results (bench.sweep): `run_results.json`, or `ckpt_bench_results.json` where another
+# tool's file takes that name (an s3torchbenchmarking sweep, bench.peers). The first that exists is ours.
+SWEEP_RESULTS_FILES = ("ckpt_bench_results.json", "run_results.json")
+
+
+def sweep_results_file(folder: str | os.PathLike) -> Path | None:
+    """Our results file in sweep directory `folder`, or None if it is not one."""
+    found = [Path(folder) / name for name in SWEEP_RESULTS_FILES if (Path(folder) / name).is_file()]
+    return found[0] if found else None
 # Report sections a worker measured beyond checkpoint events, e.g. {"training": {...}} (Lightning).
 MEASUREMENTS_FILE = "measurements.json"
 

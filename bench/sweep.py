@@ -28,6 +28,10 @@ recorded with the job, and it runs through the same `registry.build_launch` as t
 
 A job whose run fails is recorded as failed and the sweep goes on. `--resume DIR` runs again the
 jobs of DIR that have no result (never started, interrupted, or failed) and skips the others.
+
+Another benchmark's sweep file (s3torchbenchmarking's Hydra configs) runs as it is: `bench.peers`
+translates it into jobs, chooses the folder (`hydra.sweep.dir`) and writes its result files beside
+ours (`Outputs`); nothing else here depends on whose file it was.
 """
 
 from __future__ import annotations
@@ -57,7 +61,9 @@ from bench.html_report import SWEEP_HTML, write_sweep_html
 from bench.launcher import registry
 from bench.launcher.repeat import run
 from bench.options import to_argv
-from bench.rundir import RUN_FILE
+from bench.peers import translation_for
+from bench.peers.outputs import Outputs
+from bench.rundir import RUN_FILE, sweep_results_file
 from bench.storage import remove_checkpoints
 
 # `bench.cli.parse_argv`: one command line -> (option values, the options given); ConfigError if it
@@ -69,11 +75,11 @@ RESERVED = ("sweep", "resume", "output", "format", "runs_dir")
 # A job with one of these statuses has its result: `--resume` skips it.
 FINISHED = ("ok", "verification-failed")
 SWEEP_FILE = "sweep.yaml"
-RESULTS_FILE = "run_results.json"
 CSV_FILE = "results.csv"
 CSV_METRICS = (
     "world_size", "save_block_time", "save_total_time", "save_bandwidth_in_mbps", "load_time",
     "load_bandwidth_in_mbps", "iter_folder_size", "num_saved", "verified", "accurate",
+    "save_fraction_of_peak", "load_fraction_of_peak",  # with storage_baseline: true
 )
 
 
@@ -98,6 +104,10 @@ class Sweep:
     lists: dict
     source: str | None = None
     jobs: list[Job] = field(default_factory=list)
+    outputs: Outputs = field(default_factory=Outputs)
+    root: Path | None = None  # where results go; None: <runs-dir>/sweeps/<name>/<time>/
+    saved: dict | None = None  # what sweep.yaml keeps to resume, when not `definition()` (another tool's file)
+    notes: list[str] = field(default_factory=list)  # what the sweep file asked that does not apply here
 
     def definition(self) -> dict:
         return {"name": self.name, **self.fixed, "sweep": self.lists}
@@ -123,8 +133,38 @@ def _check_keys(keys, where: str) -> None:
                               "with underscores, e.g. nproc_per_node")
 
 
+def _jobs(source: str, parse: Parse, combinations: list[tuple[dict, dict]]) -> list[Job]:
+    """Each (swept values, options) as a job: parsed as the CLI would and checked as a run would be
+    (`registry.build_launch`: a model's name, a backend's settings), all before any job starts."""
+    jobs = []
+    for index, (params, values) in enumerate(combinations):
+        argv = to_argv(values, registry.all_flags())
+        try:
+            options, given = parse(argv)
+            registry.build_launch(options, given, os.environ)
+        except ConfigError as error:
+            described = ", ".join(f"{k}={v}" for k, v in params.items())
+            raise ConfigError(f"{source}: job {index} ({described}): {error}") from None
+        jobs.append(Job(index, params, options, argv, given))
+    return jobs
+
+
+def sweep_from(definition, source: str, parse: Parse, overrides: dict | None = None,
+               peer_overrides: tuple[str, ...] = ()) -> Sweep:
+    """Our sweep file, or another benchmark's (`bench.peers`) with its own command-line overrides."""
+    translation = translation_for(definition, source, peer_overrides, overrides or {})
+    if translation is None:
+        if peer_overrides:
+            raise ConfigError(f"{peer_overrides[0]}: {source} is a ckpt-bench sweep file, whose settings are options "
+                              "(e.g. --thread-count 2); KEY=VALUE overrides apply to s3torchbenchmarking configs")
+        return build_sweep(definition, source, parse, overrides)
+    return Sweep(translation.name, dict(overrides or {}), translation.lists, source,
+                 _jobs(source, parse, translation.jobs), translation, translation.root, translation.saved,
+                 translation.notes)
+
+
 def build_sweep(definition, source: str, parse: Parse, overrides: dict | None = None) -> Sweep:
-    """A validated sweep: every job's options parsed as the CLI would; raises ConfigError (one line)."""
+    """A validated sweep: every job's options parsed and checked as the CLI would; raises ConfigError (one line)."""
     if not isinstance(definition, dict):
         raise ConfigError(f"{source}: a sweep file is a mapping of options and a `sweep:` mapping of lists")
     definition = dict(definition)
@@ -148,20 +188,13 @@ def build_sweep(definition, source: str, parse: Parse, overrides: dict | None = 
                           "remove it from the command line or from the sweep")
     fixed = {**definition, **overrides}
 
-    sweep = Sweep(str(name), fixed, lists, source)
-    for index, values in enumerate(itertools.product(*lists.values())):
-        params = dict(zip(lists, values, strict=True))
-        argv = to_argv({**fixed, **params}, registry.all_flags())
-        try:
-            options, given = parse(argv)
-        except ConfigError as error:
-            described = ", ".join(f"{k}={v}" for k, v in params.items())
-            raise ConfigError(f"{source}: job {index} ({described}): {error}") from None
-        sweep.jobs.append(Job(index, params, options, argv, given))
-    return sweep
+    swept = (dict(zip(lists, values, strict=True)) for values in itertools.product(*lists.values()))
+    combinations = [(params, {**fixed, **params}) for params in swept]
+    return Sweep(str(name), fixed, lists, source, _jobs(source, parse, combinations))
 
 
-def load_sweep(path: str | os.PathLike, parse: Parse, overrides: dict | None = None) -> Sweep:
+def load_sweep(path: str | os.PathLike, parse: Parse, overrides: dict | None = None,
+               peer_overrides: tuple[str, ...] = ()) -> Sweep:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"--sweep {path}: sweep file not found")
@@ -169,7 +202,7 @@ def load_sweep(path: str | os.PathLike, parse: Parse, overrides: dict | None = N
         definition = yaml.safe_load(path.read_text())
     except yaml.YAMLError as error:
         raise ConfigError(f"--sweep {path}: not valid YAML ({str(error).splitlines()[0]})") from None
-    return build_sweep(definition, str(path), parse, overrides)
+    return sweep_from(definition, str(path), parse, overrides, peer_overrides)
 
 
 # --- running ------------------------------------------------------------------------------------
@@ -188,7 +221,7 @@ def _write_json(path: Path, data) -> None:
     path.write_text(json.dumps(data, indent=2, default=str) + "\n")
 
 
-def run_job(root: Path, job: Job) -> dict:
+def run_job(root: Path, job: Job, outputs: Outputs) -> dict:
     """Run one job as its own CLI invocation would, its output captured in `<job>/benchmark.log`."""
     job_dir = _job_dir(root, job)
     if job_dir.exists():  # an earlier attempt without a result (see --resume): ours to replace
@@ -228,6 +261,7 @@ def run_job(root: Path, job: Job) -> dict:
             record.update(status="failed", error=f"{type(error).__name__}: {error}")
     record["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     _write_json(job_dir / "job.json", record)
+    outputs.job_done(job_dir, job.index)
     return record
 
 
@@ -275,6 +309,7 @@ def write_results(root: Path, sweep: Sweep, started: str) -> dict:
     environment.update(package_versions(("boto3", "click", "s3torchconnectorclient")))
     results = {
         "name": sweep.name,
+        "results_file": str(root / sweep.outputs.results_file),
         "sweep_file": sweep.source,
         "dir": str(root),
         "started": started,
@@ -282,9 +317,10 @@ def write_results(root: Path, sweep: Sweep, started: str) -> dict:
         "sweep": sweep.definition(),
         "environment": environment,
         "summary": {status: sum(j["status"] == status for j in jobs) for status in sorted({j["status"] for j in jobs})},
+        "notes": sweep.notes,
         "jobs": jobs,
     }
-    _write_json(root / RESULTS_FILE, results)
+    _write_json(root / sweep.outputs.results_file, results)
     write_sweep_html(root, results)
     with open(root / CSV_FILE, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
@@ -296,6 +332,7 @@ def write_results(root: Path, sweep: Sweep, started: str) -> dict:
                 job.index, record["status"], *job.params.values(), *(report.get(k) for k in CSV_METRICS),
                 median, record.get("report_file"), record.get("error"),
             ])
+    sweep.outputs.sweep_done(root, results)
     return results
 
 
@@ -311,8 +348,17 @@ def _new_root(runs_dir: Path, name: str) -> Path:
             root = base.with_name(f"{base.name}-{suffix}")
 
 
+def _peer_root(root: Path) -> Path:
+    """A folder the sweep file names (hydra.sweep.dir): created, or reused if it holds no sweep yet."""
+    if (root / SWEEP_FILE).is_file():
+        raise ConfigError(f"{root} already holds a sweep: --resume {root}, or choose another folder "
+                          "(hydra.sweep.dir=...)")
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
 def run_sweep(sweep_file: str | None, runs_dir: str | os.PathLike, resume: str | None, overrides: dict | None,
-              parse: Parse) -> tuple[Path, dict]:
+              parse: Parse, peer_overrides: tuple[str, ...] = ()) -> tuple[Path, dict]:
     """Run (or resume) a sweep; returns its directory and run_results."""
     from tqdm import tqdm
 
@@ -321,24 +367,25 @@ def run_sweep(sweep_file: str | None, runs_dir: str | os.PathLike, resume: str |
         saved = root / SWEEP_FILE
         if not saved.is_file():
             raise ConfigError(f"--resume {root}: not a sweep directory (no {SWEEP_FILE})")
-        sweep = build_sweep(yaml.safe_load(saved.read_text()), str(saved), parse)
-        if sweep_file or overrides:
-            given = load_sweep(sweep_file, parse, overrides) if sweep_file else build_sweep(
-                {**sweep.definition(), **(overrides or {})}, str(saved), parse)
+        definition = yaml.safe_load(saved.read_text())
+        sweep = sweep_from(definition, str(saved), parse)
+        if sweep_file or overrides or peer_overrides:
+            given = load_sweep(sweep_file, parse, overrides, peer_overrides) if sweep_file else sweep_from(
+                definition, str(saved), parse, overrides, peer_overrides)
             if [j.options for j in given.jobs] != [j.options for j in sweep.jobs]:
                 raise ConfigError(f"--resume {root}: the sweep given differs from the one this directory holds "
                                   f"({saved}); resume without --sweep, or start a new sweep")
-        started = (json.loads((root / RESULTS_FILE).read_text()).get("started")
-                   if (root / RESULTS_FILE).is_file() else None)
+        results_path = root / sweep.outputs.results_file
+        started = json.loads(results_path.read_text()).get("started") if results_path.is_file() else None
         for job in sweep.jobs:  # a job still "running" belongs to a sweep process that is gone
             record = _read_job(root, job)
             if record and record["status"] == "running":
                 record.update(status="interrupted", error="the sweep stopped while this job ran")
                 _write_json(_job_dir(root, job) / "job.json", record)
     else:
-        sweep = load_sweep(sweep_file, parse, overrides)
-        root = _new_root(Path(runs_dir), sweep.name)
-        (root / SWEEP_FILE).write_text(yaml.safe_dump(sweep.definition(), sort_keys=False))
+        sweep = load_sweep(sweep_file, parse, overrides, peer_overrides)
+        root = _peer_root(sweep.root) if sweep.root else _new_root(Path(runs_dir), sweep.name)
+        (root / SWEEP_FILE).write_text(yaml.safe_dump(sweep.saved or sweep.definition(), sort_keys=False))
         started = None
     started = started or time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
@@ -346,13 +393,15 @@ def run_sweep(sweep_file: str | None, runs_dir: str | os.PathLike, resume: str |
     todo = [job for job in sweep.jobs if job not in done]
     print(f"sweep {sweep.name}: {len(sweep.jobs)} jobs in {root}"
           + (f" ({len(done)} finished before, skipped)" if done else ""), file=sys.stderr, flush=True)
+    for note in sweep.notes:
+        print(f"note: {note}", file=sys.stderr, flush=True)
     write_results(root, sweep, started)
     progress = tqdm(total=len(sweep.jobs), initial=len(done), desc=f"sweep {sweep.name}", unit="job",
                     file=sys.stderr, dynamic_ncols=True)
     with progress:
         for job in todo:
             progress.set_postfix_str(" ".join(f"{k}={_label(k, v)}" for k, v in job.params.items()))
-            record = run_job(root, job)
+            record = run_job(root, job, sweep.outputs)
             write_results(root, sweep, started)
             progress.update(1)
             if record["status"] != "ok":
@@ -367,7 +416,7 @@ def summary(results: dict) -> dict:
     return {
         "sweep": results["name"],
         "dir": results["dir"],
-        "results": str(Path(results["dir"]) / RESULTS_FILE),
+        "results": results.get("results_file") or str(sweep_results_file(results["dir"])),
         "csv": str(Path(results["dir"]) / CSV_FILE),
         "report_html": str(html) if (html := Path(results["dir"]) / SWEEP_HTML).is_file() else None,
         "summary": results["summary"],

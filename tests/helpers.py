@@ -14,7 +14,8 @@ LOGS = ROOT / "tests" / "fixtures" / "logs"  # constructed fixtures (marked as s
 REAL_LOGS = ROOT / ".." / "shared" / "fixtures" / "logs"  # real public logs
 # Lightning reads dataflux's variables: a test sets the ones it means, never inherits them.
 DATAFLUX_VARIABLES = ("CKPT_DIR_PATH", "CKPT_RESTORE_PATH", "NUM_LAYERS", "ACCELERATOR", "NUM_SAVE_CALLS",
-                      "NUM_LOAD_CALLS", "NUM_NODES", "NUM_DEVICES", "STEPS_PER_SAVE")
+                      "NUM_LOAD_CALLS", "NUM_NODES", "NUM_DEVICES", "STEPS_PER_SAVE", "PROJECT", "USE_ASYNC",
+                      "MAX_STEPS", "MIN_EPOCHS", "MAX_EPOCHS", "SAVE_ONLY_LATEST")
 
 
 def run_cli(script: str, *args, cwd: Path = ROOT, timeout: float = 300, env: dict | None = None,

@@ -5,14 +5,22 @@ Transformer, so `--num-layers` means the same thing here. WikiText2 would have t
 the tokens are synthetic (deterministic per sample index); the data do not matter to a checkpoint,
 only the shapes do. The optimizer is Adam rather than the demo's plain SGD: SGD keeps no state, and a
 checkpoint without optimizer state is not what training jobs write.
+
+`NamedShapes` is the other model: a named checkpoint shape of `bench.dcp.models` (`--model`), as
+s3torchbenchmarking's Lightning benchmark saves a Hugging Face model. It has the model's parameter
+names and shapes and seeded random values; its "training step" touches every parameter so that a
+run with training steps gets Adam state for all of them.
 """
 
 from __future__ import annotations
 
 import torch
+from lightning.pytorch import LightningModule
 from lightning.pytorch.demos import Transformer
 from lightning.pytorch.demos.transformer import LightningTransformer
 from torch.utils.data import DataLoader, Dataset
+
+from bench.dcp import models
 
 
 class SyntheticTokens(Dataset):
@@ -74,3 +82,40 @@ def parameter_count(num_layers: int, vocab_size: int, ninp: int, nhid: int, nhea
     with torch.device("meta"):
         model = Transformer(vocab_size=vocab_size, ninp=ninp, nhead=nhead, nhid=nhid, nlayers=num_layers)
     return sum(p.numel() for p in model.parameters())
+
+
+class NamedShapes(LightningModule):
+    """A named model's parameters (names and shapes as its Hugging Face state dict has them, under
+    `model.`), seeded random values, Adam; FSDP2 shards it as one unit."""
+
+    def __init__(self, name: str, samples: int, seed: int):
+        super().__init__()
+        self.model = torch.nn.Module()
+        generator = torch.Generator().manual_seed(seed)
+        for dotted, shape in models.architecture(name).tensors():
+            *path, leaf = dotted.split(".")
+            owner = self.model
+            for part in path:
+                if not hasattr(owner, part):
+                    owner.add_module(part, torch.nn.Module())
+                owner = getattr(owner, part)
+            owner.register_parameter(leaf, torch.nn.Parameter(torch.randn(shape, generator=generator)))
+        self.samples = samples
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(torch.zeros(self.samples, 1), batch_size=1)
+
+    def training_step(self, batch, batch_idx) -> torch.Tensor:
+        """A loss that reaches every parameter (so the optimizer keeps state for each)."""
+        return sum(parameter.square().mean() for parameter in self.parameters())
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.parameters(), lr=1e-3)
+
+    def configure_model(self) -> None:
+        mesh = getattr(self, "device_mesh", None)
+        if mesh is None:
+            return
+        from torch.distributed.fsdp import fully_shard
+
+        fully_shard(self.model, mesh=mesh["data_parallel"])

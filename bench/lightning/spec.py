@@ -6,9 +6,10 @@
         "accelerator": "cpu" | "gpu",
         "dist_backend": "gloo" | "nccl",
         "num_layers": 4, "save_calls": 3, "load_calls": 3,
+        "named_model": null | "vit-base-in21k",  # a bench.dcp.models shape instead of the demo Transformer
         "steps_per_save": null | N,       # save during fit every N steps (and time fit without saves)
         "async_save": false,
-        "train_steps": 2,                 # steps trained before the save calls (not in fit mode)
+        "train_steps": 2,                 # steps trained before the save calls (not in fit mode); 0: none
         "seed": 1234,
         "model": {"vocab_size": 33278, "ninp": 200, "nhid": 200, "nhead": 2,
                   "block_size": 35, "batch_size": 1},
@@ -60,6 +61,7 @@ class LightningSpec:
     integrity_dir: str
     run_dir: str | None = None
     steps_per_save: int | None = None
+    named_model: str | None = None
     train_steps: int = 2
     seed: int = 1234
     warm_load: bool = False

@@ -18,7 +18,7 @@ import time
 from lightning.pytorch import Callback, Trainer, seed_everything
 from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
 
-from bench.lightning.model import BenchTransformer
+from bench.lightning.model import BenchTransformer, NamedShapes
 from bench.lightning.spec import LightningSpec
 
 
@@ -27,11 +27,14 @@ def world() -> tuple[int, int]:
     return int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_WORLD_SIZE"])
 
 
-def build_module(spec: LightningSpec, steps: int, seed: int) -> BenchTransformer:
+def build_module(spec: LightningSpec, steps: int, seed: int) -> BenchTransformer | NamedShapes:
+    """The demo Transformer, or the named checkpoint shape (`--model`) when the spec names one."""
     seed_everything(seed, verbose=False)
     world_size, _ = world()
-    samples = steps * spec.model["batch_size"] * world_size
-    return BenchTransformer(num_layers=spec.num_layers, samples=max(samples, world_size), **spec.model)
+    samples = max(steps * spec.model["batch_size"] * world_size, world_size)
+    if spec.named_model:
+        return NamedShapes(spec.named_model, samples, seed)
+    return BenchTransformer(num_layers=spec.num_layers, samples=samples, **spec.model)
 
 
 def build_trainer(spec: LightningSpec, checkpoint_io, steps: int, callbacks=()) -> Trainer:

@@ -3,9 +3,9 @@
     python -m torch.distributed.run --nproc-per-node N ... \\
         -m bench.lightning.worker --spec worker.json --phase save|load
 
-save: train `train_steps` steps, then -- in `on_train_end`, while the strategy still holds the model
-      where it trained -- call `trainer.save_checkpoint` `save_calls` times, each into its own
-      `iter_000000K` (K = call index). Async: before each call (untimed) the previous write is
+save: train `train_steps` steps, then -- in `on_train_end` (`on_fit_start` for 0 steps), while the
+      strategy still holds the model where it trained -- call `trainer.save_checkpoint` `save_calls`
+      times, each into its own `iter_000000K` (K = call index). Async: before each call (untimed) the previous write is
       awaited through `checkpoint_io.teardown()`, so every save is timed alone; after the last one
       the pass waits for it the same way, so a checkpoint is complete before the pass ends.
       With `steps_per_save`: `fit` runs save_calls x steps_per_save steps twice -- without saving, then
@@ -79,12 +79,22 @@ class Saver:
 class SaveCalls(Callback):
     """The save calls, at the end of training: the strategy still holds the model where it trained
     (Lightning's teardown moves it to the CPU before `fit` returns, which would hide the GPU's
-    device-to-host copy from a save made after `fit`)."""
+    device-to-host copy from a save made after `fit`). With 0 training steps (s3torchbenchmarking's
+    Lightning benchmark trains nothing) Lightning skips the training loop and its hooks, so the saves
+    are made in `on_fit_start`, once the strategy has set up model and optimizer."""
 
     def __init__(self, spec: LightningSpec, saver: Saver, rank: int):
         self.spec, self.saver, self.rank = spec, saver, rank
 
+    def on_fit_start(self, trainer, pl_module) -> None:
+        if not self.spec.train_steps:
+            self.save_calls(trainer)
+
     def on_train_end(self, trainer, pl_module) -> None:
+        if self.spec.train_steps:
+            self.save_calls(trainer)
+
+    def save_calls(self, trainer) -> None:
         digests = live_digests(trainer)  # the state does not change between the save calls
         for iteration in range(1, self.spec.save_calls + 1):
             integrity.write_manifest(self.spec.integrity_dir, iteration, self.rank, digests)
@@ -174,7 +184,7 @@ def load_pass(spec: LightningSpec, recorder: EventRecorder, context: WorkerConte
 
 def run(spec: LightningSpec, phase: str) -> None:
     context = WorkerContext.from_env()  # the strategy joins the process group itself
-    with EventRecorder(spec.events_dir, context.rank) as recorder:
+    with context.recorder(spec.events_dir) as recorder:
         (save_pass if phase == "save" else load_pass)(spec, recorder, context)
 
 

@@ -70,16 +70,26 @@ def test_fsdp2_sync_local_is_sharded(tmp_path):
 
 
 def test_env_var_mode_ddp_async_local(tmp_path):
-    """dataflux's variables stand in for flags; a flag given wins over its variable."""
+    """dataflux's variables stand in for flags, as its README sets them; a flag given wins over its variable."""
     save_dir = tmp_path / "from-env"
-    env = {"CKPT_DIR_PATH": str(save_dir), "NUM_LAYERS": "1", "NUM_SAVE_CALLS": "5", "NUM_LOAD_CALLS": "1",
-           "NUM_DEVICES": "2", "NUM_NODES": "1", "ACCELERATOR": "cpu"}
+    env = {"CKPT_DIR_PATH": str(save_dir), "CKPT_RESTORE_PATH": f"{save_dir}/checkpoints", "NUM_LAYERS": "1",
+           "NUM_SAVE_CALLS": "5", "NUM_LOAD_CALLS": "1", "NUM_DEVICES": "2", "NUM_NODES": "1", "ACCELERATOR": "cpu",
+           "PROJECT": "my-gcp-project", "MIN_EPOCHS": "", "MAX_EPOCHS": "", "MAX_STEPS": "", "USE_ASYNC": "",
+           "SAVE_ONLY_LATEST": ""}
     report = run_lightning(tmp_path, "--async-save", "--save-calls", "2", *TINY[2:], env=env)
     check_common(report, saves=2, loads=1)  # --save-calls 2 beat NUM_SAVE_CALLS=5
     assert report["config"]["env_options"] == {"CKPT_DIR_PATH": str(save_dir), "NUM_LAYERS": 1,
                                                "NUM_LOAD_CALLS": 1, "NUM_DEVICES": 2, "NUM_NODES": 1,
-                                               "ACCELERATOR": "cpu"}
-    assert report["save"].startswith(str(save_dir)) and not any(save_dir.iterdir())  # created there, removed
+                                               "ACCELERATOR": "cpu", "CKPT_RESTORE_PATH": f"{save_dir}/checkpoints",
+                                               "PROJECT": "my-gcp-project"}
+    # dataflux saves to ${CKPT_DIR_PATH}/checkpoints and restores from there: so did this run.
+    restore = save_dir / "checkpoints"
+    assert report["save"].startswith(str(restore)) and not any(restore.iterdir())  # created there, removed
+    assert any(note.startswith("PROJECT=my-gcp-project is recorded but has no meaning") for note in report["notes"])
+    # dataflux's closing lines, in the notes the summary prints.
+    lines = [note for note in report["notes"] if note.startswith(("Average time to", "All save times: ["))]
+    assert [line.split(":")[0] for line in lines] == ["Average time to save one checkpoint",
+                                                      "Average time to load one checkpoint", "All save times"]
     assert report["async_save"] is True and report["accurate"] is True
     # Honest async: rank 0's SAVE_END comes from the writer thread, when the file was written.
     writer_ends = [e for e in rank_events(report) if e.kind == EventKind.SAVE_END and e.rank == 0]
