@@ -99,11 +99,14 @@ def _measurement_labels(report: dict, facts: dict) -> dict:
         "load_cache_means": "cold: the checkpoint was evicted from the page cache (fsync + posix_fadvise "
                             "DONTNEED) before each load" if facts.get("load_cache") == "cold" else
                             "warm: loads may have read from the page cache",
-        "storage_baseline": (f"measured with {baseline.get('tool')} after the benchmark, same I/O shape"
-                             if isinstance(baseline, dict) else "not measured (add --storage-baseline)"),
+        "storage_baseline": (f"measured with {baseline.get('tool')} after the benchmark, same I/O shape "
+                             f"(median of {len(baseline.get('rounds') or [None])} round(s)): {baseline.get('method')}"
+                             if isinstance(baseline, dict) else "asked for but not measured: see the notes"
+                             if "storage_baseline" in report else "not measured (add --storage-baseline)"),
         "time": "per rank from its own monotonic clock; a save's times are its slowest rank's",
-        "memory": "peak_rss_bytes: each rank's resident memory sampled every 10 ms from the operation's start "
-                  "to its end (a lower bound on the true peak), the highest rank's shown; peak_device_bytes: "
+        "memory": "peak_rss_bytes: each rank's peak resident memory from the operation's start to its end (the "
+                  "kernel's VmHWM, reset at the start; not a writer in another process), the highest rank's "
+                  "shown; peak_device_bytes: "
                   "the CUDA allocator's peak over the same span",
     }
 

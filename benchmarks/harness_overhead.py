@@ -49,10 +49,20 @@ CASES = {
     # The issue's state: gpt2 fp32 (475 MiB), 2 ranks x 2 writer threads, fsync.
     "dcp": Case("dcp", ("--model", "gpt2", "--dtype", "float32", "--thread-count", "2", "--sync-files"), 4),
     # The default experiment's GPT with a larger hidden size (sync torch_dist saves, fully parallel).
-    "megatron": Case("megatron", ("--set", "hidden_size=512", "--set", "num_layers=4", "--train-iters", "4",
-                                  "--save-interval", "1", "--no-async-save"), 4),
+    # Its saves take ~0.3 s here, so 8 per process: more samples against the disk's noise.
+    "megatron": Case("megatron", ("--set", "hidden_size=512", "--set", "num_layers=4", "--train-iters", "8",
+                                  "--save-interval", "1", "--no-async-save"), 8),
     "lightning": Case("lightning", ("--num-layers", "8", "--set", "ninp=512", "--set", "nhid=2048"), 4),
 }
+
+
+def run_logged(command: list[str], log: Path, **kwargs) -> None:
+    """Run `command` with its output in `log`; a failure stops the benchmark with the log's last lines."""
+    with open(log, "w") as output:
+        done = subprocess.run(command, stdout=output, stderr=subprocess.STDOUT, check=False, **kwargs)
+    if done.returncode != 0:
+        tail = "\n".join(log.read_text().splitlines()[-15:])
+        raise SystemExit(f"{' '.join(command[:6])} ... failed (exit {done.returncode}); {log} ends:\n{tail}")
 
 
 def run_ours(case: Case, workdir: Path, round_index: int) -> tuple[list[float], Path]:
@@ -64,7 +74,7 @@ def run_ours(case: Case, workdir: Path, round_index: int) -> tuple[list[float], 
                "--format", "json", "--output", str(report)]
     if case.backend != "megatron":
         command += ["--save-calls", str(case.save_calls)]
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    run_logged(command, workdir / f"{run_id}.log", cwd=ROOT)
     saves = json.loads(report.read_text())["saves"]
     return [save["total_time"] for save in saves], workdir / "runs" / run_id / "worker.json"
 
@@ -77,7 +87,7 @@ def run_bare(case: Case, workdir: Path, spec: Path, nproc: int) -> list[float]:
                "--save-dir", str(target), "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     try:
-        subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=ROOT)
+        run_logged(command, workdir / "bare.log", env=env, cwd=ROOT)
         return json.loads(out.read_text())
     finally:
         shutil.rmtree(target, ignore_errors=True)
@@ -99,27 +109,25 @@ def main() -> int:
 
     workdir = Path(args.dir or tempfile.mkdtemp(prefix="ckpt-bench-overhead-"))
     rows = []
-    try:
-        for backend in args.backends:
-            case = CASES[backend]
-            ours, bare = [], []
-            spec = None
-            for round_index in range(args.rounds):
-                # ckpt-bench's first run writes the spec the bare script reads; then the order flips.
-                if spec is None or round_index % 2 == 0:
-                    saves, spec = run_ours(case, workdir, round_index)
-                    bare.append(run_bare(case, workdir, spec, args.nproc_per_node))
-                else:
-                    bare.append(run_bare(case, workdir, spec, args.nproc_per_node))
-                    saves, spec = run_ours(case, workdir, round_index)
-                ours.append(saves)
-                print(f"{backend} round {round_index + 1}: ours {saves}  bare {[round(b, 3) for b in bare[-1]]}",
-                      file=sys.stderr, flush=True)
-            (ours_first, ours_steady), (bare_first, bare_steady) = summary(ours), summary(bare)
-            rows.append((backend, bare_first, ours_first, bare_steady, ours_steady, ours_steady / bare_steady))
-    finally:
-        if args.dir is None:
-            shutil.rmtree(workdir, ignore_errors=True)
+    for backend in args.backends:
+        case = CASES[backend]
+        ours, bare = [], []
+        spec = None
+        for round_index in range(args.rounds):
+            # ckpt-bench's first run writes the spec the bare script reads; then the order flips.
+            if spec is None or round_index % 2 == 0:
+                saves, spec = run_ours(case, workdir, round_index)
+                bare.append(run_bare(case, workdir, spec, args.nproc_per_node))
+            else:
+                bare.append(run_bare(case, workdir, spec, args.nproc_per_node))
+                saves, spec = run_ours(case, workdir, round_index)
+            ours.append(saves)
+            print(f"{backend} round {round_index + 1}: ours {saves}  bare {[round(b, 3) for b in bare[-1]]}",
+                  file=sys.stderr, flush=True)
+        (ours_first, ours_steady), (bare_first, bare_steady) = summary(ours), summary(bare)
+        rows.append((backend, bare_first, ours_first, bare_steady, ours_steady, ours_steady / bare_steady))
+    if args.dir is None:  # kept after a failure: the logs are there
+        shutil.rmtree(workdir, ignore_errors=True)
 
     print(f"{'backend':<10} {'bare first':>10} {'ours first':>10} {'bare steady':>11} {'ours steady':>11} {'ratio':>6}")
     for backend, bare_first, ours_first, bare_steady, ours_steady, ratio in rows:

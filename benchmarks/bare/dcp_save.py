@@ -9,12 +9,11 @@ then the timed `dcp.save` into DIR/iter_K; a call's duration is the slowest rank
 reports a save). Rank 0 writes the durations (seconds) as JSON.
 """
 
-import argparse
-import json
 import time
 
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from common import parse_arguments, write_slowest
 from torch.distributed.checkpoint import FileSystemWriter
 
 from bench.dcp.models import build_state
@@ -22,12 +21,7 @@ from bench.dcp.worker import WorkerSpec
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--spec", required=True)
-    parser.add_argument("--save-calls", type=int, required=True)
-    parser.add_argument("--save-dir", required=True)
-    parser.add_argument("--out", required=True)
-    options = parser.parse_args()
+    options = parse_arguments(__doc__)
     spec = WorkerSpec.from_file(options.spec)
     dist.init_process_group(spec.dist_backend)
     state = build_state(spec.model, spec.dtype, seed=spec.seed)
@@ -39,11 +33,7 @@ def main() -> None:
         start = time.monotonic()
         dcp.save(state, storage_writer=writer)
         durations.append(time.monotonic() - start)
-    slowest = [None] * dist.get_world_size()
-    dist.all_gather_object(slowest, durations)
-    if dist.get_rank() == 0:
-        with open(options.out, "w") as out:
-            json.dump([max(per_rank) for per_rank in zip(*slowest, strict=True)], out)
+    write_slowest(durations, options.out)
     dist.destroy_process_group()
 
 

@@ -9,11 +9,9 @@ then the timed `trainer.save_checkpoint(DIR/iter_K/checkpoint.ckpt)`; a call's d
 slowest rank's. Rank 0 writes the durations as JSON.
 """
 
-import argparse
-import json
 import time
 
-import torch.distributed as dist
+from common import parse_arguments, write_slowest
 from lightning.pytorch import Callback
 
 from bench.lightning.spec import LightningSpec
@@ -35,21 +33,12 @@ class Saves(Callback):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--spec", required=True)
-    parser.add_argument("--save-calls", type=int, required=True)
-    parser.add_argument("--save-dir", required=True)
-    parser.add_argument("--out", required=True)
-    options = parser.parse_args()
+    options = parse_arguments(__doc__)
     spec = LightningSpec.from_file(options.spec)
     saves = Saves(options.save_calls, options.save_dir)
     trainer = build_trainer(spec, None, spec.train_steps, [saves])
     trainer.fit(build_module(spec, spec.train_steps, spec.seed))
-    slowest = [None] * dist.get_world_size()
-    dist.all_gather_object(slowest, saves.durations)
-    if dist.get_rank() == 0:
-        with open(options.out, "w") as out:
-            json.dump([max(per_rank) for per_rank in zip(*slowest, strict=True)], out)
+    write_slowest(saves.durations, options.out)
 
 
 if __name__ == "__main__":

@@ -9,12 +9,11 @@ torch_dist strategy, as Megatron-LM builds it. Each call: a training step, a bar
 into DIR/iter_K; a call's duration is the slowest rank's. Rank 0 writes the durations as JSON.
 """
 
-import argparse
-import json
 import os
 import time
 
 import torch
+from common import parse_arguments, write_slowest
 from megatron.core import dist_checkpointing, parallel_state
 from megatron.core.dist_checkpointing.serialization import get_default_save_sharded_strategy
 from megatron.core.dist_checkpointing.strategies.fully_parallel import FullyParallelSaveStrategyWrapper
@@ -29,12 +28,7 @@ cpu_compat.install()  # megatron-core on the CPU (no-op with CUDA): the platform
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--spec", required=True)
-    parser.add_argument("--save-calls", type=int, required=True)
-    parser.add_argument("--save-dir", required=True)
-    parser.add_argument("--out", required=True)
-    options = parser.parse_args()
+    options = parse_arguments(__doc__)
     cuda = torch.cuda.is_available()
     device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if cuda else torch.device("cpu")
     if cuda:
@@ -63,11 +57,7 @@ def main() -> None:
         start = time.monotonic()
         dist_checkpointing.save(sharded_state_dict, directory, strategy)
         durations.append(time.monotonic() - start)
-    slowest = [None] * torch.distributed.get_world_size()
-    torch.distributed.all_gather_object(slowest, durations)
-    if torch.distributed.get_rank() == 0:
-        with open(options.out, "w") as out:
-            json.dump([max(per_rank) for per_rank in zip(*slowest, strict=True)], out)
+    write_slowest(durations, options.out)
     torch.distributed.destroy_process_group()
 
 
