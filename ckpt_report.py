@@ -85,12 +85,10 @@ def _report(paths, ckpt_dir, html_file, advice, output, output_format) -> None:
         run_dir = (report.get("run") or {}).get("dir")
         operations = html_report.run_timeline(run_dir) if run_dir else html_report.log_timeline(paths)
         _write(html_file, html_report.render_report(json.loads(text), operations, source=", ".join(map(str, paths))))
-    if output_format == "table":
-        from bench.parsers.table import format_table
-        from bench.summary import advice_text
+    if output_format == "table":  # the same summary as ckpt_launch.py's
+        from bench.summary import print_report
 
-        table = format_table(json.loads(text))
-        click.echo(table + ("\n\n" + advice_text(report["advice"]) if report.get("advice") else ""))
+        print_report(json.loads(text))
     else:
         click.echo(text)
 

@@ -3,7 +3,6 @@ sweep and of a comparison. The rows come from `bench.presentation`; this only la
 
 from __future__ import annotations
 
-import io
 import shutil
 import sys
 from typing import TextIO
@@ -107,13 +106,6 @@ def print_report(report: dict, file: TextIO | None = None) -> None:
     out = console(file)
     out.print(Group(*report_renderables(report)))
     _print_paths(out, p.where_rows(report))
-
-
-def advice_text(advice: dict) -> str:
-    """The advice tables as plain text (appended to `ckpt_report.py --format table`)."""
-    buffer = io.StringIO()
-    Console(file=buffer, width=WIDTH, highlight=False, no_color=True).print(Group(*advice_renderables(advice)))
-    return buffer.getvalue().rstrip("\n")
 
 
 def print_sweep(summary: dict, results: dict, file: TextIO | None = None) -> None:

@@ -108,6 +108,7 @@ def main() -> int:
     args = parser.parse_args()
 
     workdir = Path(args.dir or tempfile.mkdtemp(prefix="ckpt-bench-overhead-"))
+    workdir.mkdir(parents=True, exist_ok=True)
     rows = []
     for backend in args.backends:
         case = CASES[backend]
