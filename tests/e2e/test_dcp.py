@@ -95,17 +95,3 @@ def test_mistakes_are_one_line_before_launch(tmp_path, s3_endpoint, args, needle
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], result.stderr
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
-
-
-def test_repeat_runs_the_benchmark_again_in_fresh_processes(tmp_path):
-    result = launch("--model", "tiny", "--nproc-per-node", "1", "--dist-backend", "gloo", "--save-calls", "1",
-                    "--repeat", "2", runs_dir=tmp_path / "runs")
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout)
-    folder = Path(report["run"]["dir"])
-    assert report == json.loads((folder / "report.json").read_text())
-    assert [r["status"] for r in report["repeats"]] == ["ok", "ok"]
-    assert report["run"]["repetitions"] == [str(folder / "rep-1"), str(folder / "rep-2")]
-    assert report["repeat_stats"]["save_total_time"]["n"] == 2
-    assert report["save_total_time"] == report["repeat_stats"]["save_total_time"]["median"]
-    assert all((folder / f"rep-{k}" / "report.json").is_file() for k in (1, 2))

@@ -3,8 +3,8 @@ its scripts pass, against disk and the loopback S3 endpoint; the result files ar
 collector reads them (run_results.json's job_results, each job's job_results.json).
 
 Kept small: `+model=tiny` (ckpt-bench's own 0.15M-parameter shape; their smallest, vit-base, is 330 MiB)
-and one rank. The Jan 2025 DCP config differs from the current one only in its values: its translation
-is checked in tests/unit/test_peer_configs.py.
+and one rank. Between them the tests run the current DCP config on disk and S3, the Jan 2025 one on disk
+and the Lightning one on S3 (pytorch_checkpointing takes Lightning's path: tests/unit/test_peer_configs.py).
 """
 
 import json
@@ -50,6 +50,25 @@ def test_current_dcp_config_on_disk_and_s3(tmp_path, s3_endpoint):
         assert report["verified"] is True and report["config"]["model"] == "tiny"
     assert (sweep_dir / "0" / "results_tiny_gloo_1_1_disk.json").is_file()
     assert (sweep_dir / "multirun.yaml").is_file() and (sweep_dir / "ckpt_bench_results.json").is_file()
+
+
+def test_jan_2025_dcp_config_epochs_are_fresh_processes(tmp_path, s3_endpoint):
+    """The Jan 2025 shape (conf/dcp.yaml), its disk job: epochs=2 is two fresh sets of processes, one save
+    each (--repeat 2 --save-calls 1), and each rank's throughput is listed once per epoch. (This is also
+    the end-to-end test of --repeat.)"""
+    sweep_dir, _ = run_theirs(tmp_path, s3_endpoint, "dcp.yaml", 1, "+backend=gloo", "+world_size=1",
+                              "+thread_count=1", "epochs=2", "+checkpoint.storage=disk")
+    [job] = their_collector(sweep_dir)
+    assert job["config"]["epochs"] == 2 and job["config"]["checkpoint"]["storage"] == "disk"
+    assert len(job["metrics"]["throughput_mibs"]) == 2 == len(job["metrics"]["corrected_save_durations_s"])
+    # Our report of the job: --repeat's, two fresh runs (as their mp.spawn) and their statistics.
+    report = json.loads((sweep_dir / "0" / "report.json").read_text())
+    folder = Path(report["run"]["dir"])
+    assert [r["status"] for r in report["repeats"]] == ["ok", "ok"]
+    assert report["run"]["repetitions"] == [str(folder / "rep-1"), str(folder / "rep-2")]
+    assert all((folder / f"rep-{k}" / "report.json").is_file() for k in (1, 2))
+    assert report["repeat_stats"]["save_total_time"]["n"] == 2
+    assert report["save_total_time"] == report["repeat_stats"]["save_total_time"]["median"]
 
 
 def test_lightning_config_on_s3(tmp_path, s3_endpoint):
