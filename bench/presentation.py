@@ -182,11 +182,17 @@ def save_rows(report: dict) -> list[list[str]]:
 
 
 def load_rows(report: dict) -> list[list[str]]:
+    """One row per load, in `save_columns` (the peak RSS column too, when the saves have one)."""
+    memory = "peak RSS MiB" in save_columns(report)
     rows = []
     for load in report.get("loads") or ([report["load"]] if report.get("load") else []):
-        rows.append([f"load {fmt(load.get('iteration'))}", NONE, fmt(load.get("time")), fmt(load.get("bandwidth"), 1),
-                     NONE if number(load.get("bytes")) is None else f"{load['bytes'] / MIB:,.1f}",
-                     fmt((load.get("time_per_rank") or {}).get("max_rank")), fmt(load.get("complete"))])
+        row = [f"load {fmt(load.get('iteration'))}", NONE, fmt(load.get("time")), fmt(load.get("bandwidth"), 1),
+               NONE if number(load.get("bytes")) is None else f"{load['bytes'] / MIB:,.1f}",
+               fmt((load.get("time_per_rank") or {}).get("max_rank")), fmt(load.get("complete"))]
+        if memory:
+            rss = peak_rss(load)
+            row.append(NONE if rss is None else f"{rss / MIB:,.1f}")
+        rows.append(row)
     return rows
 
 
