@@ -122,17 +122,18 @@ class Checkpointer:
 
     def save(self, iteration: int) -> None:
         directory = os.path.join(self.args.save, iter_dir_name(iteration))
+        # Untimed, as in the bare call: the state dict the save consumes (digested first: reading its
+        # local data changes nothing), and the folder.
+        state_dict = self.format.state_dict(iteration)
         if self.format.writes:
-            digests = local_state_digests(self.format.state_dict(iteration))
+            digests = local_state_digests(state_dict)
             integrity.write_manifest(self.integrity_dir, iteration, self.context.rank, digests)
-        if self.layout_independent:
+        if self.layout_independent:  # applies the factories in place: a state dict of its own
             checksums = global_checksums(self.format.state_dict(iteration))
             if self.context.rank == 0:
                 self._global_manifest(iteration).write_text(json.dumps(checksums, indent=1))
         megatron_log.print_rank_0(megatron_log.saving_line(iteration, self.args.save, self.format.name))
-        # Untimed, as in the bare call: the folder, and the state dict the save consumes.
         self.format.prepare(directory)
-        state_dict = self.format.state_dict(iteration)
         torch.distributed.barrier()
 
         with timed(self.events, EventKind.SAVE_START, EventKind.SAVE_END, iteration, **self._event_fields(directory)):
