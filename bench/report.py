@@ -464,6 +464,22 @@ def _time_source(events: list[CheckpointEvent]) -> dict:
     }
 
 
+def rank_durations(events: Iterable[CheckpointEvent], start: EventKind,
+                   end: EventKind) -> dict[int | None, list[float]]:
+    """Per rank, the seconds from each `start` event to the `end` event of the same iteration (on the
+    rank's monotonic clock, unrounded), in the order the ends came; a failed operation is left out. For
+    what other tools print per call (s3torchbenchmarking's per-rank save times, dataflux's lines)."""
+    starts: dict[tuple[int | None, int | None], int] = {}
+    durations: dict[int | None, list[float]] = {}
+    for event in events:
+        key = (event.rank, event.iteration)
+        if event.kind == start:
+            starts[key] = event.mono_ns
+        elif event.kind == end and key in starts and not event.error:
+            durations.setdefault(event.rank, []).append((event.mono_ns - starts.pop(key)) / 1e9)
+    return durations
+
+
 def build_report(events: Iterable[CheckpointEvent], **kwargs) -> dict:
     """Convenience: `ReportBuilder().add_all(events).build(**kwargs)`."""
     return ReportBuilder().add_all(events).build(**kwargs)

@@ -44,6 +44,7 @@ from bench.launcher.config import LaunchConfig
 from bench.launcher.dcp import DcpConfig, check_dist_backend, check_memory
 from bench.lightning.spec import STRATEGY_CLASSES
 from bench.options import Flag
+from bench.report import rank_durations
 from bench.rundir import MEASUREMENTS_FILE
 from bench.storage import StorageOptions, storage_for
 
@@ -351,25 +352,13 @@ def training_impact_notes(run) -> list[str]:
             f"fit {t['fit_time_without_saves']:.3f} s without saves, {t['fit_time_with_saves']:.3f} s with"]
 
 
-def _seconds(events, start: EventKind, end: EventKind) -> list[float]:
-    """Rank 0's durations from `start` to `end`, call by call (as dataflux times them on rank 0)."""
-    starts = {}
-    durations = []
-    for event in events:
-        if event.kind == start:
-            starts[event.iteration] = event.mono_ns
-        elif event.kind == end and event.iteration in starts and not event.error:
-            durations.append((event.mono_ns - starts.pop(event.iteration)) / 1e9)
-    return durations
-
-
 def dataflux_lines(run) -> list[str]:
     """dataflux's closing lines, from rank 0's events: the time around each `trainer.save_checkpoint`
     call (until it returns: the block time) and each `load_checkpoint` call."""
     files = [path for path in event_files(run.events_dir) if path.stem == "rank-0"]
     events = list(read_event_files(files))
-    saves = _seconds(events, EventKind.SAVE_START, EventKind.SAVE_BLOCK_END)
-    loads = _seconds(events, EventKind.LOAD_START, EventKind.LOAD_END)
+    saves = rank_durations(events, EventKind.SAVE_START, EventKind.SAVE_BLOCK_END).get(0, [])
+    loads = rank_durations(events, EventKind.LOAD_START, EventKind.LOAD_END).get(0, [])
     if not saves:
         return []
     average_load = f"{statistics.fmean(loads)} seconds" if loads else "skipped"

@@ -46,6 +46,7 @@ from bench.config import ConfigError
 from bench.dcp import models
 from bench.events import EventKind, event_files, read_event_files
 from bench.peers.outputs import Outputs
+from bench.report import rank_durations
 from bench.rundir import SWEEP_RESULTS_FILES
 
 SAVED_KEY = "s3torchbenchmarking"  # sweep.yaml of a translated sweep: {s3torchbenchmarking: {...}}
@@ -345,15 +346,8 @@ def translate(definition: dict, source: str, overrides: Sequence[str], options: 
 
 def _rank_saves(run_dir: Path) -> dict[int, list[float]]:
     """Each rank's save durations (SAVE_START to SAVE_END, what their timers enclose), in order."""
-    starts: dict[tuple[int, int], int] = {}
-    durations: dict[int, list[float]] = {}
-    for event in read_event_files(event_files(run_dir / "events")):
-        key = (event.rank, event.iteration)
-        if event.kind == EventKind.SAVE_START:
-            starts[key] = event.mono_ns
-        elif event.kind == EventKind.SAVE_END and key in starts and not event.error:
-            durations.setdefault(event.rank, []).append((event.mono_ns - starts.pop(key)) / 1e9)
-    return durations
+    events = read_event_files(event_files(run_dir / "events"))
+    return rank_durations(events, EventKind.SAVE_START, EventKind.SAVE_END)
 
 
 def _run_dirs(report: dict) -> list[Path]:
