@@ -11,8 +11,8 @@ near 1, the storage is the limit; far below, the software is.
 
 Two ways to measure, each a `Baseline`:
 * `FioBaseline` -- fio (when installed) on a local folder: `numjobs` = writers, 1 MiB blocks,
-  `fsync_on_close`, then a read with `invalidate=1` (the page cache dropped first). Its JSON output is
-  kept in the result.
+  `fsync_on_close`, then a read with `invalidate=1` (the page cache dropped first); a summary of its
+  JSON output is in a round's result (`measure_rounds` keeps each round's bandwidths instead).
 * `PlainIOBaseline` -- a pool of writer threads doing plain writes through a `PlainIO`: the OS's files
   (`LocalFiles`), or the S3 client the ranks used (bench.storage.s3), or fsspec. Large writes release
   the GIL, so threads in one process do the I/O in parallel.
@@ -27,6 +27,7 @@ import shutil
 import statistics
 import subprocess
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,6 +93,20 @@ class PlainIO(Protocol):
         ...
 
 
+def pieces(block: memoryview, size: int) -> Iterator[memoryview]:
+    """`size` bytes to write, as slices of `block` repeated: what a `PlainIO.write` writes."""
+    for start in range(0, size, len(block)):
+        yield block[:min(len(block), size - start)]
+
+
+def read_to_end(handle) -> int:
+    """Read a file-like `handle` to its end in READ_BLOCK calls; the bytes read."""
+    total = 0
+    while chunk := handle.read(READ_BLOCK):
+        total += len(chunk)
+    return total
+
+
 def _result(tool: str, shape: IOShape, write_s: float, read_s: float, **extra) -> dict:
     return {
         "tool": tool,
@@ -151,9 +166,9 @@ class LocalFiles:
         os.makedirs(self.location, exist_ok=True)  # each round starts without it (`remove`)
         fd = os.open(os.path.join(self.location, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            left = size
-            while left:
-                left -= os.write(fd, block[:min(left, len(block))])
+            for piece in pieces(block, size):
+                while piece:  # os.write may write less than asked
+                    piece = piece[os.write(fd, piece):]
             if fsync:
                 os.fsync(fd)
         finally:

@@ -15,7 +15,7 @@ from typing import Any
 from bench.checkpoint_dir import evict_from_page_cache, iter_dir_name, sizes_by_iteration
 from bench.config import ConfigError
 from bench.storage.base import BASELINE_FOLDER, OWNER_MARK
-from bench.storage.baseline import READ_BLOCK, Baseline, PlainIOBaseline
+from bench.storage.baseline import Baseline, PlainIOBaseline, pieces, read_to_end
 
 
 class FsspecFiles:
@@ -29,18 +29,15 @@ class FsspecFiles:
     def write(self, name: str, size: int, fsync: bool, block: memoryview) -> None:
         self.fs.makedirs(self.root, exist_ok=True)  # each round starts without it (`remove`)
         with self.fs.open(f"{self.root}/{name}", "wb") as handle:
-            for start in range(0, size, len(block)):
-                handle.write(block[:min(len(block), size - start)])
+            for piece in pieces(block, size):
+                handle.write(piece)
             if fsync and hasattr(handle, "fileno"):
                 handle.flush()
                 os.fsync(handle.fileno())
 
     def read(self, name: str) -> int:
-        total = 0
         with self.fs.open(f"{self.root}/{name}", "rb") as handle:
-            while chunk := handle.read(READ_BLOCK):
-                total += len(chunk)
-        return total
+            return read_to_end(handle)
 
     def drop_cache(self) -> None:
         local = FsspecWorkerStorage({}).local_path(self.location)

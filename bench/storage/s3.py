@@ -17,7 +17,7 @@ from bench.checkpoint_dir import iter_dir_name, sizes_by_iteration
 from bench.config import ConfigError
 from bench.options import Flag, Options
 from bench.storage.base import BASELINE_FOLDER, OWNER_MARK
-from bench.storage.baseline import READ_BLOCK, Baseline, PlainIOBaseline
+from bench.storage.baseline import Baseline, PlainIOBaseline, pieces, read_to_end
 
 _S3_URL = re.compile(r"^s3://(?P<bucket>[^/]+)/?(?P<prefix>.*)$")
 
@@ -107,16 +107,12 @@ class S3Objects:
 
     def write(self, name: str, size: int, fsync: bool, block: memoryview) -> None:
         writer = self.client.put_object(self.bucket, f"{self.prefix}/{name}")
-        for start in range(0, size, len(block)):
-            writer.write(block[:min(len(block), size - start)])
+        for piece in pieces(block, size):
+            writer.write(piece)
         writer.close()  # the upload completes here; there is nothing to fsync
 
     def read(self, name: str) -> int:
-        reader = self.client.get_object(self.bucket, f"{self.prefix}/{name}")
-        total = 0
-        while chunk := reader.read(READ_BLOCK):
-            total += len(chunk)
-        return total
+        return read_to_end(self.client.get_object(self.bucket, f"{self.prefix}/{name}"))
 
     def drop_cache(self) -> None:
         pass  # nothing on this host caches the objects
