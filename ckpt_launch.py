@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Run a checkpoint benchmark: `python ckpt_launch.py --help`."""
+"""Run a checkpoint benchmark: `python ckpt_launch.py --help` (installed: `ckpt-launch`)."""
 
-from bench.cli import main
+from ckpt_bench.cli.launch import main
 
 if __name__ == "__main__":
     main()

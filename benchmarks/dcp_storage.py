@@ -3,10 +3,10 @@
 
     python benchmarks/dcp_storage.py [--model gpt2] [--threads 1 2 4] [--s3-endpoint URL --bucket NAME]
 
-It is an ordinary sweep (bench.sweep) -- storage x thread count, everything else fixed -- run through
+It is an ordinary sweep (ckpt_bench.sweep.run) -- storage x thread count, everything else fixed -- run through
 `ckpt_launch.py --sweep`, so each cell is one CLI invocation with its own report; this script only
 writes the sweep file, starts a local S3 endpoint when none is given (moto on loopback, see
-bench.local_s3), and prints the reports' numbers as a table. gpt2 in float32 is a ~500 MB state.
+local_s3), and prints the reports' numbers as a table. gpt2 in float32 is a ~500 MB state.
 
 The save column is the median over the save calls of each report's save bandwidth (the first save
 of a process included); the load column the median over the loads (every save call is loaded back,
@@ -30,10 +30,11 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # the loopback S3 endpoint of the tests
 
-from bench.local_s3 import moto_server  # noqa: E402
+from local_s3 import moto_server  # noqa: E402
 
-MIB = 1 << 20
+from ckpt_bench.core.units import MIB  # noqa: E402
 
 
 def main() -> int:

@@ -147,8 +147,8 @@ def tree_bytes(root: Path) -> int:
 
 
 def parse(root: Path) -> dict:
-    from bench.assembly import log_report
-    from bench.parsers.sources import resolve
+    from ckpt_bench.report.assembly import log_report
+    from ckpt_bench.report.parsers.sources import resolve
 
     read = sum(f.stat().st_size for files in resolve(root).streams for f in files)
     started = time.perf_counter()

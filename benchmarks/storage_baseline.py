@@ -21,7 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.storage.baseline import MIB, FioBaseline, IOShape, LocalFiles, PlainIOBaseline  # noqa: E402
+from ckpt_bench.core.units import MIB  # noqa: E402
+from ckpt_bench.storage.baseline import FioBaseline, IOShape, LocalFiles, PlainIOBaseline  # noqa: E402
 
 
 def main() -> int:

@@ -2,7 +2,7 @@
 
 `s3_endpoint` (session): a real S3 endpoint -- moto's standalone server on loopback, started as a
 process and reached over HTTP exactly as AWS would be (boto3 on the launcher side, s3torchconnector's
-native client in the ranks). Nothing is mocked in-process. See bench.local_s3.S3Endpoint:
+native client in the ranks). Nothing is mocked in-process. See local_s3.S3Endpoint:
 
     def test_something(s3_endpoint):
         bucket = s3_endpoint.create_bucket()          # a fresh, uniquely named bucket
@@ -18,8 +18,7 @@ from __future__ import annotations
 import os
 
 import pytest
-
-from bench.local_s3 import MOTO_SERVER, S3Endpoint, moto_server
+from local_s3 import MOTO_SERVER, S3Endpoint, moto_server
 
 __all__ = ["S3Endpoint"]
 

@@ -3,7 +3,7 @@
     torchrun --nproc-per-node N benchmarks/bare/dcp_save.py --spec RUN/worker.json --save-calls K \
         --save-dir DIR --out durations.json
 
-The state is the one ckpt-bench's DCP worker saves for the same spec (model, dtype: bench.dcp.models),
+The state is the one ckpt-bench's DCP worker saves for the same spec (model, dtype: ckpt_bench.backends.dcp.models),
 written by torch's FileSystemWriter with the spec's writer threads and fsync. Each call: a barrier,
 then the timed `dcp.save` into DIR/iter_K; a call's duration is the slowest rank's (as ckpt-bench
 reports a save). Rank 0 writes the durations (seconds) as JSON.
@@ -16,8 +16,8 @@ import torch.distributed.checkpoint as dcp
 from common import parse_arguments, write_slowest
 from torch.distributed.checkpoint import FileSystemWriter
 
-from bench.dcp.models import build_state
-from bench.dcp.worker import WorkerSpec
+from ckpt_bench.backends.dcp.models import build_state
+from ckpt_bench.backends.dcp.worker import WorkerSpec
 
 
 def main() -> None:

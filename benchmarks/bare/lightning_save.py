@@ -4,7 +4,7 @@
         --save-dir DIR --out durations.json
 
 The module and Trainer are the ones ckpt-bench's Lightning worker builds for the same spec
-(bench.lightning.training), with Lightning's own CheckpointIO; after fitting, each call is a barrier
+(ckpt_bench.backends.lightning.training), with Lightning's own CheckpointIO; after fitting, each call is a barrier
 then the timed `trainer.save_checkpoint(DIR/iter_K/checkpoint.ckpt)`; a call's duration is the
 slowest rank's. Rank 0 writes the durations as JSON.
 """
@@ -14,8 +14,8 @@ import time
 from common import parse_arguments, write_slowest
 from lightning.pytorch import Callback
 
-from bench.lightning.spec import LightningSpec
-from bench.lightning.training import build_module, build_trainer
+from ckpt_bench.backends.lightning.spec import LightningSpec
+from ckpt_bench.backends.lightning.training import build_module, build_trainer
 
 
 class Saves(Callback):

@@ -4,7 +4,7 @@
         --save-dir DIR --out durations.json
 
 The state is the one ckpt-bench's Megatron worker saves for the same spec (same model, optimizer and
-parallel layout: bench.megatron builds it); the saves are megatron-core's own call with its default
+parallel layout: ckpt_bench.backends.megatron builds it); the saves are megatron-core's own call with its default
 torch_dist strategy, as Megatron-LM builds it. Each call: a training step, a barrier, the timed save
 into DIR/iter_K; a call's duration is the slowest rank's. Rank 0 writes the durations as JSON.
 """
@@ -18,11 +18,11 @@ from megatron.core import dist_checkpointing, parallel_state
 from megatron.core.dist_checkpointing.serialization import get_default_save_sharded_strategy
 from megatron.core.dist_checkpointing.strategies.fully_parallel import FullyParallelSaveStrategyWrapper
 
-from bench.megatron import cpu_compat
-from bench.megatron.formats import checkpoint_format
-from bench.megatron.spec import WorkerSpec
-from bench.megatron.training import Trainer
-from bench.megatron.worker import init_model_parallel
+from ckpt_bench.backends.megatron import cpu_compat
+from ckpt_bench.backends.megatron.formats import checkpoint_format
+from ckpt_bench.backends.megatron.spec import WorkerSpec
+from ckpt_bench.backends.megatron.training import Trainer
+from ckpt_bench.backends.megatron.worker import init_model_parallel
 
 cpu_compat.install()  # megatron-core on the CPU (no-op with CUDA): the platform, not the harness
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from helpers import ROOT
 
-from bench.comms.measure import bus_factor, format_table, message_sizes
-from bench.config import ConfigError
-from bench.launcher.comms import parse_size
+from ckpt_bench.backends.comms.launcher import parse_size
+from ckpt_bench.backends.comms.measure import bus_factor, format_table, message_sizes
+from ckpt_bench.core.errors import ConfigError
 
 
 def test_bus_factors_are_nccl_tests():

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from helpers import launch as launch_cli
 
-from bench.dcp import models
+from ckpt_bench.backends.dcp import models
 
 
 def launch(*args, runs_dir):

@@ -15,8 +15,9 @@ from pathlib import Path
 import psutil
 import pytest
 from helpers import ROOT
+from local_s3 import MOTO_SERVER, moto_server
 
-from bench.local_s3 import MOTO_SERVER, moto_server
+from ckpt_bench.backends.dcp.launcher import WORKER
 
 # DCP's smallest model, many saves: a run that is certainly mid-save when the signal comes.
 LONG_DCP = ["--backend", "dcp", "--model", "tiny", "--dist-backend", "gloo", "--nproc-per-node", "2",
@@ -56,7 +57,7 @@ class Launch:
         return run_dir
 
     def worker_pids(self) -> list[psutil.Process]:
-        return [p for p in psutil.process_iter(["cmdline"]) if "bench.dcp.worker" in " ".join(p.info["cmdline"] or [])
+        return [p for p in psutil.process_iter(["cmdline"]) if WORKER in " ".join(p.info["cmdline"] or [])
                 and str(self.runs) in " ".join(p.info["cmdline"] or [])]
 
 

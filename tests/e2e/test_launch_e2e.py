@@ -3,8 +3,9 @@
 import json
 
 import pytest
-from helpers import ROOT
 from helpers import launch as launch_cli
+
+from ckpt_bench.core.experiment import DEFAULT_EXPERIMENT
 
 PRIMUS_KEYS = {
     "world_size": int, "data_parallel_size": int, "ckpt_format": str, "ckpt_fully_parallel_save": bool,
@@ -62,7 +63,7 @@ def test_tp2_async_kept_checkpoints_in_save_dir(tmp_path):
     (save_dir / "someone-elses-file").write_text("never touched")
     result, (run_dir,) = launch(
         tmp_path, "--tp", "2", "--async-save", "--train-iters", "4", "--save-interval", "2",
-        "--save-dir", str(save_dir), "--keep-checkpoints", "--yaml-config-path", str(ROOT / "configs/tiny_gpt.yaml"),
+        "--save-dir", str(save_dir), "--keep-checkpoints", "--yaml-config-path", str(DEFAULT_EXPERIMENT),
         "--training-impact",
     )
     assert result.returncode == 0, result.stderr[-3000:]

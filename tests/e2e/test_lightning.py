@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 from helpers import DATAFLUX_VARIABLES, launch
 
-from bench.cli import launch as launch_command
-from bench.events import EventKind, event_files, read_event_files
+from ckpt_bench.cli.launch import launch as launch_command
+from ckpt_bench.core.events import EventKind, event_files, read_event_files
 
 # ~34k parameters: the runs measure the plumbing, not the disk.
 TINY = ["--num-layers", "1", "--set", "vocab_size=256", "--set", "ninp=32", "--set", "nhid=32",
@@ -42,7 +42,7 @@ def check_common(report: dict, saves: int, loads: int) -> None:
 
 def test_ddp_sync_local_through_fsspec(tmp_path):
     """A file:// URL takes the path of gs:// and other fsspec URLs: Lightning's TorchCheckpointIO
-    writes through fsspec, bench.storage.FsspecStorage creates, measures and removes the folder."""
+    writes through fsspec, ckpt_bench.storage.FsspecStorage creates, measures and removes the folder."""
     save_dir = tmp_path / "ckpts"
     save_dir.mkdir()
     report = run_lightning(tmp_path, "--strategy", "ddp", "--save-calls", "2", "--load-calls", "2",
@@ -147,7 +147,7 @@ def test_fsspec_url_without_its_package_names_it(tmp_path):
 
 
 def test_dataflux_variables_fill_only_what_no_flag_set():
-    from bench.launcher.lightning import options_from_env
+    from ckpt_bench.backends.lightning.launcher import options_from_env
 
     env = {"NUM_LAYERS": "8", "NUM_SAVE_CALLS": "4", "STEPS_PER_SAVE": "10", "CKPT_RESTORE_PATH": "s3://b/ckpt/",
            "ACCELERATOR": "cpu", "NUM_LOAD_CALLS": "0"}

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.checkpoint_dir import latest_iteration
-from bench.events import EventKind, event_files, read_event_files
-from bench.megatron.spec import SpecError, WorkerSpec
-from bench.report import build_report
+from ckpt_bench.backends.megatron.spec import SpecError, WorkerSpec
+from ckpt_bench.core.checkpoint_dir import latest_iteration
+from ckpt_bench.core.events import EventKind, event_files, read_event_files
+from ckpt_bench.report.engine import build_report
 
 TINY_MODEL = {
     "num_layers": 2,
@@ -57,7 +57,7 @@ class Run:
         command = [
             sys.executable, "-W", "ignore", "-m", "torch.distributed.run",
             "--nproc-per-node", "2", "--master-port", str(_free_port()),
-            "-m", "bench.megatron.worker", "--spec", str(self.spec), "--phase", phase,
+            "-m", "ckpt_bench.backends.megatron.worker", "--spec", str(self.spec), "--phase", phase,
         ]  # fmt: skip
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         return subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)

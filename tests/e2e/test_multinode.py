@@ -6,7 +6,7 @@ import sys
 
 from helpers import ROOT
 
-from bench.launcher.torchrun import free_port
+from ckpt_bench.launcher.torchrun import free_port
 
 
 def node(rank, runs_dir, port, *extra):

@@ -1,9 +1,9 @@
-"""bench.storage against a real S3 endpoint (moto on loopback) and the local disk; no ranks launched."""
+"""ckpt_bench.storage against a real S3 endpoint (moto on loopback) and the local disk; no ranks launched."""
 
 import pytest
 
-from bench.config import ConfigError
-from bench.storage import OWNER_MARK, LocalStorage, S3Storage, StorageOptions, storage_for
+from ckpt_bench.core.errors import ConfigError
+from ckpt_bench.storage import OWNER_MARK, LocalStorage, S3Storage, StorageOptions, storage_for
 
 
 def _s3(endpoint, url):

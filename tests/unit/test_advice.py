@@ -9,7 +9,10 @@ import pytest
 from click.testing import CliRunner
 from helpers import DATAFLUX_VARIABLES, LOGS, assert_one_line_error, ckpt_report
 
-from bench.advice import (
+from ckpt_bench.cli.launch import launch, parse_argv
+from ckpt_bench.core.errors import ConfigError
+from ckpt_bench.launcher import registry
+from ckpt_bench.report.advice import (
     DEFAULT_RESTART_OVERHEAD_S,
     WHAT_IF_GPUS,
     AdviceOptions,
@@ -19,9 +22,6 @@ from bench.advice import (
     goodput,
     young_interval,
 )
-from bench.cli import launch, parse_argv
-from bench.config import ConfigError
-from bench.launcher import registry
 
 
 def test_young_and_daly_intervals():

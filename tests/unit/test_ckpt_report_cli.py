@@ -8,7 +8,7 @@ import pytest
 from helpers import LOGS, ckpt_report
 from helpers import REAL_LOGS as REAL
 
-from bench.events import CheckpointEvent, EventKind
+from ckpt_bench.core.events import CheckpointEvent, EventKind
 
 
 def test_json_report_of_a_megatron_log(tmp_path):

@@ -6,11 +6,11 @@ import pytest
 from click.testing import CliRunner
 from helpers import DATAFLUX_VARIABLES
 
-from bench.cli import launch, parse_argv
-from bench.config import ConfigError
-from bench.launcher import registry
-from bench.options import to_argv
-from bench.sweep import build_sweep
+from ckpt_bench.cli.launch import launch, parse_argv
+from ckpt_bench.core.errors import ConfigError
+from ckpt_bench.core.options import to_argv
+from ckpt_bench.launcher import registry
+from ckpt_bench.sweep.run import build_sweep
 
 
 def refused(*args) -> str:
@@ -102,7 +102,7 @@ def test_every_option_belongs_to_one_section_and_help_is_grouped():
 
 
 def test_megatron_flags_override_trainer_arguments_and_say_which_async_writer_ran():
-    from bench.launcher.megatron import MegatronConfig, async_writer_notes
+    from ckpt_bench.backends.megatron.launcher import MegatronConfig, async_writer_notes
 
     values, _given = parse_argv(["--async-save", "--use-persistent-ckpt-worker", "--ckpt-assume-constant-structure",
                                  "--set", "use_persistent_ckpt_worker=false", "--tp", "2"])

@@ -3,8 +3,10 @@
 import textwrap
 
 import pytest
+from helpers import ROOT
 
-from bench.config import ConfigError, deep_merge, load_experiment, load_yaml, parse_assignment
+from ckpt_bench.core.errors import ConfigError
+from ckpt_bench.core.experiment import deep_merge, load_experiment, load_yaml, parse_assignment
 
 
 def write(path, text):
@@ -85,11 +87,11 @@ def test_experiment_precedence_model_module_overrides(tmp_path):
 
 
 def test_shipped_presets_resolve():
-    from bench.config import CONFIGS_DIR
+    from ckpt_bench.core.experiment import CONFIGS_DIR
 
     experiment = load_experiment(CONFIGS_DIR / "tiny_gpt.yaml", environ={})
     assert experiment.args["num_layers"] == 4 and experiment.args["ckpt_format"] == "torch_dist"
-    llama = load_experiment(CONFIGS_DIR / "llama2_7B.yaml", environ={"TP": "4"})
+    llama = load_experiment(ROOT / "configs" / "llama2_7B.yaml", environ={"TP": "4"})  # an example experiment
     assert llama.args["tensor_model_parallel_size"] == 4
     assert llama.args["ffn_hidden_size"] == 11008 and llama.args["normalization"] == "RMSNorm"
 

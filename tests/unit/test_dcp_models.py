@@ -2,7 +2,7 @@
 
 import pytest
 
-from bench.dcp import models
+from ckpt_bench.backends.dcp import models
 
 
 def test_model_shapes_match_published_sizes():

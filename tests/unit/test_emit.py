@@ -7,7 +7,7 @@ import sys
 import yaml
 from helpers import ROOT, launch
 
-from bench.cli import launch as launch_command
+from ckpt_bench.cli.launch import launch as launch_command
 
 BENCH = ["--backend", "megatron", "--nproc-per-node", "8", "--tp", "2", "--async-save",
          "--set", "name=a b'c; $(rm -rf /)", "--keep-checkpoints"]

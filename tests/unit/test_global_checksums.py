@@ -4,7 +4,7 @@ a value changed or moved does not."""
 import torch
 from megatron.core.dist_checkpointing.mapping import ShardedTensor
 
-from bench.megatron.global_checksums import P, global_indices, shard_checksum
+from ckpt_bench.backends.megatron.global_checksums import P, global_indices, shard_checksum
 
 TENSOR = torch.arange(24, dtype=torch.float32).reshape(4, 6) * 0.5
 

@@ -1,4 +1,4 @@
-"""No import cycles among bench's modules.
+"""No import cycles among ckpt_bench's modules.
 
 A cycle works only while every module in it happens to be imported in a lucky order, and an import
 inside a function just postpones the failure to the first call, so those count too. Read with `ast`
@@ -15,11 +15,11 @@ from pathlib import Path
 
 from helpers import ROOT
 
-PACKAGE = ROOT / "bench"
+PACKAGE = ROOT / "ckpt_bench"
 
 
 def module_names() -> dict[str, Path]:
-    """Dotted name -> file, for every module under bench/ (a package's `__init__` is the package)."""
+    """Dotted name -> file, for every module under ckpt_bench/ (a package's `__init__` is the package)."""
     names = {}
     for path in PACKAGE.rglob("*.py"):
         parts = path.relative_to(ROOT).with_suffix("").parts

@@ -7,15 +7,15 @@ from __future__ import annotations
 import pytest
 from helpers import LOGS
 
-from bench.assembly import log_report
-from bench.events import OVERLAPS_PREVIOUS, EventKind, TimeSource
-from bench.parsers.megatron import MegatronParser
-from bench.parsers.nemo import NemoParser
-from bench.parsers.primus import PrimusParser
-from bench.parsers.sources import resolve
-from bench.parsers.srun import SrunMegatronParser
-from bench.parsers.torchtitan import TorchtitanParser
-from bench.report import build_report
+from ckpt_bench.core.events import OVERLAPS_PREVIOUS, EventKind, TimeSource
+from ckpt_bench.report.assembly import log_report
+from ckpt_bench.report.engine import build_report
+from ckpt_bench.report.parsers.megatron import MegatronParser
+from ckpt_bench.report.parsers.nemo import NemoParser
+from ckpt_bench.report.parsers.primus import PrimusParser
+from ckpt_bench.report.parsers.sources import resolve
+from ckpt_bench.report.parsers.srun import SrunMegatronParser
+from ckpt_bench.report.parsers.torchtitan import TorchtitanParser
 
 
 def saves(report: dict) -> list[tuple]:

@@ -15,12 +15,21 @@ from pathlib import Path
 import pytest
 from helpers import LOGS
 
-from bench.parsers import primus, srun
-from bench.parsers.lines import ANSI, MEGATRON, Grammar, Position, candidate_lines, locate, read_lines, scan_lines
-from bench.parsers.megatron import MegatronParser
-from bench.parsers.primus import PrimusParser
-from bench.parsers.srun import SrunMegatronParser
-from bench.report import build_report
+from ckpt_bench.report.engine import build_report
+from ckpt_bench.report.parsers import primus, srun
+from ckpt_bench.report.parsers.lines import (
+    ANSI,
+    MEGATRON,
+    Grammar,
+    Position,
+    candidate_lines,
+    locate,
+    read_lines,
+    scan_lines,
+)
+from ckpt_bench.report.parsers.megatron import MegatronParser
+from ckpt_bench.report.parsers.primus import PrimusParser
+from ckpt_bench.report.parsers.srun import SrunMegatronParser
 
 PRIMUS = dataclasses.replace(primus.GRAMMAR, context=None)  # the definition has no context lines
 GRAMMARS = {"megatron": (MEGATRON, MegatronParser), "primus": (PRIMUS, PrimusParser),

@@ -19,14 +19,14 @@ from pathlib import Path
 import pytest
 from helpers import LOGS, REAL_LOGS, assert_one_line_error, ckpt_report
 
-from bench.assembly import log_report, to_json
-from bench.parsers.sources import ReportError
+from ckpt_bench.core.errors import ReportError
+from ckpt_bench.report.assembly import log_report, to_json
 
 SEED = 20250601
 CASES = 1000
 BUDGET_S = 20.0  # stop early on a slow machine: the cases run are still a valid sample
 
-# Most lines of a log cannot matter to a report (see bench.parsers.lines): damage is aimed at the ones
+# Most lines of a log cannot matter to a report (see ckpt_bench.report.parsers.lines): damage is aimed at the ones
 # that can, most of the time.
 MATTERS = re.compile(rb"checkpoint|across ranks|rank|\.\.\.|arguments")
 EXPECTED_ERRORS = re.compile(r"no checkpoint save or load found in |cannot read ")

@@ -10,14 +10,15 @@ import pytest
 from helpers import LOGS
 from helpers import REAL_LOGS as REAL
 
-from bench.assembly import log_report
-from bench.events import OVERLAPS_PREVIOUS, CheckpointEvent, EventKind, TimeSource
-from bench.parsers.arguments import ArgumentsDump, typed
-from bench.parsers.lines import candidate_lines, is_indented
-from bench.parsers.megatron import MegatronParser
-from bench.parsers.primus import PrimusParser, find_rank_dirs, level_files
-from bench.parsers.sources import NoEvents, ReportError, resolve
-from bench.report import build_report
+from ckpt_bench.core.errors import ReportError
+from ckpt_bench.core.events import OVERLAPS_PREVIOUS, CheckpointEvent, EventKind, TimeSource
+from ckpt_bench.report.assembly import log_report
+from ckpt_bench.report.engine import build_report
+from ckpt_bench.report.parsers.arguments import ArgumentsDump, typed
+from ckpt_bench.report.parsers.lines import candidate_lines, is_indented
+from ckpt_bench.report.parsers.megatron import MegatronParser
+from ckpt_bench.report.parsers.primus import PrimusParser, find_rank_dirs, level_files
+from ckpt_bench.report.parsers.sources import NoEvents, resolve
 
 PRIMUS_RUN = LOGS / "primus_run" / "logs" / "pre_trainer"
 

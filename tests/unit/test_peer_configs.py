@@ -8,13 +8,13 @@ import pytest
 from click.testing import CliRunner
 from helpers import ROOT
 
-from bench.cli import launch as launch_command
-from bench.cli import parse_argv
-from bench.config import ConfigError
-from bench.events import EventKind, EventRecorder
-from bench.launcher.lightning import dataflux_lines, env_notes, options_from_env
-from bench.peers import s3torchbenchmarking as s3tb
-from bench.sweep import load_sweep
+from ckpt_bench.backends.lightning.launcher import dataflux_lines, env_notes, options_from_env
+from ckpt_bench.cli.launch import launch as launch_command
+from ckpt_bench.cli.launch import parse_argv
+from ckpt_bench.core.errors import ConfigError
+from ckpt_bench.core.events import EventKind, EventRecorder
+from ckpt_bench.sweep.peers import s3torchbenchmarking as s3tb
+from ckpt_bench.sweep.run import load_sweep
 
 PEERS = ROOT / "tests" / "fixtures" / "peers"
 # What their run scripts pass (+path=./nvme/), the bucket, and a sweep dir of our choosing.

@@ -2,7 +2,7 @@
 
 import pytest
 
-from bench.launcher.repeat import REPEATED_METRICS, repeat_stats, spread
+from ckpt_bench.launcher.repeat import REPEATED_METRICS, repeat_stats, spread
 
 
 def test_spread_is_median_min_max_and_sample_cv():

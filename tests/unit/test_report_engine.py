@@ -1,7 +1,7 @@
 """The report engine on hand-made events: what each number means."""
 
-from bench.events import CheckpointEvent, EventKind
-from bench.report import build_report
+from ckpt_bench.core.events import CheckpointEvent, EventKind
+from ckpt_bench.report.engine import build_report
 
 S = 10**9
 

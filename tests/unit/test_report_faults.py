@@ -11,14 +11,15 @@ from pathlib import Path
 import pytest
 from helpers import LOGS, ckpt_report
 
-from bench.assembly import log_report, to_json
-from bench.events import CheckpointEvent, EventKind, TimeSource
-from bench.parsers import PARSERS
-from bench.parsers.lines import Line, read_lines
-from bench.parsers.megatron import MegatronParser
-from bench.parsers.session import events_of
-from bench.parsers.sources import ReportError, resolve
-from bench.report import build_report
+from ckpt_bench.core.errors import ReportError
+from ckpt_bench.core.events import CheckpointEvent, EventKind, TimeSource
+from ckpt_bench.report.assembly import log_report, to_json
+from ckpt_bench.report.engine import build_report
+from ckpt_bench.report.parsers import PARSERS
+from ckpt_bench.report.parsers.lines import Line, read_lines
+from ckpt_bench.report.parsers.megatron import MegatronParser
+from ckpt_bench.report.parsers.session import events_of
+from ckpt_bench.report.parsers.sources import resolve
 
 SYNC = LOGS / "megatron_current_timestamped_sync.log"  # saves 200 (4.5 s) and 300 (3.5 s), timestamped
 
@@ -122,7 +123,7 @@ class _CsvParser(MegatronParser):
 
 
 def test_a_new_format_is_a_parser_class_in_the_list(tmp_path, monkeypatch):
-    monkeypatch.setattr("bench.parsers.sources.PARSERS", (_CsvParser, *PARSERS))
+    monkeypatch.setattr("ckpt_bench.report.parsers.sources.PARSERS", (_CsvParser, *PARSERS))
     path = tmp_path / "saves.csv"
     path.write_text("ckpt,10,0,2.5\nckpt,20,10,11\nckpt,30,20,x\n")
     assert resolve(path).parser_class is _CsvParser

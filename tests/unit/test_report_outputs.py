@@ -11,15 +11,15 @@ import pytest
 from helpers import LOGS, assert_one_line_error, ckpt_report
 from html_page import Page
 
-from bench import summary
-from bench.advice import AdviceOptions, add_advice
-from bench.assembly import run_report, to_json
-from bench.cli import print_report, wants_table
-from bench.compare import compare, load_sources
-from bench.events import CheckpointEvent, EventKind
-from bench.html_report import render_report, render_sweep, run_timeline, write_run_html
+from ckpt_bench.cli.launch import print_report, wants_table
+from ckpt_bench.core.events import CheckpointEvent, EventKind
+from ckpt_bench.core.units import MIB
+from ckpt_bench.present import summary
+from ckpt_bench.present.compare import compare, load_sources
+from ckpt_bench.present.html import render_report, render_sweep, run_timeline, write_run_html
+from ckpt_bench.report.advice import AdviceOptions, add_advice
+from ckpt_bench.report.assembly import run_report, to_json
 
-MIB = 1 << 20
 S = 10**9
 
 
@@ -86,7 +86,7 @@ def test_report_html_has_every_part_and_fetches_nothing(run_dir, report):
 
 def test_report_html_from_logs_without_clocks_and_without_sizes():
     log = LOGS / "megatron_2024_untimestamped_sync.log"
-    from bench.assembly import log_report
+    from ckpt_bench.report.assembly import log_report
 
     page = Page(render_report(log_report([log]), []))
     assert page.sections["timeline"]["svg"] == 1  # each save's block and total, slowest rank
@@ -204,3 +204,38 @@ def test_ckpt_report_html_of_a_run_directory_and_of_a_sweep(tmp_path, run_dir, r
 ])
 def test_compare_bad_input_is_one_line(tmp_path, make_args, needle):
     assert_one_line_error(ckpt_report(*make_args(tmp_path)), needle)
+
+
+@pytest.mark.parametrize("log", ["torchtitan_2026_async_two_ranks.log",
+                                 "megatron_current_timestamped_async_overlap.log",
+                                 "megatron_killed_mid_save_restart.log", "nemo2_async_topk_last.log"])
+def test_one_log_gives_the_same_times_in_the_json_and_the_html(log):
+    """One pairing: the k-th save of an iteration in report.json has the slowest rank's block and total
+    time of the k-th save of that iteration in the HTML timeline of the same log."""
+    from collections import defaultdict
+
+    from ckpt_bench.present.html import timeline
+    from ckpt_bench.report.assembly import log_report_and_operations
+
+    report, operations = log_report_and_operations([LOGS / log])
+    timed = [op for op in operations if op.start is not None and op.start.wall_ns is not None]
+    rows = timeline(operations)
+    assert rows and len(rows) == len(timed)
+    by_save: dict[tuple, list[dict]] = defaultdict(list)
+    seen: dict[tuple, int] = defaultdict(int)
+    for row in rows:
+        if row["kind"] == "save":
+            key = (row["rank"], row["iteration"])
+            by_save[(row["iteration"], seen[key])].append(row)
+            seen[key] += 1
+    occurrence: dict[int, int] = defaultdict(int)
+    checked = 0
+    for save in report["saves"]:
+        mine = by_save[(save["iteration"], occurrence[save["iteration"]])]
+        occurrence[save["iteration"]] += 1
+        for field, figure in (("block_s", "block_time"), ("total_s", "total_time")):
+            times = [row[field] for row in mine if row[field] is not None]
+            if save[figure] is not None and times and len(mine) == save["ranks"]:
+                assert save[figure] == pytest.approx(max(times), abs=1e-3), (save["iteration"], figure)
+                checked += 1
+    assert checked

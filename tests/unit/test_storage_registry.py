@@ -1,4 +1,4 @@
-"""bench.storage's registry: which storage a --save-dir gets, and what its ranks write and read with."""
+"""ckpt_bench.storage's registry: which storage a --save-dir gets, and what its ranks write and read with."""
 
 import importlib.util
 import json
@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 
-from bench.config import ConfigError
-from bench.storage import (
+from ckpt_bench.core.errors import ConfigError
+from ckpt_bench.storage import (
     SCHEMES,
     FsspecStorage,
     LocalStorage,
@@ -17,7 +17,7 @@ from bench.storage import (
     storage_for,
     worker_storage,
 )
-from bench.storage.baseline import IOShape
+from ckpt_bench.storage.baseline import IOShape
 
 OPTIONS = StorageOptions(s3_region="us-east-1")
 

@@ -3,9 +3,9 @@
 import pytest
 from helpers import ROOT, launch
 
-from bench.cli import parse_argv
-from bench.config import ConfigError
-from bench.sweep import build_sweep, load_sweep
+from ckpt_bench.cli.launch import parse_argv
+from ckpt_bench.core.errors import ConfigError
+from ckpt_bench.sweep.run import build_sweep, load_sweep
 
 
 def _sweep(**definition):

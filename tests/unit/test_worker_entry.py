@@ -6,9 +6,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from bench import worker_entry
-from bench.events import EventKind, EventRecorder, event_files, read_event_files
-from bench.worker_entry import WorkerContext, timed
+from ckpt_bench.core.events import EventKind, EventRecorder, event_files, read_event_files
+from ckpt_bench.worker import entry as worker_entry
+from ckpt_bench.worker.entry import WorkerContext, timed
 
 
 def test_timed_records_the_start_and_only_a_failed_end(tmp_path):

@@ -1,4 +1,0 @@
-"""The Lightning backend's worker side: a demo Transformer trained and checkpointed by Lightning.
-
-The launcher side (option resolution, validation, the plan) is `bench.launcher.lightning`.
-"""

@@ -1,0 +1,161 @@
+"""The PyTorch DCP backend, launcher side: the s3torchbenchmarking DCP scenario as a validated plan.
+
+A named model's state is saved `--save-calls` times with `torch.distributed.checkpoint` (sync or
+`async_save`) to a local folder or, through s3torchconnector, to an S3 prefix; then every
+checkpoint is loaded back and verified. The ranks run `ckpt_bench.backends.dcp.worker`.
+
+Everything that can be refused is refused here, before anything is created or launched: an unknown
+model or dtype (`DcpConfig`), nccl without GPUs, a state that cannot fit in this host's memory, S3
+settings that cannot work (the bucket itself is checked by the lifecycle right after).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ckpt_bench.backends.comms.launcher import PreflightOptions
+from ckpt_bench.backends.dcp import models
+from ckpt_bench.core.errors import ConfigError
+from ckpt_bench.core.options import Flag
+from ckpt_bench.core.units import GIB
+from ckpt_bench.launcher.base import ASYNC_SAVE, DIST_BACKEND, SAVE_CALLS, Backend, CheckpointOptions, Plan, WorkerPass
+from ckpt_bench.launcher.config import LaunchConfig
+from ckpt_bench.launcher.resources import check_host_memory
+from ckpt_bench.storage import StorageOptions, storage_for
+
+WORKER = "ckpt_bench.backends.dcp.worker"  # the ranks' module
+_PROGRESS = re.compile(r"^(saving|saved|loading|loaded) checkpoint")
+
+
+
+@dataclass
+class DcpConfig(CheckpointOptions, PreflightOptions, StorageOptions):
+    """The DCP backend's options."""
+
+    model: str = Flag(("--model",), "Named checkpoint shape: " + ", ".join(models.MODELS) + ".").field("vit-base")
+    dtype: str = Flag(("--dtype",), "Parameter dtype (float32, bfloat16, float16).").field("float32")
+    thread_count: int = Flag(("--thread-count",), "Writer threads per rank.", type=int, min=1).field(1)
+    sync_files: bool | None = Flag(("--sync-files",), "fsync files after writing (local disk; default on).",
+                                   type=bool, toggle="--no-sync-files").field()
+    save_calls: int = SAVE_CALLS.field(3)
+    async_save: bool = ASYNC_SAVE.field(False)
+    dist_backend: str | None = DIST_BACKEND.field()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.model not in models.MODELS:
+            raise ConfigError(f"--model {self.model!r} is not known: use one of {', '.join(models.MODELS)}")
+        try:
+            self.dtype = models.canonical_dtype(self.dtype)
+        except KeyError:
+            raise ConfigError(f"--dtype {self.dtype!r} is not supported: use one of "
+                              f"{', '.join(models.DTYPES)} (or fp32, bf16, fp16)") from None
+
+
+def default_dist_backend() -> str:
+    import torch
+
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def check_dist_backend(name: str, nproc_per_node: int) -> None:
+    if name != "nccl":
+        return
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus == 0:
+        raise ConfigError("--dist-backend nccl needs CUDA GPUs and none is visible here; use --dist-backend gloo")
+    if nproc_per_node > gpus:
+        raise ConfigError(f"--dist-backend nccl: --nproc-per-node {nproc_per_node} is more than the {gpus} GPU(s) "
+                          "of this host")
+
+
+def check_memory(model: str, dtype: str, copies_per_rank: int, ranks_per_host: int) -> int:
+    """Refuse a state that cannot fit in this host's available memory; returns its bytes.
+
+    Every rank holds the whole state (replicated, as under DDP) and `async_save` stages a second copy.
+    """
+    state = models.estimate_bytes(model, dtype)
+    check_host_memory(
+        state * copies_per_rank * ranks_per_host,
+        f"--model {model} in {dtype} is {state / GIB:.1f} GiB per copy; {ranks_per_host} rank(s) x "
+        f"{copies_per_rank} cop{'ies' if copies_per_rank > 1 else 'y'}",
+        "use a smaller model, a 16-bit --dtype or fewer ranks")
+    return state
+
+
+def run_info(config: DcpConfig, spec: dict, state_bytes: int, launch: LaunchConfig) -> dict:
+    world_size = launch.topology.world_size
+    return {
+        "world_size": world_size,
+        "data_parallel_size": world_size,  # the state is replicated on every rank, as under DDP
+        "ckpt_format": "torch_dcp",
+        "ckpt_fully_parallel_save": None,
+        "ckpt_fully_parallel_load": None,
+        "async_save": config.async_save,
+        "save_interval": None,
+        "optimizer": None,
+        "use_distributed_optimizer": None,
+        "params_dtype": f"torch.{config.dtype}",
+        "main_params_dtype": None,
+        "exp_avg_dtype": None,
+        "exp_avg_sq_dtype": None,
+        # Beyond the Primus keys.
+        "backend": "dcp",
+        "model": config.model,
+        "model_parameters": models.parameter_count(config.model),
+        "model_state_bytes": state_bytes,
+        "dtype": config.dtype,
+        "dist_backend": spec["dist_backend"],
+        "thread_count": config.thread_count,
+        "sync_files": spec["sync_files"],
+        "fsync": spec["sync_files"] if spec["storage"]["storage"] != "s3" else None,
+        "save_calls": config.save_calls,
+        "nnodes": launch.topology.nnodes,
+        "nproc_per_node": launch.topology.nproc_per_node,
+        **spec["storage"],
+    }
+
+
+class DcpBackend(Backend):
+    name = "dcp"
+    title = "DCP backend (--backend dcp): torch.distributed.checkpoint of a named model's state"
+    Config = DcpConfig
+
+    def plan(self, launch: LaunchConfig) -> Plan:
+        config: DcpConfig = launch.options
+        storage = storage_for(config.save_dir, config)  # validates the S3 settings; no I/O
+        sync_files = True if config.sync_files is None else config.sync_files
+        if storage.kind != "disk":
+            if config.sync_files:
+                raise ConfigError(f"--sync-files applies to a local --save-dir only: the {storage.kind} writer "
+                                  "never fsyncs (an upload is durable once the store acknowledges it)")
+            sync_files = False
+        dist_backend = config.dist_backend or default_dist_backend()
+        check_dist_backend(dist_backend, launch.topology.nproc_per_node)
+        state_bytes = check_memory(config.model, config.dtype, 2 if config.async_save else 1,
+                                   launch.topology.nproc_per_node)
+        spec = {
+            "model": config.model,
+            "dtype": config.dtype,
+            "save_calls": config.save_calls,
+            "thread_count": config.thread_count,
+            "sync_files": sync_files,
+            "async_save": config.async_save,
+            "dist_backend": dist_backend,
+            "storage": storage.describe(),
+            "seed": 1234,
+        }
+        return Plan(
+            name=f"dcp-{config.model}",
+            worker_module=WORKER,
+            resolved_config={"dcp": spec, "save_dir": config.save_dir},
+            spec={"dcp": spec},
+            run_info=run_info(config, spec, state_bytes, launch),
+            passes=[*config.preflight_passes(dist_backend), WorkerPass("save", ["--phase", "save"]),
+                    WorkerPass("load", ["--phase", "load"])],
+            checkpoints=config.checkpoints(storage, writers_per_rank=config.thread_count),
+            show_progress=lambda line: bool(_PROGRESS.search(line.strip())),
+        )

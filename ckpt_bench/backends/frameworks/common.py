@@ -1,0 +1,153 @@
+"""Real frameworks: Primus or Megatron-LM trains and checkpoints; we time it from their own logs.
+
+The experiment is resolved and validated exactly as for the built-in worker (`ckpt_bench.backends.megatron.launcher`),
+then handed to the framework with a real checkpoint folder (the run's own, created and marked by
+`ckpt_bench.launcher.lifecycle`) in two passes:
+
+    save: train `train_iters` iterations, saving every `save_interval`   (`save` set, `load` unset)
+    load: load the latest checkpoint and stop                            (`load` set, `save` unset,
+          `exit_on_missing_checkpoint`: a missing checkpoint fails instead of training from scratch)
+
+Each mode is its own file (`megatron_lm.py`, `primus.py`); this one holds what they share.
+
+* `--framework megatron-lm --megatron-path DIR`: torchrun (our runner: per-rank logs, the failing
+  rank named) around `DIR/pretrain_gpt.py`, with the resolved arguments as Megatron-LM flags, on
+  mock data unless the experiment names `data_path`.
+* `--framework primus --primus-path DIR`: the resolved experiment written as Primus YAML (`EXP`),
+  and Primus's `examples/run_pretrain.sh` with `NNODES NODE_RANK MASTER_ADDR MASTER_PORT
+  GPUS_PER_NODE`; the script runs torchrun itself. Each pass gets its own Primus workspace inside
+  the run directory, so its `<exp_root>/logs/pre_trainer` holds that pass's logs only.
+
+Afterwards the logs go through the log parsers (`ckpt_bench.report.parsers`, the `ckpt_report.py` grammar) into
+the run's `events/`, so the report comes from the one engine and `ckpt_report.py RUN_DIR` rebuilds it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ckpt_bench.backends.megatron import rules
+from ckpt_bench.backends.megatron.launcher import MegatronConfig, checkpoint_parent, resolve, run_info, shows_progress
+from ckpt_bench.core.errors import ConfigError
+from ckpt_bench.core.rundir import RunDir
+from ckpt_bench.launcher.base import Plan, WorkerPass
+from ckpt_bench.launcher.config import LaunchConfig
+from ckpt_bench.report.parsers.session import events_of
+from ckpt_bench.storage import storage_for
+
+_FLAG = re.compile(r"""["'](--[a-z0-9][a-z0-9-]*)["']""")
+
+
+@dataclass
+class FrameworkConfig(MegatronConfig):
+    """A framework mode's options: the Megatron experiment's, and where the framework's checkout is."""
+
+    root: Path = field(init=False)  # the checkout, once checked (`checkout`)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.changes_load_layout:
+            raise ConfigError("--load-tp/--load-pp/--load-ep/--load-nproc-per-node run in the built-in worker; "
+                              "with --framework, load on another layout by running it again with other sizes")
+        if self.training_impact:
+            raise ConfigError("--training-impact runs in the built-in worker: a framework's own training loop "
+                              "cannot be timed without and with saves; drop --framework or --training-impact")
+
+    def checkout(self, option: str, inside: str, framework: str) -> Path:
+        """The checkout given as `option`, which must hold `inside`."""
+        value = getattr(self, option)
+        flag = self.flags()[option].canonical
+        if not value:
+            raise ConfigError(f"--framework {framework}: give {flag} DIR")
+        root = Path(value).resolve()
+        if not (root / inside).is_file():
+            raise ConfigError(f"{flag} {value}: no {inside} there")
+        return root
+
+
+def known_megatron_flags(megatron_path: Path) -> set[str] | None:
+    """Every `--flag` Megatron-LM's argument parser defines, or None where its source is not found."""
+    for candidate in ("megatron/training/arguments.py", "megatron/arguments.py"):
+        source = megatron_path / candidate
+        if source.is_file():
+            return set(_FLAG.findall(source.read_text(errors="replace")))
+    return None
+
+
+def megatron_arguments(args: dict, known: set[str] | None) -> tuple[list[str], list[str]]:
+    """Megatron-LM command-line flags for trainer arguments, and the keys left out because Megatron-LM
+    has no such flag (Primus-only settings). Booleans follow Megatron-LM's two kinds of switch:
+    `--x` (default off) and `--no-x` (default on); the default needs no flag."""
+    argv: list[str] = []
+    skipped: list[str] = []
+    for key, value in args.items():
+        if value is None:
+            continue
+        flag = "--" + key.replace("_", "-")
+        negative = "--no-" + key.replace("_", "-")
+        if isinstance(value, bool):
+            if known is None:
+                argv += [flag] if value else []
+            elif (flag if value else negative) in known:
+                argv.append(flag if value else negative)
+            elif (negative if value else flag) not in known:
+                skipped.append(key)
+            continue
+        if known is not None and flag not in known:
+            skipped.append(key)
+            continue
+        argv += [flag, *(str(item) for item in value)] if isinstance(value, list) else [flag, str(value)]
+    return argv, skipped
+
+
+def resolve_for_framework(launch: LaunchConfig, runner: str) -> tuple:
+    """`ckpt_bench.backends.megatron.launcher.resolve`, plus the mock data a framework needs without a data path."""
+    experiment, args, sizes = resolve(launch, runner)
+    if not args.get("data_path"):
+        args["mock_data"] = True
+        args.setdefault("tokenizer_type", "NullTokenizer")
+    experiment.args = args
+    return experiment, args, sizes
+
+
+def framework_plan(launch: LaunchConfig, experiment, args: dict, sizes: dict, passes: list[WorkerPass],
+                   bind: Callable, collect: Callable, worker_module: str) -> Plan:
+    """A framework's plan: its own save and load passes, reported from its logs (no integrity check:
+    the framework does not digest what it saved)."""
+    config: FrameworkConfig = launch.options
+    return Plan(
+        name=experiment.exp_name,
+        worker_module=worker_module,
+        resolved_config={**experiment.to_yaml_dict(), "exp_root": str(experiment.exp_root)},
+        spec={},
+        run_info={**run_info(args, sizes, launch), "backend": launch.runner},
+        passes=[*config.preflight_passes(), *passes],
+        checkpoints=config.checkpoints(storage_for(checkpoint_parent(config, args)),
+                                       writers_per_rank=rules.writers_per_rank(args)),
+        show_progress=shows_progress,
+        bind=bind,
+        collect=collect,
+        verifies=False,
+    )
+
+
+def pass_args(args: dict, checkpoint_dir: str, phase: str) -> dict:
+    if phase == "save":
+        return {**args, "save": checkpoint_dir, "load": None}
+    return {**args, "save": None, "load": checkpoint_dir, "exit_on_missing_checkpoint": True}
+
+
+def record_events(run: RunDir, paths: list[Path]) -> list[str]:
+    """Parse the framework's logs into the run's events/ (as our workers would have written them)."""
+    by_rank: dict[int, list[str]] = {}
+    for event in events_of(paths):
+        by_rank.setdefault(event.rank or 0, []).append(event.to_json())  # Megatron prints on rank 0
+    run.events_dir.mkdir(parents=True, exist_ok=True)
+    for rank, lines in by_rank.items():
+        (run.events_dir / f"rank-{rank}.jsonl").write_text("\n".join(lines) + "\n")
+    found = ", ".join(str(p.relative_to(run.path)) for p in paths)
+    return [f"events parsed from the framework's logs: {found}" if by_rank
+            else f"no checkpoint event found in the framework's logs ({found})"]

@@ -1,0 +1,84 @@
+"""`--framework primus --primus-path DIR`: the resolved experiment written as Primus YAML (`EXP`), and
+Primus's `examples/run_pretrain.sh` with `NNODES NODE_RANK MASTER_ADDR MASTER_PORT GPUS_PER_NODE`; the
+script runs torchrun itself. Each pass gets its own Primus workspace inside the run directory, so its
+`<exp_root>/logs/pre_trainer` holds that pass's logs only. See `ckpt_bench.backends.frameworks.common`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from ckpt_bench.backends.frameworks.common import (
+    FrameworkConfig,
+    framework_plan,
+    pass_args,
+    record_events,
+    resolve_for_framework,
+)
+from ckpt_bench.core.options import Flag
+from ckpt_bench.core.rundir import RunDir
+from ckpt_bench.launcher import nodes
+from ckpt_bench.launcher.base import Backend, Plan, WorkerPass
+from ckpt_bench.launcher.config import LaunchConfig
+
+SCRIPT = "examples/run_pretrain.sh"
+
+
+@dataclass
+class PrimusConfig(FrameworkConfig):
+    """The Megatron experiment's options and Primus's checkout."""
+
+    primus_path: str | None = Flag(("--primus-path",), "Primus checkout.").field()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.root = self.checkout("primus_path", SCRIPT, PrimusBackend.name)
+
+
+class PrimusBackend(Backend):
+    name = "primus"
+    title = "Primus (--framework primus): Primus's run_pretrain.sh, timed from its logs"
+    Config = PrimusConfig
+    framework = True
+
+    def plan(self, launch: LaunchConfig) -> Plan:
+        config: PrimusConfig = launch.options
+        experiment, args, sizes = resolve_for_framework(launch, "--framework primus")
+        topology = launch.topology
+        # The load reads a cold checkpoint, as ours do: the lifecycle evicts it first.
+        passes = [WorkerPass(phase, [], command=["bash", str(config.root / SCRIPT)], cwd=str(config.root),
+                             evict_before=phase == "load")
+                  for phase in ("save", "load")]
+
+        def exp_root(run: RunDir, phase: str) -> Path:
+            return run.path / "primus" / phase / experiment.work_group / experiment.user_name / experiment.exp_name
+
+        def bind(run: RunDir, checkpoint_dir: str | None) -> None:
+            if topology.rdzv_endpoint:
+                master_addr, _, master_port = topology.rdzv_endpoint.rpartition(":")
+            else:
+                master_addr, master_port = topology.master_addr, str(topology.master_port)
+            for worker_pass in passes:
+                document = experiment.to_yaml_dict()
+                document["workspace"] = str(run.path / "primus" / worker_pass.name)
+                module = document["modules"]["pre_trainer"]
+                # Primus finds its own presets by name; the overrides carry every resolved value.
+                module["config"] = experiment.module_preset.name if experiment.module_preset else None
+                module["model"] = experiment.model_preset.name if experiment.model_preset else None
+                module["overrides"] = pass_args(args, checkpoint_dir, worker_pass.name)
+                path = run.path / "primus" / f"{worker_pass.name}.yaml"
+                nodes.write_atomic(path, yaml.safe_dump(document, sort_keys=False))
+                worker_pass.env = {
+                    "EXP": str(path), "NNODES": str(topology.nnodes), "NODE_RANK": str(topology.node_rank),
+                    "MASTER_ADDR": master_addr, "MASTER_PORT": master_port,
+                    "GPUS_PER_NODE": str(topology.nproc_per_node),
+                }
+
+        def collect(run: RunDir) -> list[str]:
+            folders = [exp_root(run, p.name) / "logs" / "pre_trainer" for p in passes]
+            return record_events(run, [f for f in folders if f.is_dir()])
+
+        # The passes run Primus's script, which starts torchrun itself: no worker module.
+        return framework_plan(launch, experiment, args, sizes, passes, bind, collect, worker_module="")

@@ -1,0 +1,86 @@
+"""The Lightning worker's input: `worker.json`, written by the launcher.
+
+    {
+      "lightning": {
+        "strategy": "ddp" | "fsdp",
+        "accelerator": "cpu" | "gpu",
+        "dist_backend": "gloo" | "nccl",
+        "num_layers": 4, "save_calls": 3, "load_calls": 3,
+        "named_model": null | "vit-base-in21k",  # a DCP backend model shape instead of the demo Transformer
+        "steps_per_save": null | N,       # save during fit every N steps (and time fit without saves)
+        "async_save": false,
+        "train_steps": 2,                 # steps trained before the save calls (not in fit mode); 0: none
+        "seed": 1234,
+        "model": {"vocab_size": 33278, "ninp": 200, "nhid": 200, "nhead": 2,
+                  "block_size": 35, "batch_size": 1},
+        "storage": {"storage": "disk" | "s3" | "fsspec", ...}   # ckpt_bench.storage's describe()
+      },
+      "checkpoint_dir": "/abs/ckpts/run" | "s3://bucket/prefix/run",
+      "events_dir": ..., "integrity_dir": ..., "run_dir": ..., "warm_load": false
+    }
+
+Save call K (1..N) writes `<checkpoint_dir>/iter_000000K/`: a single `checkpoint.ckpt` for DDP (what
+`trainer.save_checkpoint` writes through the CheckpointIO), the sharded DCP files for FSDP2. One
+folder per call, named like Megatron's, so folder sizes are measured the same way for every backend.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+from ckpt_bench.core.checkpoint_dir import iter_dir_name
+from ckpt_bench.storage import LocalStorage
+
+CHECKPOINT_FILE = "checkpoint.ckpt"
+# What each --strategy runs (ckpt_bench.backends.lightning.training builds them), named in the report.
+STRATEGY_CLASSES = {"ddp": "DDPStrategy", "fsdp": "ModelParallelStrategy+fully_shard (FSDP2)"}
+
+MODEL_DEFAULTS = {
+    "vocab_size": 33278,  # WikiText2's, which Lightning's demo and dataflux's benchmark use
+    "ninp": 200,
+    "nhid": 200,
+    "nhead": 2,
+    "block_size": 35,
+    "batch_size": 1,
+}
+
+
+@dataclass
+class LightningSpec:
+    strategy: str
+    accelerator: str
+    dist_backend: str
+    num_layers: int
+    save_calls: int
+    load_calls: int
+    async_save: bool
+    checkpoint_dir: str
+    events_dir: str
+    integrity_dir: str
+    run_dir: str | None = None
+    steps_per_save: int | None = None
+    named_model: str | None = None
+    train_steps: int = 2
+    seed: int = 1234
+    warm_load: bool = False
+    model: dict = field(default_factory=lambda: dict(MODEL_DEFAULTS))
+    storage: dict = field(default_factory=lambda: {"storage": LocalStorage.kind})
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> LightningSpec:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+        known = {k: data[k] for k in ("checkpoint_dir", "events_dir", "integrity_dir", "run_dir", "warm_load")
+                 if k in data}
+        return cls(**data["lightning"], **known)
+
+    def iteration_dir(self, iteration: int) -> str:
+        """A string, not a Path: `s3://` and other URLs must keep their double slash."""
+        return f"{self.checkpoint_dir.rstrip('/')}/{iter_dir_name(iteration)}"
+
+    def checkpoint_path(self, iteration: int) -> str:
+        """What `trainer.save_checkpoint` is given: the file (DDP) or the DCP folder (FSDP2)."""
+        folder = self.iteration_dir(iteration)
+        return folder if self.strategy == "fsdp" else f"{folder}/{CHECKPOINT_FILE}"

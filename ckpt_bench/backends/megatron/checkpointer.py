@@ -1,0 +1,220 @@
+"""Saves and loads with events, integrity manifests and Megatron-LM's log lines around them.
+
+Timing: ranks meet at a barrier (not timed), then each records SAVE_START, builds its state dict
+and saves -- the same span as Megatron-LM's `save-checkpoint` timer. SAVE_BLOCK_END is recorded
+when the save call hands control back to training; SAVE_END when this rank's data are on storage.
+For a synchronous save those are the same moment.
+
+For an async save SAVE_END is recorded by the writer itself: the request's `async_fn` (the
+function megatron-core runs in its forked or spawned writer process) is wrapped in
+`_RecordSaveEnd`, which records the event the moment the writing returns. Recording it when
+`maybe_finalize_async_calls` notices completion would add up to an iteration of training to the
+save time. Write errors reach megatron-core's finalize step (the writer passes them on through a
+queue rather than raising); if finalize raises, a second SAVE_END with `error` is recorded for
+that iteration, which the report merges into the first.
+
+Integrity: right before SAVE_START each rank digests the state it is about to hand to the save
+(the local data of every sharded tensor for torch_dist; the file's state dict for torch). An async
+save snapshots the tensors before training resumes (megatron-core's preload step), so that digest
+is of the bytes written. After a load, the same state dict is rebuilt from the loaded model and
+optimizer and digested, so what is compared is what training would resume from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections import deque
+from functools import partial
+from pathlib import Path
+
+import torch
+from megatron.core import parallel_state
+from megatron.core.dist_checkpointing.dict_utils import dict_list_map_outplace
+from megatron.core.dist_checkpointing.mapping import LocalNonpersistentObject, ShardedBase
+from megatron.core.dist_checkpointing.strategies.async_utils import AsyncCallsQueue, AsyncRequest
+
+from ckpt_bench.backends.megatron import megatron_log
+from ckpt_bench.backends.megatron.formats import TorchDistFormat, TorchFormat, rank_written_bytes
+from ckpt_bench.backends.megatron.global_checksums import global_checksums
+from ckpt_bench.core.checkpoint_dir import TRACKER_FILE, iter_dir_name, latest_iteration
+from ckpt_bench.core.events import EventKind, EventRecorder
+from ckpt_bench.worker import integrity
+from ckpt_bench.worker.entry import WorkerContext, error_text, timed
+
+GLOBAL_MANIFEST = "global.json"  # per logical tensor, every rank's shards together (global_checksums)
+
+
+def local_state_digests(state_dict: dict) -> dict[str, str]:
+    """Digests of the tensors in a (sharded) state dict: for sharded entries, their local data."""
+
+    def local_data(value):
+        if isinstance(value, ShardedBase):
+            return value.data
+        if isinstance(value, LocalNonpersistentObject):
+            return None  # never saved
+        return value
+
+    return integrity.state_digests(dict_list_map_outplace(local_data, state_dict))
+
+
+class _RecordSaveEnd:
+    """Wraps an AsyncRequest's `async_fn` to record SAVE_END in the writer when it returns.
+
+    A top-level class holding only picklable fields: the persistent writer is a spawned process
+    that receives the request through a queue."""
+
+    def __init__(self, async_fn, events_dir: str, rank: int, iteration: int, directory: str):
+        self.async_fn = async_fn
+        self.events_dir = events_dir
+        self.rank = rank
+        self.iteration = iteration
+        self.directory = directory
+
+    def __call__(self, *args, **kwargs):
+        recorder = EventRecorder(self.events_dir, self.rank)
+        try:
+            self.async_fn(*args, **kwargs)
+        except BaseException as error:
+            recorder.record(EventKind.SAVE_END, self.iteration, path=self.directory, error=error_text(error))
+            raise
+        else:
+            recorder.record(
+                EventKind.SAVE_END,
+                self.iteration,
+                path=self.directory,
+                bytes=rank_written_bytes(self.directory, self.rank),
+                extra={"recorded_by": "async writer"},
+            )
+        finally:
+            recorder.close()
+
+
+class Checkpointer:
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        checkpoint_format: TorchDistFormat | TorchFormat,
+        events: EventRecorder,
+        integrity_dir: str,
+        context: WorkerContext,
+        layout_independent: bool = False,
+    ):
+        self.args = args
+        # The load may use another layout than the save: check whole logical tensors (global_checksums).
+        self.layout_independent = layout_independent
+        self.format = checkpoint_format
+        self.events = events
+        self.integrity_dir = integrity_dir
+        self.context = context
+        self._async_queue = AsyncCallsQueue(persistent=args.use_persistent_ckpt_worker) if args.async_save else None
+        self._in_flight: deque[int] = deque()  # iterations of scheduled, not yet finalized async saves
+        self._position = (
+            (parallel_state.get_tensor_model_parallel_rank(), args.tensor_model_parallel_size),
+            (parallel_state.get_pipeline_model_parallel_rank(), args.pipeline_model_parallel_size),
+        )
+
+    def _event_fields(self, directory: str) -> dict:
+        return {"path": directory, "extra": {"format": self.format.name, "async": bool(self.args.async_save)}}
+
+    # ---- save -------------------------------------------------------------------------------
+
+    def save(self, iteration: int) -> None:
+        directory = os.path.join(self.args.save, iter_dir_name(iteration))
+        # Untimed, as in the bare call: the state dict the save consumes (digested first: reading its
+        # local data changes nothing), and the folder.
+        state_dict = self.format.state_dict(iteration)
+        if self.format.writes:
+            digests = local_state_digests(state_dict)
+            integrity.write_manifest(self.integrity_dir, iteration, self.context.rank, digests)
+        if self.layout_independent:  # applies the factories in place: a state dict of its own
+            checksums = global_checksums(self.format.state_dict(iteration))
+            if self.context.rank == 0:
+                self._global_manifest(iteration).write_text(json.dumps(checksums, indent=1))
+        megatron_log.print_rank_0(megatron_log.saving_line(iteration, self.args.save, self.format.name))
+        self.format.prepare(directory)
+        torch.distributed.barrier()
+
+        with timed(self.events, EventKind.SAVE_START, EventKind.SAVE_END, iteration, **self._event_fields(directory)):
+            request = self.format.save(directory, state_dict)
+            if request is not None:
+                self._schedule(request, iteration, directory)
+        self.events.record(EventKind.SAVE_BLOCK_END, iteration, path=directory)
+
+        if request is None:
+            written = self.events.now()  # the save's end; counting its bytes after that is ours
+            self.events.record(EventKind.SAVE_END, iteration, at=written, path=directory,
+                               bytes=self.format.written_bytes(directory))
+            torch.distributed.barrier()  # every rank's part is written before the tracker names it
+            self._finalize_iteration(iteration)
+        else:
+            megatron_log.print_rank_0(megatron_log.scheduled_line(iteration, self.args.save))
+
+    def _schedule(self, request: AsyncRequest, iteration: int, directory: str) -> None:
+        if request.async_fn is None:  # this rank has no shard to write: its part is complete now
+            self.events.record(EventKind.SAVE_END, iteration, path=directory, bytes=0)
+        else:
+            record = _RecordSaveEnd(request.async_fn, self.events.path.parent, self.context.rank, iteration, directory)
+            request = request._replace(async_fn=record)
+        request.add_finalize_fn(partial(self._finalize_iteration, iteration))
+        self._in_flight.append(iteration)
+        self._async_queue.schedule_async_request(request)
+
+    def _finalize_iteration(self, iteration: int) -> None:
+        """Megatron-LM's `iter_finalize_fn`: the checkpoint is complete; name it in the tracker."""
+        if self._in_flight and self._in_flight[0] == iteration:
+            self._in_flight.popleft()
+        if self.context.rank == 0:
+            Path(self.args.save, TRACKER_FILE).write_text(str(iteration))
+        megatron_log.print_rank_0(megatron_log.saved_line(iteration, self.args.save, *self._position))
+
+    def maybe_finalize(self, blocking: bool = False) -> None:
+        """Megatron-LM's `maybe_finalize_async_save`; call on every rank every iteration."""
+        if self._async_queue is None:
+            return
+        try:
+            self._async_queue.maybe_finalize_async_calls(blocking=blocking)
+        except Exception as error:
+            iteration = self._in_flight[0] if self._in_flight else None
+            self.events.record(EventKind.SAVE_END, iteration, error=error_text(error))
+            raise
+
+    def close(self) -> None:
+        if self._async_queue is not None:
+            self.maybe_finalize(blocking=True)
+            self._async_queue.close()
+
+    # ---- load -------------------------------------------------------------------------------
+
+    def load(self, warm: bool) -> int:
+        """Loads the latest checkpoint into the model and optimizer; returns its iteration."""
+        iteration = latest_iteration(self.args.load)
+        if iteration is None:
+            raise FileNotFoundError(f"no {TRACKER_FILE} with an iteration in {self.args.load}")
+        directory = os.path.join(self.args.load, iter_dir_name(iteration))
+        self.context.evict(directory, warm)
+        torch.distributed.barrier()
+
+        megatron_log.print_rank_0(megatron_log.loading_line(self.args.load, iteration, self.format.name))
+        with timed(self.events, EventKind.LOAD_START, EventKind.LOAD_END, iteration, **self._event_fields(directory)):
+            nbytes = self.format.load(directory, iteration)
+        self.events.record(EventKind.LOAD_END, iteration, path=directory, bytes=nbytes)
+        megatron_log.print_rank_0(megatron_log.loaded_line(self.args.load, iteration, *self._position))
+        return iteration
+
+    def verify(self, iteration: int) -> dict:
+        """Compares the loaded state with what was saved and writes this rank's verdict: per shard with
+        the manifest of the rank that saved it, or, after a load on another layout, per logical tensor.
+        Collective: if any rank's state differs, every rank raises, naming the first."""
+        if self.layout_independent:
+            expected = json.loads(self._global_manifest(iteration).read_text())
+            actual = global_checksums(self.format.state_dict(iteration))
+        else:
+            expected = integrity.read_manifest(self.integrity_dir, iteration, self.format.manifest_rank)
+            actual = local_state_digests(self.format.state_dict(iteration))
+        verdict = integrity.compare(expected, actual)
+        return integrity.publish_verdict(self.integrity_dir, self.context.rank, iteration, verdict)
+
+    def _global_manifest(self, iteration: int) -> Path:
+        return integrity.manifest_path(self.integrity_dir, iteration, 0).with_name(GLOBAL_MANIFEST)

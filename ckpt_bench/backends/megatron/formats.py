@@ -1,0 +1,203 @@
+"""The two checkpoint formats of Megatron-LM, as Megatron-LM's `checkpointing.py` writes them.
+
+    torch_dist  <save>/iter_0000002/{__R_N.distcp, .metadata, common.pt, metadata.json}
+                one sharded checkpoint written by all ranks through megatron-core's
+                `dist_checkpointing` (model and optimizer `sharded_state_dict`s); can be async.
+    torch       <save>/iter_0000002/mp_rank_TT[_PPP][_EEE]/model_optim_rng.pt
+                one `torch.save` file per model-parallel rank, written by its data-parallel
+                rank 0 (expert-data-parallel rank 0 with experts); synchronous only.
+
+Both hold `args`, `checkpoint_version` and `iteration` next to `model` and `optimizer`, as
+Megatron-LM's `generate_state_dict` does. (No `rng_state` and no scheduler: as with Megatron-LM's
+`--no-save-rng`, and the worker's learning rate is constant.)
+
+A format also says which bytes a rank wrote and whose integrity manifest a rank's loaded state is
+checked against (its own for torch_dist; the writer of its file for torch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+import torch
+from megatron.core import dist_checkpointing, parallel_state
+from megatron.core.dist_checkpointing.serialization import (
+    get_default_load_sharded_strategy,
+    get_default_save_sharded_strategy,
+)
+from megatron.core.dist_checkpointing.strategies.async_utils import AsyncRequest
+from megatron.core.dist_checkpointing.strategies.fully_parallel import (
+    FullyParallelLoadStrategyWrapper,
+    FullyParallelSaveStrategyWrapper,
+)
+from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+
+from ckpt_bench.backends.megatron.training import Trainer
+
+CHECKPOINT_VERSION = 3.0
+
+
+class TorchDistFormat:
+    name = "torch_dist"
+
+    def __init__(self, args: argparse.Namespace, trainer: Trainer):
+        self.args = args
+        self.trainer = trainer
+        self.rank = torch.distributed.get_rank()
+        self._save_strategy = None  # built once: the fully-parallel wrapper caches its distribution
+
+    def state_dict(self, iteration: int, is_loading: bool = False) -> dict:
+        metadata = _sharded_state_dict_metadata(self.args)
+        model = self.trainer.model.module.sharded_state_dict(metadata=metadata)
+        return {
+            "args": self.args,
+            "checkpoint_version": CHECKPOINT_VERSION,
+            "iteration": iteration,
+            "model": model,
+            "optimizer": self.trainer.optimizer.sharded_state_dict(model, is_loading=is_loading, metadata=metadata),
+        }
+
+    def prepare(self, directory: str) -> None:
+        """Before the timed save. As Megatron-LM: rank 0 creates the folder, the others write into it
+        only after the planning collectives."""
+        if self.rank == 0:
+            os.makedirs(directory, exist_ok=True)
+
+    def save(self, directory: str, state_dict: dict) -> AsyncRequest | None:
+        """Writes (sync) or plans (async: returns the request to schedule) `state_dict` (this format's
+        `state_dict()`, built before the timed call: dist_checkpointing modifies it in place)."""
+        return dist_checkpointing.save(state_dict, directory, self._strategy(), async_sharded_save=self.args.async_save)
+
+    def _strategy(self):
+        if self._save_strategy is None:
+            strategy = get_default_save_sharded_strategy(self.name)
+            # As Megatron-LM: with a constant structure the save plan is computed once, then reused.
+            strategy.use_cached_ckpt_structure = bool(self.args.ckpt_assume_constant_structure)
+            if self.args.ckpt_fully_parallel_save:
+                strategy = FullyParallelSaveStrategyWrapper(
+                    strategy,
+                    parallel_state.get_data_parallel_group(with_context_parallel=True),
+                    self.args.ckpt_assume_constant_structure,
+                )
+            self._save_strategy = strategy
+        return self._save_strategy
+
+    def load(self, directory: str, iteration: int) -> int | None:
+        """Loads into the model and optimizer. Returns None: how many bytes this rank read is not
+        observable here (a fully-parallel load reads a part and exchanges the rest)."""
+        _init_distributed_optimizer_state(self.trainer.optimizer)
+        strategy = get_default_load_sharded_strategy(directory)
+        if self.args.ckpt_fully_parallel_load:
+            strategy = FullyParallelLoadStrategyWrapper(
+                strategy, parallel_state.get_data_parallel_group(with_context_parallel=True)
+            )
+        state = dist_checkpointing.load(self.state_dict(iteration, is_loading=True), directory, strategy)
+        self.trainer.model.module.load_state_dict(state["model"])
+        with torch.no_grad():  # the DistributedOptimizer copies into leaf params that require grad
+            self.trainer.optimizer.load_state_dict(state["optimizer"])
+        return None
+
+    def written_bytes(self, directory: str) -> int:
+        return rank_written_bytes(directory, self.rank)
+
+    @property
+    def writes(self) -> bool:
+        return True
+
+    @property
+    def manifest_rank(self) -> int:
+        return self.rank
+
+
+def _init_distributed_optimizer_state(optimizer) -> None:
+    """Give a fresh DistributedOptimizer the state its `sharded_state_dict` reads.
+
+    Without Apex or Transformer Engine the inner optimizer is torch's Adam, which keeps a `step`
+    per parameter and creates it on its first step only; `DistributedOptimizer.state_dict` asserts
+    on it. megatron-core's own remedy (used for its fsdp_dtensor loads) is a zero-gradient step on
+    the optimizer's shards; whatever it changes is overwritten by the load that follows.
+    """
+    for inner in getattr(optimizer, "chained_optimizers", [optimizer]):
+        if isinstance(inner, DistributedOptimizer) and not inner.optimizer.state:
+            inner._init_optimizer_states_with_dummy_values()
+
+
+def rank_written_bytes(directory: str, rank: int) -> int:
+    """Bytes of the files `rank` wrote into a torch_dist checkpoint: its `__<rank>_*.distcp` shards
+    (megatron-core's FileSystemWriterAsync prefix), and `common.pt`, which rank 0 writes."""
+    root = Path(directory)
+    files = list(root.glob(f"__{rank}_*.distcp"))
+    if rank == 0:
+        files.append(root / "common.pt")
+    return sum(f.stat().st_size for f in files if f.is_file())
+
+
+class TorchFormat:
+    name = "torch"
+
+    def __init__(self, args: argparse.Namespace, trainer: Trainer):
+        self.args = args
+        self.trainer = trainer
+        # Replicas of the same model-parallel shard: the first one writes, all of them read.
+        group = parallel_state.get_expert_data_parallel_group()
+        self.writer_rank = torch.distributed.get_global_rank(group, 0)
+
+    def file(self, directory: str) -> str:
+        """Megatron-LM's `get_checkpoint_name` for the legacy format."""
+        name = f"mp_rank_{parallel_state.get_tensor_model_parallel_rank():02d}"
+        if self.args.pipeline_model_parallel_size > 1:
+            name += f"_{parallel_state.get_pipeline_model_parallel_rank():03d}"
+        if self.args.expert_model_parallel_size > 1:
+            name += f"_{parallel_state.get_expert_model_parallel_rank():03d}"
+        return os.path.join(directory, name, "model_optim_rng.pt")
+
+    def state_dict(self, iteration: int) -> dict:
+        return {
+            "args": self.args,
+            "checkpoint_version": CHECKPOINT_VERSION,
+            "iteration": iteration,
+            "model": self.trainer.model.module.state_dict_for_save_checkpoint(),
+            "optimizer": self.trainer.optimizer.state_dict(),
+        }
+
+    def prepare(self, directory: str) -> None:
+        if self.writes:
+            os.makedirs(os.path.dirname(self.file(directory)), exist_ok=True)
+
+    def save(self, directory: str, state_dict: dict) -> None:
+        if self.writes:
+            torch.save(state_dict, self.file(directory))
+
+    def load(self, directory: str, iteration: int) -> int:
+        path = self.file(directory)
+        state = torch.load(path, map_location="cpu", weights_only=False)
+        self.trainer.model.module.load_state_dict(state["model"])
+        self.trainer.optimizer.load_state_dict(state["optimizer"])
+        return os.path.getsize(path)
+
+    def written_bytes(self, directory: str) -> int:
+        return os.path.getsize(self.file(directory)) if self.writes else 0
+
+    @property
+    def writes(self) -> bool:
+        return torch.distributed.get_rank() == self.writer_rank
+
+    @property
+    def manifest_rank(self) -> int:
+        return self.writer_rank
+
+
+def _sharded_state_dict_metadata(args: argparse.Namespace) -> dict:
+    """Megatron-LM's `_build_sharded_state_dict_metadata`."""
+    metadata = {"singleton_local_shards": False, "chained_optim_avoid_prefix": True}
+    if args.use_distributed_optimizer:
+        metadata["distrib_optim_sharding_type"] = (
+            "fully_reshardable" if args.dist_ckpt_optim_fully_reshardable else "dp_reshardable"
+        )
+    return metadata
+
+
+def checkpoint_format(args: argparse.Namespace, trainer: Trainer) -> TorchDistFormat | TorchFormat:
+    return TorchDistFormat(args, trainer) if args.ckpt_format == "torch_dist" else TorchFormat(args, trainer)

@@ -1,0 +1,247 @@
+"""The Megatron backend, launcher side: a Primus experiment in, a validated plan of two passes out.
+
+The save pass trains `train_iters` iterations and saves every `save_interval`; the load pass loads
+the last checkpoint into a freshly built model and verifies it. The ranks run `ckpt_bench.backends.megatron.worker`.
+`MegatronConfig` is also the base of the framework modes' options (`ckpt_bench.backends.frameworks.common`): they
+run the same experiment with the same overrides.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from ckpt_bench.backends.comms.launcher import PreflightOptions
+from ckpt_bench.backends.megatron import rules
+from ckpt_bench.core.errors import ConfigError
+from ckpt_bench.core.experiment import DEFAULT_EXPERIMENT, Experiment, deep_merge, load_experiment, parse_assignment
+from ckpt_bench.core.options import Flag
+from ckpt_bench.launcher.base import ASYNC_SAVE, SET, Backend, CheckpointOptions, Plan, WorkerPass
+from ckpt_bench.launcher.config import LaunchConfig
+from ckpt_bench.storage import storage_for
+
+PROGRESS = re.compile(
+    r"\biteration\s+\d+/\s*\d+|saving checkpoint|scheduled an async|successfully saved|"
+    r"loading (distributed )?checkpoint|successfully loaded|verif"
+)
+
+_DTYPE_NAMES = {"fp32": "torch.float32", "fp16": "torch.float16", "bf16": "torch.bfloat16", "fp8": "fp8"}
+
+
+@dataclass
+class MegatronConfig(CheckpointOptions, PreflightOptions):
+    """A Megatron experiment and the command line's overrides of its trainer arguments."""
+
+    # Option -> the Megatron-LM argument it overrides; `--set` sets any argument, these win over it.
+    ARGUMENTS: ClassVar[dict[str, str]] = {
+        "tp": "tensor_model_parallel_size",
+        "pp": "pipeline_model_parallel_size",
+        "ep": "expert_model_parallel_size",
+        "cp": "context_parallel_size",
+        "train_iters": "train_iters",
+        "save_interval": "save_interval",
+        "ckpt_format": "ckpt_format",
+        "async_save": "async_save",
+        "fully_parallel_save": "ckpt_fully_parallel_save",
+        "fully_parallel_load": "ckpt_fully_parallel_load",
+        "use_distributed_optimizer": "use_distributed_optimizer",
+        "use_persistent_ckpt_worker": "use_persistent_ckpt_worker",
+        "ckpt_assume_constant_structure": "ckpt_assume_constant_structure",
+    }
+
+    config: str | None = Flag(("--config", "--yaml-config-path"), "Primus experiment YAML (default: the embedded "
+                              "tiny GPT, ckpt_bench/configs/tiny_gpt.yaml).").field()
+    tp: int | None = Flag(("--tp", "--tensor-model-parallel-size"), "Tensor parallel size.", type=int).field()
+    pp: int | None = Flag(("--pp", "--pipeline-model-parallel-size"), "Pipeline parallel size.", type=int).field()
+    ep: int | None = Flag(("--ep", "--expert-model-parallel-size"), "Expert parallel size.", type=int).field()
+    cp: int | None = Flag(("--cp", "--context-parallel-size"), "Context parallel size. DP follows.",
+                          type=int).field()
+    train_iters: int | None = Flag(("--train-iters",), "Iterations of the save pass.", type=int).field()
+    save_interval: int | None = Flag(("--save-interval",), "Save every N iterations.", type=int).field()
+    ckpt_format: str | None = Flag(("--ckpt-format",), "torch_dist (sharded) or torch (per-rank files).").field()
+    async_save: bool | None = ASYNC_SAVE.field()
+    fully_parallel_save: bool | None = Flag(
+        ("--fully-parallel-save", "--ckpt-fully-parallel-save"), "Spread the save across data-parallel ranks.",
+        type=bool, toggle="--no-fully-parallel-save").field()
+    fully_parallel_load: bool | None = Flag(
+        ("--fully-parallel-load", "--ckpt-fully-parallel-load"), "Spread the load and exchange shards.",
+        type=bool, toggle="--no-fully-parallel-load").field()
+    use_distributed_optimizer: bool | None = Flag(
+        ("--use-distributed-optimizer",), "Megatron's DistributedOptimizer (sharded optimizer state).", type=bool,
+        toggle="--no-use-distributed-optimizer").field()
+    use_persistent_ckpt_worker: bool | None = Flag(
+        ("--use-persistent-ckpt-worker",), "Async saves through megatron-core's persistent writer process "
+        "(what Megatron-LM requires for async distributed saves since late 2025) instead of a forked one per "
+        "save.", type=bool, toggle="--no-use-persistent-ckpt-worker").field()
+    ckpt_assume_constant_structure: bool | None = Flag(
+        ("--ckpt-assume-constant-structure",), "Cache the save plan after the first save (the state's structure "
+        "does not change): the first save plans, the later ones reuse it.", type=bool,
+        toggle="--no-ckpt-assume-constant-structure").field()
+    load_tp: int | None = Flag(("--load-tp",), "Tensor parallel size of the load pass (default: as saved): "
+                               "dist_checkpointing reshards.", type=int, min=1).field()
+    load_pp: int | None = Flag(("--load-pp",), "Pipeline parallel size of the load pass (default: as saved).",
+                               type=int, min=1).field()
+    load_ep: int | None = Flag(("--load-ep",), "Expert parallel size of the load pass (default: as saved).",
+                               type=int, min=1).field()
+    load_nproc_per_node: int | None = Flag(("--load-nproc-per-node",), "Ranks per node of the load pass "
+                                           "(default: as saved).", type=int, min=1).field()
+    set: tuple[str, ...] = SET.field(())
+    training_impact: bool = Flag(
+        ("--training-impact",), "Train the save pass's iterations twice in the same processes, without saves "
+        "and then with them, and report the training-visible cost of saving.", type=bool).field(False)
+    overrides: dict = field(init=False)  # trainer arguments set on the command line
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        overrides = dict(parse_assignment(text) for text in self.set or ())
+        for option, argument in self.ARGUMENTS.items():
+            if getattr(self, option) is not None:
+                overrides[argument] = getattr(self, option)
+        self.overrides = overrides
+
+    # Load-layout option -> the Megatron-LM argument it sets in the load pass.
+    LOAD_LAYOUT: ClassVar[dict[str, str]] = {
+        "load_tp": "tensor_model_parallel_size",
+        "load_pp": "pipeline_model_parallel_size",
+        "load_ep": "expert_model_parallel_size",
+    }
+
+    @property
+    def changes_load_layout(self) -> bool:
+        return any(getattr(self, option) is not None for option in (*self.LOAD_LAYOUT, "load_nproc_per_node"))
+
+    @classmethod
+    def spelling(cls, argument: str) -> str | None:
+        """How the command line spells a Megatron-LM argument (`--tp`), for messages."""
+        return next((cls.flags()[o].canonical for o, a in cls.ARGUMENTS.items() if a == argument), None)
+
+
+def shows_progress(line: str) -> bool:
+    """Rank 0's Megatron log lines worth showing while a pass runs (iterations, saves, loads)."""
+    return bool(PROGRESS.search(line))
+
+
+def resolve(launch: LaunchConfig, runner: str) -> tuple[Experiment, dict, dict]:
+    """The experiment, its trainer arguments with the command line's overrides, checked against
+    Megatron's rules, and the parallel sizes. `runner` names what will run it, for the error about a
+    non-Megatron experiment."""
+    config: MegatronConfig = launch.options
+    experiment = load_experiment(config.config or DEFAULT_EXPERIMENT)
+    if experiment.framework != "megatron":
+        raise ConfigError(f"{experiment.path}: framework {experiment.framework!r} cannot be run by {runner}: "
+                          "only Megatron experiments can")
+    args = deep_merge(experiment.args, config.overrides)
+    return experiment, args, rules.check(args, launch.topology.world_size, config.spelling)
+
+
+def _params_dtype(args: dict) -> str:
+    if args.get("bf16"):
+        return "torch.bfloat16"
+    if args.get("fp16"):
+        return "torch.float16"
+    return "torch.float32"
+
+
+def run_info(args: dict, sizes: dict, launch: LaunchConfig) -> dict:
+    """The report's configuration keys, with the types the Primus tool's report has."""
+    return {
+        "world_size": launch.topology.world_size,
+        "data_parallel_size": sizes["dp"],
+        "ckpt_format": args["ckpt_format"],
+        # Beyond the Primus keys, here for its neighbours: megatron-core's torch_dist writer fsyncs each
+        # file it writes; the legacy torch format is plain torch.save.
+        "fsync": args["ckpt_format"] == "torch_dist",
+        "ckpt_fully_parallel_save": bool(args.get("ckpt_fully_parallel_save")),
+        "ckpt_fully_parallel_load": bool(args.get("ckpt_fully_parallel_load")),
+        "async_save": bool(args.get("async_save")),
+        "save_interval": args["save_interval"],
+        "optimizer": args.get("optimizer", "adam"),
+        "use_distributed_optimizer": bool(args.get("use_distributed_optimizer")),
+        "use_persistent_ckpt_worker": bool(args.get("use_persistent_ckpt_worker")),
+        "ckpt_assume_constant_structure": bool(args.get("ckpt_assume_constant_structure")),
+        "params_dtype": _params_dtype(args),
+        "main_params_dtype": _DTYPE_NAMES.get(args.get("main_params_dtype", "fp32"), args.get("main_params_dtype")),
+        "exp_avg_dtype": _DTYPE_NAMES.get(args.get("exp_avg_dtype", "fp32"), args.get("exp_avg_dtype")),
+        "exp_avg_sq_dtype": _DTYPE_NAMES.get(args.get("exp_avg_sq_dtype", "fp32"), args.get("exp_avg_sq_dtype")),
+        # Beyond the Primus keys: what a reader needs to compare runs.
+        "backend": launch.runner,
+        "tensor_model_parallel_size": sizes["tp"],
+        "pipeline_model_parallel_size": sizes["pp"],
+        "expert_model_parallel_size": sizes["ep"],
+        "context_parallel_size": sizes["cp"],
+        "nnodes": launch.topology.nnodes,
+        "nproc_per_node": launch.topology.nproc_per_node,
+        "train_iters": args["train_iters"],
+        "model": {
+            key: args.get(key)
+            for key in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
+                        "num_query_groups", "seq_length", "vocab_size", "num_experts")
+        },
+    }
+
+
+def checkpoint_parent(config: MegatronConfig, args: dict) -> str | None:
+    """Where the run's checkpoint folder goes: --save-dir, else the experiment's `save` (Primus skips
+    saving when `save` is null; we always save, by default inside the run directory)."""
+    parent = config.save_dir or args.get("save")
+    return None if parent is None else str(parent)
+
+
+def async_writer_notes(args: dict) -> list[str]:
+    if not args.get("async_save") or args.get("use_persistent_ckpt_worker"):
+        return []
+    return ["async saves used megatron-core's forked writer (one process per save), as Megatron-LM did before "
+            "late 2025; current Megatron-LM turns --async-save off for distributed checkpoints unless "
+            "--use-persistent-ckpt-worker is given: add it to measure what it runs"]
+
+
+def load_layout(config: MegatronConfig, args: dict, launch: LaunchConfig) -> tuple[dict | None, dict | None]:
+    """The load pass's parallel sizes when --load-* changes them: (Megatron-LM arguments for the worker,
+    the sizes checked against Megatron's rules), or (None, None)."""
+    if not config.changes_load_layout:
+        return None, None
+    layout = {argument: getattr(config, option) or args[argument] for option, argument in config.LOAD_LAYOUT.items()}
+    world = launch.topology.nnodes * (config.load_nproc_per_node or launch.topology.nproc_per_node)
+    if args["ckpt_format"] != "torch_dist":
+        raise ConfigError(f"--load-* with --ckpt-format {args['ckpt_format']}: that format keeps one file per saving "
+                          "rank and cannot reshard; use --ckpt-format torch_dist")
+    changes_model_parallel = any(layout[a] != args[a] for a in layout)
+    if changes_model_parallel and args.get("use_distributed_optimizer") and not args.get(
+            "dist_ckpt_optim_fully_reshardable"):
+        raise ConfigError("--load-tp/--load-pp/--load-ep with --use-distributed-optimizer: its dp_reshardable "
+                          "optimizer state reshards across data-parallel sizes only; add --set "
+                          "dist_ckpt_optim_fully_reshardable=true to save it fully reshardable")
+    name = {argument: MegatronConfig.flags()[option].canonical for option, argument in config.LOAD_LAYOUT.items()}
+    sizes = rules.check({**args, **layout}, world, lambda argument: name.get(argument) or config.spelling(argument))
+    return layout, {**sizes, "world_size": world}
+
+
+class MegatronBackend(Backend):
+    name = "megatron"
+    title = "Megatron backend (the default): megatron-core's dist_checkpointing in the built-in worker"
+    Config = MegatronConfig
+
+    def plan(self, launch: LaunchConfig) -> Plan:
+        config: MegatronConfig = launch.options
+        experiment, args, sizes = resolve(launch, "the built-in worker")
+        parent = checkpoint_parent(config, args)
+        args["save"] = args["load"] = None  # the lifecycle creates the run's own checkpoint folder
+        try:
+            rules.check_worker_limits({**args, "save": parent}, config.spelling)
+        except ConfigError as error:
+            raise ConfigError(f"the megatron worker cannot run this: {error}") from None
+        layout, load_sizes = load_layout(config, args, launch)
+        experiment.args = args
+        return Plan(
+            name=experiment.exp_name,
+            worker_module="ckpt_bench.backends.megatron.worker",
+            resolved_config={**experiment.to_yaml_dict(), "exp_root": str(experiment.exp_root)},
+            spec={"megatron": args, "training_impact": config.training_impact, "load_layout": layout},
+            run_info={**run_info(args, sizes, launch), "load_layout": load_sizes},
+            passes=[*config.preflight_passes(), WorkerPass("save", ["--phase", "save"]),
+                    WorkerPass("load", ["--phase", "load"], nproc_per_node=config.load_nproc_per_node)],
+            checkpoints=config.checkpoints(storage_for(parent), writers_per_rank=rules.writers_per_rank(args)),
+            show_progress=shows_progress,
+            notes=async_writer_notes(args),
+        )

@@ -1,0 +1,133 @@
+"""Megatron's consistency rules, in one place: the launcher checks them before anything starts (with
+the command line's spelling of each setting), the worker checks them on its spec (with Megatron-LM's
+argument names). No torch here: the launcher imports this before deciding to launch anything.
+
+    sizes = check(args, world_size, name=flag_names.get)   # raises ConfigError at the first problem
+    check_worker_limits(args, name)                        # what the built-in worker cannot run
+
+`name(key)` spells a Megatron-LM argument for the message (`--tp` on the command line,
+`tensor_model_parallel_size` in a spec); None falls back to the argument's own name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from ckpt_bench.core.errors import ConfigError
+
+CKPT_FORMATS = ("torch_dist", "torch", "torch_dcp", "fsdp_dtensor")  # what Megatron-LM's --ckpt-format takes
+# What the built-in worker saves: its model is DDP-wrapped megatron-core; torch_dcp saves a model wrapped
+# in torch FSDP2 (Megatron-LM's --use-torch-fsdp2), fsdp_dtensor one wrapped in Megatron FSDP.
+WORKER_FORMATS = ("torch_dist", "torch")
+ASYNC_FORMATS = ("torch_dist",)  # megatron-core's async queue serves the sharded format only
+
+
+def writers_per_rank(args: Mapping) -> int:
+    """Files a rank writes at once: megatron-core's torch_dist strategy writes with 2 threads per rank
+    (TorchDistSaveShardedStrategy's thread_count); the legacy format is one torch.save per rank."""
+    return 2 if args.get("ckpt_format", "torch_dist") == "torch_dist" else 1
+
+Namer = Callable[[str], "str | None"]
+
+
+def _spell(name: Namer, key: str) -> str:
+    return name(key) or key
+
+
+def _positive_int(args: Mapping, key: str, name: Namer) -> int:
+    value = args.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{_spell(name, key)} {value!r}: must be a positive integer")
+    return value
+
+
+def check(args: Mapping, world_size: int, name: Namer = lambda key: None) -> dict:
+    """Megatron's own rules, true for the built-in worker and for Megatron-LM alike. Returns the
+    parallel sizes {tp, pp, ep, cp, dp}."""
+    n = lambda key: _spell(name, key)  # noqa: E731 - short local spelling helper
+    tp = _positive_int(args, "tensor_model_parallel_size", name)
+    pp = _positive_int(args, "pipeline_model_parallel_size", name)
+    ep = _positive_int(args, "expert_model_parallel_size", name)
+    cp = _positive_int(args, "context_parallel_size", name)
+    train_iters = _positive_int(args, "train_iters", name)
+    save_interval = _positive_int(args, "save_interval", name)
+
+    if world_size % (tp * pp * cp):
+        raise ConfigError(
+            f"world size {world_size} is not divisible by TP x PP x CP = {tp * pp * cp} (TP={tp}, PP={pp}, "
+            f"CP={cp}), i.e. not a multiple of it; choose sizes whose product divides {world_size}"
+        )
+    dp = world_size // (tp * pp * cp)
+    if (dp * cp) % ep:
+        raise ConfigError(f"{n('expert_model_parallel_size')} {ep}: expert parallel size must divide DP x CP = "
+                          f"{dp * cp} (DP={dp}, CP={cp})")
+    num_experts = args.get("num_experts")
+    if ep > 1 and not num_experts:
+        raise ConfigError(f"{n('expert_model_parallel_size')} {ep}: expert parallelism needs an MoE model "
+                          "(e.g. num_experts=4)")
+    if num_experts and num_experts % ep:
+        raise ConfigError(f"{n('expert_model_parallel_size')} {ep}: must divide num_experts={num_experts}")
+    if save_interval > train_iters:
+        raise ConfigError(
+            f"{n('save_interval')} {save_interval} is larger than {n('train_iters')} {train_iters}: no checkpoint "
+            f"would be saved; use a save interval of at most {train_iters}"
+        )
+    fmt = args.get("ckpt_format")
+    if fmt not in CKPT_FORMATS:
+        raise ConfigError(f"{n('ckpt_format')} {fmt!r} is not supported: use one of {', '.join(CKPT_FORMATS)}")
+    if args.get("async_save") and fmt not in ASYNC_FORMATS:
+        raise ConfigError(
+            f"{n('async_save')} needs {n('ckpt_format')} {' or '.join(ASYNC_FORMATS)} (got {fmt!r}): "
+            "megatron-core's async queue serves the sharded format only"
+        )
+    heads = _positive_int(args, "num_attention_heads", name)
+    if heads % tp:
+        raise ConfigError(f"{n('tensor_model_parallel_size')} {tp}: must divide num_attention_heads={heads}")
+    if args.get("group_query_attention"):
+        groups = args.get("num_query_groups")
+        if not groups or groups % tp:
+            raise ConfigError(f"{n('tensor_model_parallel_size')} {tp}: group_query_attention needs "
+                              f"num_query_groups (got {groups!r}), a multiple of the tensor parallel size")
+    layers = _positive_int(args, "num_layers", name)
+    if layers % pp:
+        raise ConfigError(f"{n('pipeline_model_parallel_size')} {pp}: must divide num_layers={layers}")
+    seq = _positive_int(args, "seq_length", name)
+    if cp > 1 and seq % (2 * cp):
+        raise ConfigError(f"{n('context_parallel_size')} {cp}: seq_length={seq} must be divisible by 2 x CP = "
+                          f"{2 * cp}")
+    micro = _positive_int(args, "micro_batch_size", name)
+    global_batch = _positive_int(args, "global_batch_size", name)
+    if global_batch % (micro * dp):
+        raise ConfigError(
+            f"global_batch_size={global_batch} must be a multiple of micro_batch_size x DP = {micro * dp}; "
+            f"e.g. global_batch_size={micro * dp}"
+        )
+    if args.get("sequence_parallel") and tp == 1:
+        raise ConfigError("sequence_parallel needs tensor_model_parallel_size > 1")
+    if args.get("bf16") and args.get("fp16"):
+        raise ConfigError("bf16 and fp16 are exclusive: set one")
+    return {"tp": tp, "pp": pp, "ep": ep, "cp": cp, "dp": dp}
+
+
+def check_worker_limits(args: Mapping, name: Namer = lambda key: None) -> None:
+    """What the built-in worker (megatron-core without Transformer Engine, local files) cannot run,
+    though Megatron-LM could."""
+    n = lambda key: _spell(name, key)  # noqa: E731
+    if args.get("ckpt_format") not in WORKER_FORMATS:
+        raise ConfigError(
+            f"{n('ckpt_format')} {args.get('ckpt_format')} saves a model wrapped in "
+            f"{'torch FSDP2 (--use-torch-fsdp2)' if args.get('ckpt_format') == 'torch_dcp' else 'Megatron FSDP'}, "
+            f"which the built-in worker (a DDP-wrapped megatron-core model) does not build: use one of "
+            f"{', '.join(WORKER_FORMATS)}, or run Megatron-LM itself (--framework megatron-lm)")
+    if args.get("ckpt_format") == "torch" and args.get("use_distributed_optimizer"):
+        raise ConfigError(
+            f"{n('ckpt_format')} torch with {n('use_distributed_optimizer')} is not supported by the built-in "
+            "worker (Megatron-LM gathers that optimizer state into a separate distrib_optim.pt); use torch_dist")
+    if (args.get("context_parallel_size") or 1) > 1:
+        raise ConfigError(
+            "context_parallel_size > 1 needs Transformer Engine's attention; the built-in worker's local layer "
+            "spec (megatron-core without Transformer Engine) supports no context parallelism")
+    for key in ("save", "load"):
+        if "://" in str(args.get(key) or ""):
+            raise ConfigError(f"{key} {args[key]}: megatron-core's dist_checkpointing writes to a file system; "
+                              "checkpoint folders must be local paths")

@@ -1,0 +1,143 @@
+"""The launcher's command line: `ckpt_launch.py` calls `main` here, and nothing else parses arguments.
+
+The command is composed from the registry (`ckpt_bench.launcher.registry.sections`): common options, then
+the checkpoint and storage options, then a section per backend and framework mode, then cluster jobs
+and sweeps. Parsed values become a typed `LaunchConfig` through `registry.build_launch`, the one
+function that picks what runs (sweeps and `--emit` use it too).
+
+Every user mistake is a `ConfigError` or a click usage error: one line on stderr and exit code 2,
+never a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+import cloup
+from click.core import ParameterSource
+
+from ckpt_bench.cli.common import click_option, entry_point, fail
+from ckpt_bench.core.errors import ConfigError
+from ckpt_bench.core.options import Flag
+from ckpt_bench.launcher import registry
+from ckpt_bench.report.assembly import to_json
+
+SWEEP_SECTION = "Sweeps"  # options of this command itself: they drive sweeps, never a single run
+PEER_OVERRIDES = "hydra_overrides"  # positional KEY=VALUE arguments: for another benchmark's sweep file only
+
+
+def _click_option(name: str, flag: Flag, readers: tuple[str, ...]):
+    """The click option for a Flag; `readers` (the runners that read it, when not all) end its help."""
+    tag = f" [{', '.join(readers)}]" if readers and set(readers) != set(registry.RUNNERS) else ""
+    return click_option(name, flag, tag)
+
+
+def _compose(callback):
+    """`callback` as the cloup command of every registered option, grouped by section (decorators
+    apply bottom-up: the last section first)."""
+    callback = cloup.option_group(
+        SWEEP_SECTION,
+        cloup.option("sweep", "--sweep", type=click.Path(dir_okay=False),
+                     help="Run the jobs of a sweep file (options given here too become fixed settings of every "
+                     "job)."),
+        cloup.option("resume", "--resume", type=click.Path(file_okay=False),
+                     help="Resume a sweep directory: run only its jobs without a result."),
+    )(callback)
+    # After `--sweep FILE`, an s3torchbenchmarking config's Hydra overrides, as its scripts pass them.
+    callback = click.argument(PEER_OVERRIDES, nargs=-1, metavar="[HYDRA_OVERRIDES]...")(callback)
+    for title, flags, readers in reversed(registry.sections()):
+        callback = cloup.option_group(title, *(_click_option(n, f, readers[n]) for n, f in flags.items()))(callback)
+    return cloup.command(
+        name="ckpt_launch.py",
+        context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120},
+        show_constraints=False,
+    )(callback)
+
+
+def given_options(context: click.Context) -> set[str]:
+    """The options set on the command line (not defaults)."""
+    return {name for name in context.params if context.get_parameter_source(name) == ParameterSource.COMMANDLINE}
+
+
+def parse_argv(argv: list[str]) -> tuple[dict, set[str]]:
+    """Parse one command line as `ckpt_launch.py` would: (option values, the options given); a usage
+    error is a ConfigError with click's message."""
+    try:
+        with launch.make_context("ckpt_launch.py", list(argv)) as context:
+            return dict(context.params), given_options(context)
+    except click.ClickException as error:
+        raise ConfigError(error.format_message()) from None
+
+
+def wants_table(output_format: str | None) -> bool:
+    """`--format table`, or no `--format` and stdout a terminal: pipes and scripts keep getting JSON."""
+    return output_format == "table" or (output_format is None and sys.stdout.isatty())
+
+
+def print_report(report: dict, output: str | None, output_format: str | None = None,
+                 sweep_results: dict | None = None) -> None:
+    """The report on stdout (a summary table or JSON, see `wants_table`); `--output` always gets JSON."""
+    text = to_json(report)
+    if output:
+        Path(output).write_text(text + "\n")
+    if not wants_table(output_format):
+        click.echo(text)
+        return
+    from ckpt_bench.present import summary
+
+    if sweep_results is not None:
+        summary.print_sweep(report, sweep_results)
+    else:
+        summary.print_report(report)
+
+
+def _launch(**values) -> None:
+    """Run a checkpoint benchmark under torchrun and print its report (a summary on a terminal, else JSON)."""
+    given = given_options(click.get_current_context())
+    if values["sweep"] or values["resume"]:
+        run_sweep_command(values, given)
+    if values[PEER_OVERRIDES]:
+        fail(f"unexpected argument {values[PEER_OVERRIDES][0]!r}: KEY=VALUE arguments are Hydra overrides of an "
+             "s3torchbenchmarking config given with --sweep FILE")
+    try:
+        launch_config, emit = registry.build_launch(values, given, os.environ)
+        if emit.emit:
+            from ckpt_bench.launcher.emit import render
+
+            click.echo(render(emit, values, given, registry.all_flags()), nl=False)
+            sys.exit(0)
+        from ckpt_bench.launcher.repeat import run
+
+        result = run(registry.runner_for(launch_config), launch_config)
+    except ConfigError as error:
+        fail(str(error))
+    print_report(result.report, launch_config.output, launch_config.format)
+    sys.exit(result.exit_code)
+
+
+launch = _compose(_launch)
+
+
+def run_sweep_command(values: dict, given: set[str]) -> None:
+    """`--sweep FILE [--resume DIR] [HYDRA_OVERRIDES]`: options given explicitly on the command line become
+    fixed settings; KEY=VALUE arguments are Hydra overrides of an s3torchbenchmarking config."""
+    from ckpt_bench.sweep.run import RESERVED, run_sweep, summary
+
+    overrides = {name: values[name] for name in given if name not in (*RESERVED, PEER_OVERRIDES)}
+    try:
+        _root, results = run_sweep(values["sweep"], values["runs_dir"], values["resume"], overrides, parse_argv,
+                                   tuple(values[PEER_OVERRIDES]))
+    except ConfigError as error:
+        fail(str(error))
+    print_report(summary(results), values.get("output"), values.get("format"), sweep_results=results)
+    interrupted = [job for job in results["jobs"] if job["status"] == "interrupted" and job.get("exit_code")]
+    sys.exit(interrupted[0]["exit_code"] if interrupted else 0 if all(job["status"] == "ok" for job in results["jobs"])
+             else 1)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The `ckpt-launch` entry point."""
+    entry_point(launch, argv)

@@ -1,0 +1,135 @@
+"""Report checkpoint saves and loads from logs: `python ckpt_report.py --help`.
+
+    python ckpt_report.py PATH... [--ckpt-dir DIR] [--output report.json] [--format json|table] [--html FILE]
+                          [--mtbf-hours H | --gpu-mttf-hours H [--gpus N]] [--restart-overhead S]
+    python ckpt_report.py --compare A B [C ...] [--format json|table]
+
+PATH: a Megatron-LM stdout log (also under `srun --label`), a NeMo 2 or torchtitan log, a Primus log
+file or folder (logs/pre_trainer/), a run directory of ours, or a sweep directory; the format is found by
+content. `--compare` puts the reports of run directories, report.json files and sweep directories side
+by side. Errors are one line on stderr, never a traceback: exit 1 when no checkpoint event is found,
+2 on bad usage or a file that cannot be read. Lines that cannot be read are skipped and counted in
+the report's notes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from ckpt_bench.cli.common import click_option, entry_point, fail
+from ckpt_bench.core.errors import ConfigError, ReportError
+from ckpt_bench.core.rundir import sweep_results_file
+from ckpt_bench.report.advice import AdviceOptions, add_advice
+from ckpt_bench.report.assembly import log_report_and_operations, to_json
+
+
+def _advice_options(command):
+    for name, flag in reversed(AdviceOptions.flags().items()):
+        command = click_option(name, flag)(command)
+    return command
+
+
+def _write(path: str, text: str) -> None:
+    try:
+        Path(path).write_text(text)
+    except OSError as error:
+        fail(f"cannot write {path}: {error.strerror or error}")
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.argument("paths", nargs=-1)
+@click.option("--primus-log-dir", multiple=True, help="A Primus log folder (same as giving it as PATH).")
+@click.option("--ckpt-dir", help="Checkpoint folder to measure iter_* sizes (and so bandwidth) from.")
+@click.option("--output", type=click.Path(dir_okay=False), help="Also write the JSON report here.")
+@click.option("--format", "output_format", type=click.Choice(["json", "table"]), default="json",
+              show_default=True, help="What to print.")
+@click.option("--html", "html_file", type=click.Path(dir_okay=False),
+              help="Also write a self-contained HTML report here (of logs, a run directory or a sweep directory).")
+@click.option("--compare", is_flag=True, help="Compare PATH... (run directories, report.json files, sweep "
+              "directories): every headline metric side by side, with its ratio to the first.")
+@_advice_options
+def report(paths, primus_log_dir, ckpt_dir, output, output_format, html_file, compare, **advice_values):
+    """Build the checkpoint report of PATH... (log files, Primus log folders, a run directory or a sweep
+    directory), or compare reports."""
+    try:
+        advice = AdviceOptions.from_values(advice_values)
+        if compare:
+            _compare(paths, primus_log_dir, ckpt_dir, html_file, advice, output, output_format)
+        elif len(paths) == 1 and not primus_log_dir and sweep_results_file(paths[0]) is not None:
+            _sweep(Path(paths[0]), html_file, output, output_format)
+        else:
+            _report([*paths, *primus_log_dir], ckpt_dir, html_file, advice, output, output_format)
+    except (ReportError, ConfigError) as error:
+        fail(str(error), getattr(error, "exit_code", 2))
+
+
+def _report(paths, ckpt_dir, html_file, advice, output, output_format) -> None:
+    report, operations = log_report_and_operations(paths, ckpt_dir=ckpt_dir)
+    report = add_advice(report, advice)
+    text = to_json(report)
+    if output:
+        _write(output, text + "\n")
+    if html_file:
+        from ckpt_bench.present import html as html_report
+
+        run_dir = (report.get("run") or {}).get("dir")
+        rows = html_report.run_timeline(run_dir) if run_dir else html_report.timeline(operations)
+        _write(html_file, html_report.render_report(json.loads(text), rows, source=", ".join(map(str, paths))))
+    if output_format == "table":  # the same summary as ckpt_launch.py's
+        from ckpt_bench.present.summary import print_report
+
+        print_report(json.loads(text))
+    else:
+        click.echo(text)
+
+
+def _sweep(folder: Path, html_file, output, output_format) -> None:
+    from ckpt_bench.present.html import load_results, render_sweep
+    from ckpt_bench.sweep.run import summary
+
+    try:
+        results = load_results(folder)
+    except (OSError, ValueError) as error:
+        raise ReportError(f"cannot read the sweep results in {folder}: {error}") from None
+    text = to_json(summary(results))
+    if output:
+        _write(output, text + "\n")
+    if html_file:
+        _write(html_file, render_sweep(results))
+    if output_format == "table":
+        from ckpt_bench.present.summary import print_sweep
+
+        print_sweep(json.loads(text), results)
+    else:
+        click.echo(text)
+
+
+def _compare(paths, primus_log_dir, ckpt_dir, html_file, advice, output, output_format) -> None:
+    from ckpt_bench.present.compare import compare, load_sources
+
+    for given, option in ((primus_log_dir, "--primus-log-dir"), (ckpt_dir, "--ckpt-dir"), (html_file, "--html")):
+        if given:
+            raise ReportError(f"{option} applies to one report, not to --compare")
+    if len(paths) < 2:
+        raise ReportError(f"--compare needs at least two reports (run directories, report.json files or sweep "
+                          f"directories); got {len(paths)}")
+    sources = [source for path in paths for source in load_sources(path)]
+    for source in sources:
+        add_advice(source["report"], advice)
+    text = to_json(compare(sources))
+    if output:
+        _write(output, text + "\n")
+    if output_format == "table":
+        from ckpt_bench.present.summary import print_comparison
+
+        print_comparison(json.loads(text))
+    else:
+        click.echo(text)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The `ckpt-report` entry point."""
+    entry_point(report, argv)

@@ -1,0 +1,15 @@
+"""The errors a user sees: each message is the one line printed, and each class has its exit code.
+
+Every layer raises these for a user mistake or an input that cannot be read; the commands
+(`ckpt_bench.cli`) print the message alone, never a traceback.
+"""
+
+
+class ConfigError(ValueError):
+    """A user mistake in a command line, an experiment or a sweep file: exit code 2."""
+
+
+class ReportError(Exception):
+    """Logs or a run directory that cannot be turned into a report: one line on stderr and `exit_code`."""
+
+    exit_code = 2

@@ -1,0 +1,179 @@
+"""Checkpoint events: the one vocabulary every backend and every log parser speaks.
+
+A save is three moments on each rank -- it starts, it stops blocking training, it is complete on
+storage -- and a load is two. Backends record them as they happen (`EventRecorder`); log parsers
+recover them from text. Only `ckpt_bench.report.engine` turns events into numbers, so the timing rules
+(what "block time" means, how ranks combine, when a save counts as overlapped) live in one place.
+
+An event carries whatever its source could know and nothing more: a parser of a log without
+timestamps leaves the clocks empty and may instead give `elapsed_ns`, the duration a Megatron timer
+measured for the phase the event closes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ckpt_bench.worker.memory import MemoryWatch
+
+
+class EventKind(str, Enum):
+    SAVE_START = "save_start"
+    # Training may go on from here; for a synchronous save this is the same moment as SAVE_END.
+    SAVE_BLOCK_END = "save_block_end"
+    # The checkpoint is complete on storage (for an async save: the writer finished).
+    SAVE_END = "save_end"
+    LOAD_START = "load_start"
+    LOAD_END = "load_end"
+
+
+class TimeSource(str, Enum):
+    """Where an event's time came from; the report names it with its resolution."""
+
+    RECORDED = "recorded"  # our own backends: monotonic + wall clock, ns
+    MEGATRON_TIMESTAMP = "megatron-timestamp"  # `[YYYY-MM-DD HH:MM:SS.ffffff]` in the message, 1 us
+    MEGATRON_TIMER = "megatron-timer"  # `save-checkpoint ...: (min, max)` timers, 10 us as printed
+    PRIMUS_PREFIX = "primus-prefix"  # `[YYYYMMDD HH:MM:SS]` line prefix, 1 s
+    NEMO_PREFIX = "nemo-prefix"  # `[NeMo I YYYY-MM-DD HH:MM:SS ...]` line prefix, 1 s
+    NEMO_CLOCK = "nemo-clock"  # NeMo's `Start time: <epoch>.mmms`, `Save duration: s.mmms`, 1 ms
+    TORCHTITAN_TIMESTAMP = "torchtitan-timestamp"  # `YYYY-MM-DD HH:MM:SS,mmm` of Python logging, 1 ms
+    TORCHTITAN_TIMER = "torchtitan-timer"  # torchtitan's `... in 12.34 seconds`, 10 ms
+    NONE = "none"  # the source holds no time for this event
+
+
+RESOLUTION_S = {
+    TimeSource.RECORDED: time.get_clock_info("monotonic").resolution,
+    TimeSource.MEGATRON_TIMESTAMP: 1e-6,
+    TimeSource.MEGATRON_TIMER: 1e-5,
+    TimeSource.PRIMUS_PREFIX: 1.0,
+    TimeSource.NEMO_PREFIX: 1.0,
+    TimeSource.NEMO_CLOCK: 1e-3,
+    TimeSource.TORCHTITAN_TIMESTAMP: 1e-3,
+    TimeSource.TORCHTITAN_TIMER: 1e-2,
+    TimeSource.NONE: None,
+}
+
+
+@dataclass(frozen=True)
+class CheckpointEvent:
+    kind: EventKind
+    rank: int | None = None  # None: the source does not say which rank
+    iteration: int | None = None
+    bytes: int | None = None  # bytes this rank wrote (save) or read (load), when known
+    mono_ns: int | None = None  # time.monotonic_ns(): comparable between ranks of one host only
+    wall_ns: int | None = None  # time.time_ns()
+    elapsed_ns: int | None = None  # duration of the phase this event closes, as the source measured it
+    path: str | None = None  # checkpoint directory the event is about
+    source: TimeSource = TimeSource.RECORDED
+    seq: int = 0  # order within its source (line number, or record count), for sources without clocks
+    error: str | None = None  # set on an *_END event when the operation failed
+    # On end events of our own workers (ckpt_bench.worker.memory): this rank's peak resident memory from the
+    # operation's start to this event, and on CUDA the allocator's peak over the same span.
+    peak_rss_bytes: int | None = None
+    peak_device_bytes: int | None = None
+    extra: dict = field(default_factory=dict)  # backend-specific facts (e.g. format, strategy)
+
+    def to_json(self) -> str:
+        record = {k: v for k, v in asdict(self).items() if v is not None and v != {}}
+        record["kind"] = self.kind.value
+        record["source"] = self.source.value
+        return json.dumps(record, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, line: str) -> CheckpointEvent:
+        record = json.loads(line)
+        record["kind"] = EventKind(record["kind"])
+        record["source"] = TimeSource(record.get("source", TimeSource.RECORDED.value))
+        return cls(**record)
+
+
+# `extra` key of a SAVE_START whose source says the save began before the previous one had finished
+# (Megatron's "Starting a checkpoint save before previous has finished"): the report is not accurate.
+OVERLAPS_PREVIOUS = "overlaps_previous"
+
+class EventRecorder:
+    """Appends one rank's events to `<dir>/rank-<R>.jsonl`, one JSON object per line.
+
+    Each event is flushed as it is written so that a rank that dies mid-save still leaves the
+    events before its death on disk: the report marks that save incomplete instead of losing it.
+    Async saves finish on other threads (DCP's future callbacks, Lightning's writer thread), which
+    record from there: a lock keeps their lines whole.
+    """
+
+    # kind -> (operation, whether the event ends it): where a MemoryWatch opens, reads and closes a peak.
+    _MEMORY_SPANS = {
+        EventKind.SAVE_START: ("save", None), EventKind.SAVE_BLOCK_END: ("save", False),
+        EventKind.SAVE_END: ("save", True), EventKind.LOAD_START: ("load", None), EventKind.LOAD_END: ("load", True),
+    }
+
+    def __init__(self, directory: str | os.PathLike, rank: int, memory: MemoryWatch | None = None):
+        """`memory`: also record each operation's peak memory in its end events (our workers)."""
+        self.rank = rank
+        self.memory = memory
+        self.path = Path(directory) / f"rank-{rank}.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the rank
+        self._seq = 0
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def now() -> tuple[int, int]:
+        """(monotonic, wall) clock now, in ns: for an event whose fields take time to compute after it."""
+        return time.monotonic_ns(), time.time_ns()
+
+    def record(self, kind: EventKind, iteration: int | None = None, at: tuple[int, int] | None = None,
+               **fields) -> CheckpointEvent:
+        """Write one event, timed now or `at` (from `now()`)."""
+        mono_ns, wall_ns = at or self.now()
+        if self.memory is not None:
+            operation, ends = self._MEMORY_SPANS[kind]
+            if ends is None:
+                self.memory.begin((operation, iteration))
+            else:
+                fields = {**self.memory.peak((operation, iteration), finished=ends), **fields}
+        with self._lock:
+            self._seq += 1
+            event = CheckpointEvent(
+                kind=kind,
+                rank=self.rank,
+                iteration=iteration,
+                mono_ns=mono_ns,
+                wall_ns=wall_ns,
+                seq=self._seq,
+                **fields,
+            )
+            self._file.write(event.to_json() + "\n")
+            self._file.flush()
+        return event
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()
+
+    def __enter__(self) -> EventRecorder:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def read_event_files(paths: Iterable[str | os.PathLike]) -> Iterator[CheckpointEvent]:
+    """Events from JSONL files written by `EventRecorder` (streamed, one line at a time)."""
+    for path in paths:
+        with open(path, encoding="utf-8") as lines:
+            for line in lines:
+                if line.strip():
+                    yield CheckpointEvent.from_json(line)
+
+
+def event_files(directory: str | os.PathLike) -> list[Path]:
+    return sorted(Path(directory).glob("rank-*.jsonl"), key=lambda p: int(p.stem.split("-")[1]))

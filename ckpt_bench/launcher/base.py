@@ -1,0 +1,137 @@
+"""What every runner of a benchmark is: a `Backend` with typed options that turns a `LaunchConfig` into
+a `Plan`; `ckpt_bench.launcher.lifecycle` carries the plan out the same way for all of them.
+
+A backend (the built-in Megatron worker, DCP, Lightning, the comms sweep) or a framework mode (Primus,
+Megatron-LM) is one file: its `Config` dataclass (its options, their defaults and checks), and
+`plan()`. `ckpt_bench.launcher.registry` lists them; the CLI, sweeps and `--emit` all go through it.
+
+Options several backends read are declared here once (`ASYNC_SAVE`, `SAVE_CALLS`, `DIST_BACKEND`,
+`SET`), each backend giving its own default.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
+
+from ckpt_bench.core.options import Flag, Options
+
+if TYPE_CHECKING:
+    from ckpt_bench.core.rundir import RunDir
+    from ckpt_bench.launcher.config import LaunchConfig
+    from ckpt_bench.storage import CheckpointStorage
+
+ASYNC_SAVE = Flag(("--async-save",), "Save asynchronously: training resumes before the write ends.", type=bool,
+                  toggle="--no-async-save")
+SAVE_CALLS = Flag(("--save-calls",), "Number of saves.", type=int, min=1)
+DIST_BACKEND = Flag(("--dist-backend",), "torch.distributed backend (default: nccl on GPU, gloo on CPU).",
+                    choices=("gloo", "nccl"))
+SET = Flag(("--set",), "Override a setting, e.g. --set num_layers=8 (repeatable): Megatron-LM arguments for the "
+           "Megatron backend and frameworks, the demo model's sizes for Lightning.", multiple=True,
+           metavar="KEY=VALUE")
+
+
+@dataclass
+class WorkerPass:
+    name: str  # "save" | "load" | ...
+    args: list[str]  # arguments to the worker module, after `--spec <worker.json>`
+    module: str | None = None  # another worker than the plan's (the --preflight comms sweep)
+    spec: bool = True  # pass `--spec <worker.json>` first; a framework's own script takes no spec
+    # A framework's launcher that starts the ranks itself (e.g. Primus's run_pretrain.sh), run instead
+    # of torchrun with `env` added and in `cwd`; its output is kept like a pass's console.log.
+    command: list[str] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    show_progress: Callable[[str], bool] | None = None  # None: the plan's
+    # Evict the run's checkpoints from this host's page cache before the pass (unless --warm-load): for
+    # a framework's load, which does not do it itself (our workers do, before every load).
+    evict_before: bool = False
+    nproc_per_node: int | None = None  # ranks per node of this pass; None: the run's (--load-nproc-per-node)
+
+
+@dataclass
+class Plan:
+    """What a backend wants run, decided and validated before anything is launched."""
+
+    name: str  # run name (e.g. the experiment name)
+    worker_module: str  # run with `python -m torch.distributed.run ... -m <worker_module>`
+    resolved_config: dict  # written to resolved.yaml
+    spec: dict  # written to worker.json; the lifecycle adds the run's paths
+    run_info: dict  # the report's configuration keys (ckpt_bench.report.engine.CONFIG_KEYS) and more
+    passes: list[WorkerPass]
+    checkpoints: Checkpoints | None  # None: the passes save nothing (the comms sweep); the report is theirs
+    show_progress: Callable[[str], bool] = lambda line: False
+    verifies: bool = True  # the load pass checks what it loaded (ckpt_bench.worker.integrity); a framework's does not
+    # Called on every node once the run directory and checkpoint folder exist (checkpoint_dir None
+    # without checkpoints), to put their paths into the passes (a framework's --save, its YAML).
+    bind: Callable[[RunDir, str | None], None] | None = None
+    # Called on node 0 after the passes: turns what they left that is not events (a framework's
+    # logs) into events under the run's events/; returns notes for the report.
+    collect: Callable[[RunDir], list[str]] | None = None
+    notes: list[str] = field(default_factory=list)  # what the report should say about this plan
+
+
+class Backend(ABC):
+    """A runner: the options it reads and the plan it makes of them. Subclasses set the class
+    attributes and implement `plan`."""
+
+    name: ClassVar[str]  # --backend NAME (or --framework NAME when `framework`)
+    title: ClassVar[str]  # its --help section
+    Config: ClassVar[type[Options]]  # its typed options
+    framework: ClassVar[bool] = False  # chosen with --framework, not --backend
+
+    @classmethod
+    def environment_options(cls, values: Mapping, environ: Mapping[str, str], given: set[str]) -> dict:
+        """`values` (option name -> value) with what this runner takes from environment variables for
+        the options not `given` on the command line (Lightning: dataflux's variables). Raises
+        ConfigError for a bad value."""
+        return dict(values)
+
+    @abstractmethod
+    def plan(self, launch: LaunchConfig) -> Plan:
+        """Resolve and validate; raise ConfigError with one line for a user mistake. Creates nothing."""
+
+
+@dataclass(frozen=True)
+class Checkpoints:
+    """What the lifecycle does with a plan's checkpoints: where they go, whether they stay, how they
+    are loaded."""
+
+    storage: CheckpointStorage  # checked, then created by the lifecycle; the ranks write below it
+    keep: bool  # False: removed after the report (only a folder the run created)
+    warm_load: bool  # True: loads read from the page cache, not cold
+    storage_baseline: bool = False  # after the passes, measure the storage with the save's I/O shape
+    writers_per_rank: int = 1  # files a rank writes at once (DCP's thread_count): the baseline's concurrency
+
+
+@dataclass
+class CheckpointOptions(Options):
+    """Options of every runner that saves checkpoints."""
+
+    section: ClassVar[str] = "Checkpoints (every backend that saves)"
+
+    save_dir: str | None = Flag(
+        ("--save-dir",), "Where checkpoints go: a new folder <save-dir>/<run-name>/ is created (default: inside "
+        "the run directory). A path, s3://bucket/prefix, or another fsspec URL where the backend supports it.",
+    ).field()
+    keep_checkpoints: bool = Flag(
+        ("--keep-checkpoints", "--no-remove-outputs"), "Keep the checkpoints after the report (default: remove "
+        "the folder this run created).", type=bool,
+    ).field(False)
+    warm_load: bool = Flag(
+        ("--warm-load",), "Load with the checkpoint in the page cache (default: evict it first, a cold load).",
+        type=bool,
+    ).field(False)
+
+    storage_baseline: bool = Flag(
+        ("--storage-baseline",), "After the benchmark, measure the storage itself with the checkpoint's I/O "
+        "shape (same files, bytes, writers, fsync; fio where installed) and report the fraction of that peak "
+        "each save and load reached.", type=bool,
+    ).field(False)
+
+    def checkpoints(self, storage: CheckpointStorage, writers_per_rank: int = 1) -> Checkpoints:
+        """`writers_per_rank`: files each rank writes at once (the storage baseline writes as many)."""
+        return Checkpoints(storage, keep=bool(self.keep_checkpoints), warm_load=bool(self.warm_load),
+                           storage_baseline=bool(self.storage_baseline), writers_per_rank=writers_per_rank)

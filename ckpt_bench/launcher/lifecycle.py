@@ -1,0 +1,312 @@
+"""The run lifecycle every runner shares, as named steps:
+
+    execute(runner, launch)
+      1. prepare    the runner's plan; multi-node checks; the storage checked before anything exists
+      2. set up     run directory, checkpoint folder (created and marked as ours), worker.json,
+                    resolved.yaml, run.json
+      3. passes     each pass under torchrun (or the framework's own launcher), in order, stopping after
+                    the first that failed on any node, or at Ctrl-C / SIGTERM (`ckpt_bench.launcher.interrupts`)
+      4. collect    what the passes left that is not events (a framework's logs) turned into events
+      5. measure    checkpoint sizes, into run.json before anything is removed; with --storage-baseline,
+                    the storage itself with the last checkpoint's I/O shape (`measure_storage`)
+      6. clean up   the checkpoint folder this run created removed, unless kept
+      7. report     report.json
+
+Nothing on the way out may crash the launcher: a storage that fails while it is measured or cleaned
+up (a dead endpoint, a full disk) becomes a note in the report and a line on the terminal. A follower
+node (node rank > 0 of a multi-node run) only joins node 0's run directory and runs the passes
+(`follow`); node 0 writes the one report. A run's status maps to the process's exit code in one
+place, `exit_code`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import uuid
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import yaml
+
+from ckpt_bench.core.checkpoint_dir import evict_from_page_cache
+from ckpt_bench.core.environment import describe_environment
+from ckpt_bench.core.errors import ConfigError
+from ckpt_bench.core.rundir import RunDir
+from ckpt_bench.core.units import MIB
+from ckpt_bench.launcher import nodes
+from ckpt_bench.launcher.base import Backend, Plan
+from ckpt_bench.launcher.config import LaunchConfig
+from ckpt_bench.launcher.interrupts import Interrupts
+from ckpt_bench.launcher.torchrun import PassResult, free_port, run_command, run_pass
+from ckpt_bench.present.html import write_run_html
+from ckpt_bench.report.advice import AdviceOptions, add_advice
+from ckpt_bench.report.assembly import run_report, to_json
+from ckpt_bench.storage.baseline import IOShape, measure_rounds
+
+# Run status -> exit code; an interrupted run exits 128 + the signal's number; anything else is 1.
+EXIT_CODES = {"ok": 0, "verification-failed": 3}
+
+
+def exit_code(run_section: dict) -> int:
+    """The exit code of a report's `run` section."""
+    if run_section["status"] == "interrupted":
+        return run_section["interrupted"]["exit_code"]
+    return EXIT_CODES.get(run_section["status"], 1)
+
+
+@dataclass
+class RunResult:
+    run_dir: RunDir
+    report: dict
+
+    @property
+    def status(self) -> str:
+        return self.report["run"]["status"]
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code(self.report["run"])
+
+
+def execute(runner: Backend, launch: LaunchConfig) -> RunResult:
+    plan = prepare(runner, launch)
+    with Interrupts() as interrupts:
+        if not nodes.is_leader(launch.topology):
+            return follow(plan, launch, interrupts)
+        run, spec_path, facts = set_up(plan, launch)
+        commands, facts["passes"] = run_passes(plan, launch, run, spec_path, interrupts)
+        (run.path / "commands.sh").write_text("#!/usr/bin/env bash\nset -e\n" + "\n".join(commands) + "\n")
+        notes = facts.setdefault("notes", [])
+        notes += [f"{p['name']} pass failed: {p['cause']}" for p in facts["passes"] if p.get("cause")]
+        if interrupts.signal is not None:
+            facts["interrupted"] = {"signal": interrupts.signal.name, "exit_code": interrupts.exit_code,
+                                    "pass": facts["passes"][-1]["name"] if facts["passes"] else None}
+        if plan.collect is not None:
+            notes += plan.collect(run)
+        notes += measure(plan, facts)
+        notes += measure_storage(plan, facts, launch)
+        notes += clean_up(plan, facts)
+        report = write_report(run, facts, launch)
+    return RunResult(run, report)
+
+
+def prepare(runner: Backend, launch: LaunchConfig) -> Plan:
+    """The plan, checked as far as it can be before anything is created or timed."""
+    plan = runner.plan(launch)
+    nodes.validate(launch.topology, launch.run_id)
+    if plan.checkpoints is not None:
+        plan.checkpoints.storage.check_access()  # a missing bucket or unwritable folder: one line, nothing made
+    if not launch.topology.rdzv_endpoint and launch.topology.master_port is None:
+        launch.topology.master_port = free_port()
+    return plan
+
+
+def set_up(plan: Plan, launch: LaunchConfig) -> tuple[RunDir, Path, dict]:
+    """The run directory with everything the passes read; returns it, the worker spec's path and the
+    run facts (run.json) so far."""
+    missing = [folder for folder in (launch.runs_path, *launch.runs_path.parents) if not folder.exists()]
+    run = RunDir.create(launch.runs_path, plan.name, launch.run_id)
+    checkpoint_dir = None
+    try:
+        if plan.checkpoints is not None:
+            checkpoint_dir = plan.checkpoints.storage.create(run.path)
+    except ConfigError:
+        # Just created and still empty, with the runs folders made for it: a refused run leaves nothing.
+        for folder in (run.path, *missing):
+            folder.rmdir()
+        raise
+    warm = plan.checkpoints is not None and plan.checkpoints.warm_load
+    spec = {
+        **plan.spec,
+        "run_dir": str(run.path),
+        "checkpoint_dir": checkpoint_dir,
+        "events_dir": str(run.events_dir),
+        "integrity_dir": str(run.integrity_dir),
+        "warm_load": warm,
+        "run_id": uuid.uuid4().hex,
+    }
+    spec_path = run.write_json("worker.json", spec)
+    if plan.bind is not None:
+        plan.bind(run, checkpoint_dir)
+    resolved = {**plan.resolved_config, "ckpt_bench": {"backend": launch.runner, "checkpoint_dir": checkpoint_dir}}
+    (run.path / "resolved.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
+    facts = {
+        "backend": launch.runner,
+        "checkpoints": plan.checkpoints is not None,
+        "verifies": plan.verifies,
+        "run_info": {**plan.run_info, "save": checkpoint_dir} if plan.checkpoints is not None else plan.run_info,
+        "checkpoint_dir": checkpoint_dir,
+        "load_cache": "warm" if warm else "cold",
+        "environment": describe_environment(checkpoint_dir),
+        "passes": [],
+        "notes": list(plan.notes),
+    }
+    run.write_json("run.json", facts)
+    print(f"run directory: {run.path}", file=sys.stderr, flush=True)
+    return run, spec_path, facts
+
+
+def run_passes(plan: Plan, launch: LaunchConfig, run: RunDir, spec_path: Path,
+               interrupts: Interrupts) -> tuple[list[str], list[dict]]:
+    """Run the passes in order, on this node; stop after the first that failed on any node, or once
+    interrupted. Returns this node's commands and the pass results of every node."""
+    storage_env = plan.checkpoints.storage.worker_env() if plan.checkpoints is not None else {}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **storage_env}
+    commands, summaries = [], []
+    for worker_pass in plan.passes:
+        if worker_pass.evict_before:
+            _evict(plan)
+        log_dir = nodes.log_dir(run, worker_pass.name, launch.topology)
+        show = worker_pass.show_progress or plan.show_progress
+        pass_env = {**env, **worker_pass.env}
+        if worker_pass.command is not None:
+            cwd = Path(worker_pass.cwd) if worker_pass.cwd else None
+            result = run_command(worker_pass.name, worker_pass.command, log_dir, show, pass_env, cwd,
+                                 on_start=interrupts.watch)
+        else:
+            args = ["--spec", str(spec_path), *worker_pass.args] if worker_pass.spec else worker_pass.args
+            # One c10d rendezvous per pass: no agent can join the previous pass's.
+            topology = replace(launch.topology, rdzv_id=f"{run.path.name}-{worker_pass.name}",
+                               nproc_per_node=worker_pass.nproc_per_node or launch.topology.nproc_per_node)
+            result = run_pass(worker_pass.name, topology, log_dir, worker_pass.module or plan.worker_module,
+                              args, show, pass_env, on_start=interrupts.watch)
+        commands.append(shlex.join(result.command))
+        if interrupts.signal is not None:
+            interrupts.reap()
+            summaries.append({**result.summary(), "interrupted": interrupts.signal.name})
+            break
+        if not result.ok:
+            if result.cause is None and plan.checkpoints is not None:
+                result.cause = plan.checkpoints.storage.diagnose()
+            _print_failure(result)
+        every_node = nodes.finish_pass(run, launch.topology, result)
+        summaries += every_node
+        if not all(s["ok"] for s in every_node):
+            break
+    return commands, summaries
+
+
+def measure(plan: Plan, facts: dict) -> list[str]:
+    """Checkpoint sizes into the run facts, before anything is removed (so the report can be rebuilt
+    later). Returns notes: a storage that cannot be listed costs the bandwidth, never the report."""
+    if plan.checkpoints is None:
+        return []
+    try:
+        facts["folder_sizes"] = plan.checkpoints.storage.iteration_sizes()
+    except Exception as error:  # a dead endpoint or a lost mount at the end of a run: say so, go on
+        facts["folder_sizes"] = None
+        return [f"checkpoint sizes could not be measured in {plan.checkpoints.storage.location} "
+                f"({_one_line(error)}): sizes and bandwidth are left out"]
+    return []
+
+
+def measure_storage(plan: Plan, facts: dict, launch: LaunchConfig) -> list[str]:
+    """--storage-baseline: the storage's own write and cold-read bandwidth (median of 3 rounds) with the
+    last saved checkpoint's shape -- its files and their sizes, written by as many writers at once as the
+    save had (ranks x writer threads), fsynced as the save was -- into the run facts (`storage_baseline`).
+    Only after passes that all succeeded: a failed or interrupted run has no shape to copy. Returns notes."""
+    checkpoints = plan.checkpoints
+    if checkpoints is None or not checkpoints.storage_baseline:
+        return []
+    sizes = facts.get("folder_sizes") or {}
+    if facts.get("interrupted") or not all(p["ok"] for p in facts["passes"]) or not sizes:
+        facts["storage_baseline"] = None
+        return ["storage baseline not measured: the benchmark did not complete a save to copy the shape of"]
+    iteration = max(sizes)
+    ranks = launch.topology.nnodes * launch.topology.nproc_per_node
+    try:
+        shape = IOShape.of(checkpoints.storage.iteration_files(iteration), ranks * checkpoints.writers_per_rank,
+                           (facts.get("run_info") or {}).get("fsync"))
+        print(f"storage baseline: {len(shape.file_sizes)} files, {shape.total_bytes / MIB:.1f} MiB, "
+              f"{shape.concurrency} writers at once, fsync {'on' if shape.fsync else 'off'}",
+              file=sys.stderr, flush=True)
+        result = measure_rounds(checkpoints.storage.baseline(), shape)
+    except Exception as error:  # the storage failed now: the benchmark's numbers stand, the baseline is lost
+        facts["storage_baseline"] = None
+        return [f"storage baseline failed ({_one_line(error)}): fraction of peak left out"]
+    result["shape_of_iteration"] = iteration
+    facts["storage_baseline"] = result
+    print(f"storage baseline ({result['tool']}): write {result['write_bandwidth']} MiB/s, "
+          f"read {result['read_bandwidth']} MiB/s", file=sys.stderr, flush=True)
+    if launch.topology.nnodes > 1:
+        return [f"storage baseline measured from node 0 alone with all {shape.concurrency} writers: a shared "
+                "filesystem's aggregate over several nodes may be higher"]
+    return []
+
+
+def clean_up(plan: Plan, facts: dict) -> list[str]:
+    """Remove the checkpoint folder this run created (never anything else), unless kept. Returns
+    notes; what could not be removed is listed in the facts (`not_cleaned_up`)."""
+    checkpoints = plan.checkpoints
+    if checkpoints is None or checkpoints.storage.location is None:
+        return []
+    location = checkpoints.storage.location
+    partial = " (the run was interrupted: the last checkpoint in it may be partial)" if facts.get(
+        "interrupted") else ""
+    if checkpoints.keep:
+        return [f"checkpoints kept in {location} (--keep-checkpoints){partial}"]
+    try:
+        removed = checkpoints.storage.remove()
+    except Exception as error:  # the storage failed: the folder stays, and the report says where
+        facts["not_cleaned_up"] = [location]
+        print(f"could not remove {location}: {_one_line(error)}", file=sys.stderr, flush=True)
+        return [f"could not remove the checkpoints in {location} ({_one_line(error)}); remove them by hand"]
+    if removed:
+        print(f"removed checkpoints in {location} (keep them with --keep-checkpoints)", file=sys.stderr, flush=True)
+        return [f"checkpoints removed from {location} after measuring them{partial}"]
+    return []
+
+
+def write_report(run: RunDir, facts: dict, advice: AdviceOptions | None = None) -> dict:
+    """run.json, then report.json (with the interval advice when `advice` asks for it) and report.html."""
+    run.write_json("run.json", facts)
+    report = add_advice(run_report(run.path), advice, strict=False)
+    run.report_path.write_text(to_json(report) + "\n")
+    write_run_html(run.path, report)
+    return report
+
+
+def _evict(plan: Plan) -> None:
+    """The run's checkpoints out of this host's page cache, where they are on this host's disk."""
+    checkpoints = plan.checkpoints
+    if checkpoints is None or checkpoints.warm_load or checkpoints.storage.location is None:
+        return
+    storage = checkpoints.storage
+    folder = storage.worker(storage.describe()).local_path(storage.location)
+    if folder is not None:
+        evict_from_page_cache(folder)
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text[:300]}"
+
+
+def follow(plan: Plan, launch: LaunchConfig, interrupts: Interrupts) -> RunResult:
+    """Node R > 0 of a multi-node run: the passes, in node 0's run directory; node 0 reports."""
+    run = nodes.join(launch.runs_path, launch.run_id)
+    print(f"node {launch.topology.node_rank}: run directory {run.path}", file=sys.stderr, flush=True)
+    spec_path = run.path / "worker.json"
+    if plan.bind is not None:
+        plan.bind(run, json.loads(spec_path.read_text())["checkpoint_dir"])
+    _, summaries = run_passes(plan, launch, run, spec_path, interrupts)
+    status = "interrupted" if interrupts.signal else ("ok" if all(s["ok"] for s in summaries) else "failed")
+    section = {"dir": str(run.path), "node_rank": launch.topology.node_rank, "status": status, "passes": summaries}
+    if interrupts.signal:
+        section["interrupted"] = {"signal": interrupts.signal.name, "exit_code": interrupts.exit_code}
+    report = {"run": section, "notes": [f"node 0 writes the report of all nodes: {run.report_path}"]}
+    return RunResult(run, report)
+
+
+def _print_failure(result: PassResult) -> None:
+    if result.cause:
+        print(f"[{result.name}] {result.cause}", file=sys.stderr, flush=True)
+    if not result.failures:
+        print(f"[{result.name}] pass failed with exit code {result.exit_code}; logs in {result.log_dir}",
+              file=sys.stderr, flush=True)
+    for failure in result.failures:
+        tail = failure.log_tail.rstrip() or "(its log is empty)"
+        print(f"[{result.name}] {failure.describe()}; last lines of its log:\n{tail}", file=sys.stderr, flush=True)

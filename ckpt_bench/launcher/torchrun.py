@@ -1,0 +1,245 @@
+"""Running one pass of a benchmark under torchrun, and telling the user what happened.
+
+We do not reimplement process launching: `python -m torch.distributed.run` starts the ranks, keeps
+one log per rank (`--log-dir`, `--redirects 3 --tee 3`) and reports which rank failed. This module
+builds that command, streams the ranks' output (showing rank 0's progress lines), and on failure
+names the failing rank with the tail of its own log.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# torchrun's --tee prefixes every line with `[<role><local_rank>]:`.
+_TEE_PREFIX = re.compile(r"^\[default(\d+)\]:(.*)$")
+# The failure summary torchrun prints: `rank       : 1 (local_rank: 1)` / `exitcode   : 3 (pid: ...)`,
+# the first observed failure last, under `Root Cause (first observed failure):`.
+_FAILED_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)")
+_EXIT_CODE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
+_ROOT_CAUSE = re.compile(r"^Root Cause \(first observed failure\)")
+# Storage failures that deserve a line of their own: a pattern in a failing rank's log -> what it means
+# (with the path when the error names one).
+_PATH = r"(?:: '(?P<path>[^']+)')?"
+STORAGE_FAILURES = (
+    (re.compile(r"No space left on device" + _PATH), "No space left on device"),
+    (re.compile(r"Disk quota exceeded" + _PATH), "disk quota exceeded"),
+    (re.compile(r"Read-only file system" + _PATH), "read-only file system"),
+    (re.compile(r"Permission denied" + _PATH), "permission denied"),
+    (re.compile(r"NoSuchBucket"), "the bucket does not exist"),
+    (re.compile(r"AccessDenied|InvalidAccessKeyId|SignatureDoesNotMatch|ExpiredToken"), "access denied"),
+    (re.compile(r"(?i)connection refused|could not connect to the endpoint|error trying to connect|dispatch failure|"
+                r"connection reset|tcp connect error|timed out"), "endpoint unreachable"),
+)
+
+
+def storage_failure(text: str) -> str | None:
+    """What a rank's log says went wrong with the storage, in a few words, or None."""
+    for pattern, meaning in STORAGE_FAILURES:
+        match = pattern.search(text)
+        if match:
+            path = match.groupdict().get("path")
+            return f"{meaning} on {path}" if path else meaning
+    return None
+
+
+@dataclass
+class Topology:
+    nnodes: int = 1
+    nproc_per_node: int = 2
+    node_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: int | None = None
+    rdzv_endpoint: str | None = None  # c10d rendezvous (host:port) instead of a fixed master
+    rdzv_id: str | None = None  # names one rendezvous of the c10d backend (we use one per pass)
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.nproc_per_node
+
+
+def signal_name(exit_code: int | None) -> str | None:
+    """A negative exit code is the signal that ended the process: -9 -> SIGKILL."""
+    if exit_code is None or exit_code >= 0:
+        return None
+    try:
+        return signal.Signals(-exit_code).name
+    except ValueError:
+        return f"signal {-exit_code}"
+
+
+@dataclass
+class RankFailure:
+    rank: int
+    local_rank: int
+    exit_code: int | None
+    log_tail: str = ""
+    first: bool = False  # torchrun's root cause: the first failure it observed
+
+    @property
+    def signal(self) -> str | None:
+        return signal_name(self.exit_code)
+
+    @property
+    def cause(self) -> str:
+        """Why this rank ended: the first failure, or stopped by torchrun because another rank failed."""
+        if self.first:
+            return "first failure"
+        return "stopped by torchrun after the first failure" if self.signal in ("SIGTERM", "SIGKILL") else "failed"
+
+    def describe(self) -> str:
+        how = f"killed by {self.signal}" if self.signal else f"exit code {self.exit_code}"
+        return f"rank {self.rank} failed ({self.cause}; {how})"
+
+
+@dataclass
+class PassResult:
+    name: str
+    command: list[str]
+    exit_code: int
+    log_dir: Path
+    failures: list[RankFailure] = field(default_factory=list)
+    # What went wrong with the storage, when known: from a failing rank's log (the first failure's
+    # first), else from the storage itself (the lifecycle asks it).
+    cause: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+    def summary(self) -> dict:
+        return {
+            "name": self.name,
+            "exit_code": self.exit_code,
+            "ok": self.ok,
+            "cause": self.cause,
+            "failed_ranks": [
+                {"rank": f.rank, "local_rank": f.local_rank, "exit_code": f.exit_code, "signal": f.signal,
+                 "cause": f.cause}
+                for f in self.failures
+            ],
+            "log_dir": str(self.log_dir),
+        }
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def torchrun_command(topology: Topology, log_dir: Path, module: str, args: Sequence[str]) -> list[str]:
+    """`module` is a module name (`-m`), or a script path ending in `.py` (e.g. `pretrain_gpt.py`)."""
+    command = [
+        sys.executable, "-m", "torch.distributed.run",
+        "--nnodes", str(topology.nnodes),
+        "--nproc-per-node", str(topology.nproc_per_node),
+    ]
+    if topology.rdzv_endpoint:
+        command += ["--rdzv-backend", "c10d", "--rdzv-endpoint", topology.rdzv_endpoint]
+        if topology.rdzv_id:
+            command += ["--rdzv-id", topology.rdzv_id]
+    else:
+        command += [
+            "--node-rank", str(topology.node_rank),
+            "--master-addr", topology.master_addr,
+            "--master-port", str(topology.master_port),
+        ]
+    command += ["--log-dir", str(log_dir), "--redirects", "3", "--tee", "3"]
+    command += [module] if module.endswith(".py") else ["-m", module]
+    return [*command, *args]
+
+
+def _rank_log(log_dir: Path, local_rank: int, stream: str) -> Path | None:
+    """torchrun writes `<log_dir>/<run_id>/attempt_<k>/<local_rank>/<stream>.log`; take the newest."""
+    found = sorted(log_dir.glob(f"*/attempt_*/{local_rank}/{stream}.log"), key=lambda p: p.stat().st_mtime)
+    return found[-1] if found else None
+
+
+def _tail(path: Path | None, lines: int = 20) -> str:
+    if path is None or not path.is_file():
+        return ""
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        return "".join(handle.readlines()[-lines:])
+
+
+def run_pass(
+    name: str,
+    topology: Topology,
+    log_dir: Path,
+    module: str,
+    args: Sequence[str],
+    show_progress: Callable[[str], bool],
+    env: dict[str, str] | None = None,
+    on_start: Callable[[subprocess.Popen], None] | None = None,
+) -> PassResult:
+    """Run one pass; print rank 0's lines for which `show_progress` is true to stderr as it goes."""
+    return run_command(name, torchrun_command(topology, log_dir, module, args), log_dir, show_progress, env,
+                       on_start=on_start)
+
+
+def run_command(
+    name: str,
+    command: list[str],
+    log_dir: Path,
+    show_progress: Callable[[str], bool],
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    on_start: Callable[[subprocess.Popen], None] | None = None,
+) -> PassResult:
+    """Run a command that starts ranks itself: torchrun, or a framework's launcher script around it.
+
+    Its output goes to `<log_dir>/console.log`; lines of local rank 0 (torchrun's `--tee` prefix) or,
+    from a launcher that prints its ranks' lines bare, any line, are shown when `show_progress` says.
+    The command runs in a session of its own: a terminal's Ctrl-C reaches the launcher only, which
+    stops the run in order (`ckpt_bench.launcher.interrupts`, through `on_start`).
+    """
+    log_dir.mkdir(parents=True, exist_ok=True)
+    failures: list[RankFailure] = []
+    pending: dict | None = None
+    root_cause = False
+    with (
+        open(log_dir / "console.log", "w", encoding="utf-8") as console,
+        subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+            env=env, bufsize=1, cwd=cwd, start_new_session=True,
+        ) as process,
+    ):
+        assert process.stdout is not None
+        if on_start is not None:
+            on_start(process)
+        for line in process.stdout:
+            console.write(line)
+            tee = _TEE_PREFIX.match(line)
+            if tee:
+                if tee.group(1) == "0" and show_progress(tee.group(2)):
+                    print(f"[{name}] {tee.group(2).strip()}", file=sys.stderr, flush=True)
+                continue
+            if not line.startswith("[default") and show_progress(line):
+                print(f"[{name}] {line.strip()}", file=sys.stderr, flush=True)
+            if _ROOT_CAUSE.match(line):
+                root_cause = True
+                continue
+            failed = _FAILED_RANK.match(line)
+            if failed:
+                pending = {"rank": int(failed.group(1)), "local_rank": int(failed.group(2))}
+                continue
+            code = _EXIT_CODE.match(line)
+            if code and pending is not None:
+                failures.append(RankFailure(exit_code=int(code.group(1)), first=root_cause, **pending))
+                pending = None
+        exit_code = process.wait()
+    failures.sort(key=lambda failure: not failure.first)  # the cause first, then who was stopped for it
+    for failure in failures:
+        failure.log_tail = _tail(_rank_log(log_dir, failure.local_rank, "stderr")) or _tail(
+            _rank_log(log_dir, failure.local_rank, "stdout")
+        )
+    cause = next(filter(None, (storage_failure(f.log_tail) for f in failures)), None)
+    return PassResult(name, command, exit_code, log_dir, failures, cause)

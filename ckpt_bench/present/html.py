@@ -1,0 +1,648 @@
+"""`report.html` and `sweep_report.html`: one self-contained file each, readable offline.
+
+Plots are drawn with matplotlib (no GUI backend: `matplotlib.figure.Figure` alone) and inlined as SVG,
+text kept as text; the style sheet is inline too. Nothing is fetched when the file opens: no script,
+no font, no stylesheet, no image from anywhere. Only presents the report's values, plus, for a run
+directory or logs, the checkpoint events themselves for the per-rank timeline.
+
+    report.html         summary table, saves and load, advice, timeline per rank (blocking and
+                        background part of every save, every load), bandwidth per save against the
+                        storage baseline, per-rank spread, memory per save, comms preflight, training
+                        impact, repeats, configuration, environment, notes
+    sweep_report.html   each metric against each swept parameter, and the table of jobs
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+import os
+import re
+import sys
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+
+from ckpt_bench.core.events import event_files, read_event_files
+from ckpt_bench.core.rundir import SWEEP_RESULTS_FILES, sweep_results_file
+from ckpt_bench.present import rows as p
+from ckpt_bench.report.engine import CONFIG_KEYS, Operation, pair
+from ckpt_bench.report.metrics import HEADLINE
+
+REPORT_HTML = "report.html"
+SWEEP_HTML = "sweep_report.html"
+# CKPT_BENCH_HTML=0: no report.html / sweep_report.html written by runs and sweeps (drawing costs about
+# half a second of CPU per run: the test suite, which runs a hundred benchmarks, sets it).
+HTML_ENV = "CKPT_BENCH_HTML"
+
+BLOCK_COLOR = "#c0392b"  # the save's blocking part: training waits
+BACKGROUND_COLOR = "#f1948a"  # the rest of the save: written in the background
+LOAD_COLOR = "#2471a3"
+TOTAL_COLOR = "#2e4053"
+BASELINE_COLOR = "#117a65"
+PALETTE = ("#2471a3", "#c0392b", "#117a65", "#af601a", "#7d3c98", "#2e4053", "#b7950b", "#1abc9c")
+MAX_TIMELINE_OPERATIONS = 4000  # bars drawn at most; a longer run shows its first operations
+
+CSS = """
+body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; color: #1c2833; margin: 0;
+       background: #f4f6f7; }
+main { max-width: 1200px; margin: 0 auto; padding: 24px 32px 48px; background: #fff; }
+h1 { font-size: 1.6em; margin: 0 0 4px; }
+h2 { font-size: 1.25em; margin: 32px 0 8px; padding-bottom: 4px; border-bottom: 2px solid #d5dbdb; }
+h3 { font-size: 1.05em; margin: 20px 0 6px; }
+p.meta, p.hint { color: #566573; margin: 4px 0 12px; }
+table { border-collapse: collapse; margin: 8px 0 16px; font-size: 0.92em; }
+th, td { padding: 4px 10px; border-bottom: 1px solid #e5e8e8; text-align: right; vertical-align: top; }
+th { background: #eaf2f8; font-weight: 600; }
+td:first-child, th:first-child { text-align: left; }
+table.pairs th { text-align: left; background: none; white-space: nowrap; }
+table.pairs td { text-align: left; }
+table.pairs td code, td code { font-size: 0.95em; word-break: break-all; }
+figure { margin: 8px 0 20px; }
+figure svg { display: block; max-width: 100%; height: auto; }
+figcaption { color: #566573; font-size: 0.9em; margin-top: 2px; }
+ul.notes li { margin: 3px 0; }
+nav a { margin-right: 12px; color: #2471a3; text-decoration: none; }
+.bad { color: #c0392b; font-weight: 600; }
+.good { color: #117a65; font-weight: 600; }
+"""
+
+
+# --- the timeline of a run, from its events --------------------------------------------------------
+
+
+def timeline(operations: Iterable[Operation]) -> list[dict]:
+    """Every save and load of every rank, as the report engine paired them (`ckpt_bench.report.engine.pair`):
+    {rank, kind, iteration, start_s, block_s, total_s, complete}, start_s from the earliest start (wall
+    clock, comparable across hosts), durations as the report defines them. Operations without a start time
+    are left out (a log without clocks gives none)."""
+    operations = [op for op in operations if op.start is not None and op.start.wall_ns is not None]
+    if not operations:
+        return []
+    origin = min(op.start.wall_ns for op in operations)
+    return [{"rank": op.rank, "kind": op.kind, "iteration": op.iteration,
+             "start_s": (op.start.wall_ns - origin) / 1e9, "block_s": op.block_s() if op.kind == "save" else None,
+             "total_s": op.total_s(), "complete": op.complete} for op in operations]
+
+
+def run_timeline(run_dir: str | os.PathLike) -> list[dict]:
+    """The timeline of one of our run directories (its events/rank-R.jsonl)."""
+    try:
+        return timeline(pair(read_event_files(event_files(Path(run_dir) / "events"))))
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
+# --- plots ------------------------------------------------------------------------------------------
+
+
+def _figure(width: float, height: float, left: float = 0.9, right: float = 0.25, top: float = 0.4,
+            bottom: float = 0.55, wspace: float = 0.0, hspace: float = 0.0, columns: int = 1, rows: int = 1):
+    """A figure with fixed margins and gaps, in inches (a layout engine costs more than the drawing)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width, height), dpi=96)
+    panel_width = (width - left - right - wspace * (columns - 1)) / columns
+    panel_height = (height - top - bottom - hspace * (rows - 1)) / rows
+    figure.subplots_adjust(left=left / width, right=1 - right / width, top=1 - top / height, bottom=bottom / height,
+                           wspace=wspace / panel_width, hspace=hspace / panel_height)
+    return figure
+
+
+def _bottom(count: int) -> float:
+    """The bottom margin under category labels (turned when many: see `_rotate`)."""
+    return 1.0 if count > 8 else 0.45
+
+
+def _svg(figure) -> str:
+    """The figure as inline SVG (text as text, no XML prolog, scales with the page)."""
+    import matplotlib
+
+    buffer = io.StringIO()
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "ckpt-bench"}):
+        figure.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None, "Format": None,
+                                                       "Type": None})
+    text = buffer.getvalue()
+    text = text[text.index("<svg"):]
+    # Drop the fixed size: the viewBox keeps the aspect ratio and the style sheet sets the width.
+    return re.sub(r'<svg([^>]*?) width="[^"]*" height="[^"]*"', r'<svg\1 role="img"', text, count=1)
+
+
+def _style(axes, title: str, xlabel: str, ylabel: str) -> None:
+    axes.set_title(title, loc="left", fontsize=11)
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    axes.grid(True, axis="both", color="#e5e8e8", linewidth=0.8)
+    axes.set_axisbelow(True)
+    for side in ("top", "right"):
+        axes.spines[side].set_visible(False)
+
+
+def _label(value) -> str:
+    return "?" if value is None else str(value)
+
+
+def _lanes(operations: list[dict]) -> tuple[list[int], dict]:
+    """A lane per operation so that operations of one rank that overlap in time (an async save still
+    writing when the next starts) are drawn side by side; and the number of lanes of each rank."""
+    ends: dict = defaultdict(list)  # rank -> each lane's end
+    lanes = []
+    for op in operations:
+        end = op["start_s"] + (op["total_s"] or op["block_s"] or 0.0)
+        free = [i for i, lane_end in enumerate(ends[op["rank"]]) if lane_end <= op["start_s"]]
+        if free:
+            lane = free[0]
+            ends[op["rank"]][lane] = end
+        else:
+            lane = len(ends[op["rank"]])
+            ends[op["rank"]].append(end)
+        lanes.append(lane)
+    return lanes, {rank: len(lane_ends) for rank, lane_ends in ends.items()}
+
+
+def plot_timeline(report: dict, operations: list[dict]) -> str | None:
+    """Per rank, every save (blocking part, then background part) and load on one time axis; without
+    clock positions, each save's slowest-rank block and total time as bars."""
+    from matplotlib.patches import Patch
+
+    if operations:
+        shown = operations[:MAX_TIMELINE_OPERATIONS]
+        ranks = sorted({op["rank"] for op in shown}, key=lambda r: (r is None, r if r is not None else 0))
+        figure = _figure(11, min(1.5 + 0.32 * len(ranks), 14), left=0.85, bottom=0.9, top=0.35)
+        axes = figure.add_subplot()
+        position = {rank: index for index, rank in enumerate(ranks)}
+        lanes, lane_count = _lanes(shown)
+        for op, lane in zip(shown, lanes, strict=True):
+            count = lane_count[op["rank"]]
+            height = 0.7 / count
+            y = position[op["rank"]] - 0.35 + height * (lane + 0.5)  # overlapping saves side by side
+            total = op["total_s"]
+            if op["kind"] == "load":
+                axes.barh(y, total if total is not None else 0.0, left=op["start_s"], height=height * 0.9,
+                          color=LOAD_COLOR)
+                continue
+            block = op["block_s"] if op["block_s"] is not None else total
+            if block is not None:
+                axes.barh(y, block, left=op["start_s"], height=height * 0.9, color=BLOCK_COLOR)
+            if total is not None and block is not None and total > block:
+                axes.barh(y, total - block, left=op["start_s"] + block, height=height * 0.9, color=BACKGROUND_COLOR)
+            if not op["complete"]:
+                axes.plot([op["start_s"]], [y], marker="x", color="black")
+        axes.set_yticks(range(len(ranks)), [f"rank {r}" if r is not None else "job" for r in ranks])
+        axes.invert_yaxis()
+        _style(axes, "Saves and loads per rank", "seconds since the first save started", "")
+        axes.grid(False, axis="y")
+        handles = [Patch(color=BLOCK_COLOR, label="save: blocking part (training waits)"),
+                   Patch(color=BACKGROUND_COLOR, label="save: background part (until complete on storage)"),
+                   Patch(color=LOAD_COLOR, label="load")]
+        figure.legend(handles=handles, loc="lower center", ncols=3, frameon=False, fontsize=9)
+        return _svg(figure)
+    saves = [s for s in report.get("saves") or [] if s.get("block_time") is not None or s.get("total_time")]
+    loads = [x for x in report.get("loads") or ([report["load"]] if report.get("load") else []) if x.get("time")]
+    if not saves and not loads:
+        return None
+    figure = _figure(11, min(1.2 + 0.3 * (len(saves) + len(loads)), 12), left=1.2, bottom=0.6, top=0.35)
+    axes = figure.add_subplot()
+    labels = [f"save {_label(s.get('iteration'))}" for s in saves]
+    blocks = [s.get("block_time") or 0.0 for s in saves]
+    rests = [max(0.0, (s.get("total_time") or 0.0) - (s.get("block_time") or 0.0)) for s in saves]
+    axes.barh(labels, blocks, color=BLOCK_COLOR, label="save: blocking part")
+    axes.barh(labels, rests, left=blocks, color=BACKGROUND_COLOR, label="save: background part")
+    if loads:
+        axes.barh([f"load {_label(x.get('iteration'))}" + (f" #{i}" if len(loads) > 1 else "")
+                   for i, x in enumerate(loads, 1)], [x["time"] for x in loads], color=LOAD_COLOR, label="load")
+    axes.invert_yaxis()
+    _style(axes, "Every save and load, slowest rank (the source gives no start times to place them in time)",
+           "seconds", "")
+    axes.legend(frameon=False, fontsize=9)
+    return _svg(figure)
+
+
+MAX_PANELS = 12  # operations drawn one by one under the timeline
+
+
+def _grouped(operations: list[dict]) -> list[tuple[str, list[dict]]]:
+    """The operations as checkpoints: the k-th save (or load) of iteration I on every rank is one."""
+    groups: dict[tuple, list[dict]] = {}
+    seen: dict[tuple, int] = defaultdict(int)
+    for op in operations:
+        seen[(op["rank"], op["kind"], op["iteration"])] += 1
+        groups.setdefault((op["kind"], op["iteration"], seen[(op["rank"], op["kind"], op["iteration"])]), []).append(op)
+    repeated = {(kind, iteration) for kind, iteration, n in groups if n > 1}
+    return [(f"{kind} {_label(iteration)}" + (f" #{n}" if (kind, iteration) in repeated else ""), ops)
+            for (kind, iteration, n), ops in groups.items()]
+
+
+def plot_operations(operations: list[dict]) -> str | None:
+    """Each save (and, beside them, each load) on a time axis of its own start: one band per
+    checkpoint, one thin bar per rank in it, saves split into blocking and background part."""
+    groups = _grouped(operations)[:MAX_PANELS]
+    if not groups:
+        return None
+    ranks = sorted({op["rank"] for _, ops in groups for op in ops}, key=lambda r: (r is None, r or 0))
+    kinds = [kind for kind in ("save", "load") if any(ops[0]["kind"] == kind for _, ops in groups)]
+    bands = max(sum(ops[0]["kind"] == kind for _, ops in groups) for kind in kinds)
+    band = 0.3 + min(0.6, 0.08 * len(ranks))
+    figure = _figure(11, 0.95 + bands * band, left=0.9, right=0.2, top=0.35, bottom=0.5, wspace=1.1,
+                     columns=len(kinds))
+    width_ratios = [2, 1] if len(kinds) == 2 else [1]
+    panels = figure.subplots(1, len(kinds), squeeze=False, gridspec_kw={"width_ratios": width_ratios})[0]
+    bar = 0.8 / len(ranks)
+    position = {rank: index for index, rank in enumerate(ranks)}
+    for axes, kind in zip(panels, kinds, strict=True):
+        mine = [(name, ops) for name, ops in groups if ops[0]["kind"] == kind]
+        parts: dict[str, tuple[list, list, list]] = {color: ([], [], []) for color in
+                                                      (BLOCK_COLOR, BACKGROUND_COLOR, LOAD_COLOR)}
+        for index, (_name, ops) in enumerate(mine):
+            origin = min(op["start_s"] for op in ops)
+            for op in ops:
+                y = index - 0.4 + bar * (position[op["rank"]] + 0.5)
+                start, total = op["start_s"] - origin, op["total_s"] or 0.0
+                block = total if kind == "load" or op["block_s"] is None else op["block_s"]
+                pieces = [(LOAD_COLOR, start, total)] if kind == "load" else [
+                    (BLOCK_COLOR, start, block), (BACKGROUND_COLOR, start + block, max(0.0, total - block))]
+                for color, left, length in pieces:
+                    parts[color][0].append(y)
+                    parts[color][1].append(length)
+                    parts[color][2].append(left)
+        for color, (ys, lengths, lefts) in parts.items():
+            if ys:  # one call per colour: hundreds of ranks stay cheap to draw
+                axes.barh(ys, lengths, left=lefts, height=bar * 0.85, color=color)
+        axes.set_yticks(range(len(mine)), [name for name, _ in mine], fontsize=9)
+        axes.set_ylim(len(mine) - 0.5, -0.5)
+        _style(axes, f"Each {kind}, from its start", "seconds", "")
+        axes.title.set_fontsize(10)
+        axes.grid(False, axis="y")
+    return _svg(figure)
+
+
+def plot_bandwidth(report: dict) -> str | None:
+    saves = report.get("saves") or []
+    loads = report.get("loads") or ([report["load"]] if report.get("load") else [])
+    bars = [(f"save {_label(s.get('iteration'))}", s.get("bandwidth"), BLOCK_COLOR) for s in saves]
+    repeated = len({x.get("iteration") for x in loads}) < len(loads)
+    bars += [(f"load {_label(x.get('iteration'))}" + (f" #{i}" if repeated else ""), x.get("bandwidth"),
+              LOAD_COLOR) for i, x in enumerate(loads, 1)]
+    if not any(p.number(value) is not None for _, value, _ in bars):
+        return None
+    figure = _figure(11, 3.0 + _bottom(len(bars)) - 0.45, bottom=_bottom(len(bars)))
+    axes = figure.add_subplot()
+    axes.bar([label for label, _, _ in bars], [p.number(v) or 0.0 for _, v, _ in bars],
+             color=[color for _, _, color in bars], width=0.6)
+    top = max(p.number(v) or 0.0 for _, v, _ in bars)
+    for direction, style in (("write", "-"), ("read", "--")):
+        baseline = p.baseline_mibps(report, direction)
+        if baseline is not None:
+            top = max(top, baseline)
+            axes.axhline(baseline, color=BASELINE_COLOR, linestyle=style, linewidth=1.6,
+                         label=f"storage baseline, {direction}: {baseline:,.1f} MiB/s")
+    _style(axes, "Bandwidth per save and load", "", "MiB/s")
+    if axes.get_legend_handles_labels()[0]:  # above the bars and lines, never on them
+        axes.set_ylim(0, top * 1.3)
+        axes.legend(frameon=False, fontsize=9, loc="upper left", ncols=2)
+    _rotate(axes, len(bars))
+    return _svg(figure)
+
+
+def _rotate(axes, count: int) -> None:
+    if count > 8:
+        for label in axes.get_xticklabels():
+            label.set_rotation(45)
+            label.set_horizontalalignment("right")
+
+
+def plot_spread(report: dict, operations: list[dict]) -> str | None:
+    """Per save, the fastest and slowest rank's block and total time (every rank's when the events are
+    at hand), the slowest rank named."""
+    saves = [s for s in report.get("saves") or [] if s.get("total_time_per_rank") or s.get("block_time_per_rank")]
+    if not saves:
+        return None
+    figure = _figure(11, 3.6 + _bottom(len(saves)) - 0.45, bottom=_bottom(len(saves)))
+    axes = figure.add_subplot()
+    per_rank: dict[tuple, list[float]] = defaultdict(list)
+    occurrence: dict[tuple, int] = defaultdict(int)
+    for op in operations:
+        if op["kind"] == "save":
+            occurrence[(op["rank"], op["iteration"])] += 1
+            for part in ("block_s", "total_s"):
+                if op[part] is not None:
+                    per_rank[(op["iteration"], occurrence[(op["rank"], op["iteration"])], part)].append(op[part])
+    seen: dict = defaultdict(int)
+    for x, save in enumerate(saves):
+        seen[save.get("iteration")] += 1
+        for part, key, color, shift in (("block_s", "block_time_per_rank", BLOCK_COLOR, -0.12),
+                                        ("total_s", "total_time_per_rank", TOTAL_COLOR, 0.12)):
+            spread = save.get(key) or {}
+            if spread.get("max") is None:
+                continue
+            points = per_rank.get((save.get("iteration"), seen[save.get("iteration")], part), [])
+            if points:
+                axes.scatter([x + shift] * len(points), points, s=10, color=color, alpha=0.45, linewidths=0)
+            axes.vlines(x + shift, spread["min"], spread["max"], color=color, linewidth=2.2)
+            axes.scatter([x + shift, x + shift], [spread["min"], spread["max"]], color=color, s=22, zorder=3)
+            if key == "total_time_per_rank":
+                axes.annotate(f"r{spread.get('max_rank')}", (x + shift, spread["max"]), textcoords="offset points",
+                              xytext=(4, 2), fontsize=8, color="#566573")
+    axes.set_xticks(range(len(saves)), [f"save {_label(s.get('iteration'))}" for s in saves])
+    axes.set_xlim(-0.6, len(saves) - 0.4)
+    axes.set_ylim(bottom=0)
+    _style(axes, "Per-rank spread: fastest to slowest rank (label: the slowest rank)", "", "seconds")
+    from matplotlib.lines import Line2D
+
+    axes.legend(handles=[Line2D([], [], color=BLOCK_COLOR, linewidth=2.2, label="block time"),
+                         Line2D([], [], color=TOTAL_COLOR, linewidth=2.2, label="total time")],
+                frameon=False, fontsize=9, loc="lower right")
+    _rotate(axes, len(saves))
+    return _svg(figure)
+
+
+def plot_memory(report: dict) -> str | None:
+    saves = [s for s in report.get("saves") or [] if p.peak_rss(s) is not None]
+    if not saves:
+        return None
+    figure = _figure(11, 3.0 + _bottom(len(saves)) - 0.45, bottom=_bottom(len(saves)))
+    axes = figure.add_subplot()
+    axes.bar([f"save {_label(s.get('iteration'))}" for s in saves], [p.peak_rss(s) / p.MIB for s in saves],
+             color=PALETTE[4], width=0.6)
+    _style(axes, "Peak resident memory per save (saves[].peak_rss_bytes)", "", "MiB")
+    _rotate(axes, len(saves))
+    return _svg(figure)
+
+
+def plot_preflight(preflight: dict) -> str | None:
+    results = preflight.get("results") or []
+    if not results:
+        return None
+    figure = _figure(11, 3.4, bottom=0.6)
+    axes = figure.add_subplot()
+    by_collective: dict[str, list[dict]] = defaultdict(list)
+    for row in results:
+        by_collective[row["collective"]].append(row)
+    for index, (name, rows) in enumerate(by_collective.items()):
+        rows.sort(key=lambda r: r["size"])
+        axes.plot([r["size"] for r in rows], [r["busbw_gbps"] for r in rows], marker="o", markersize=3,
+                  color=PALETTE[index % len(PALETTE)], label=name)
+    axes.set_xscale("log", base=2)
+    sizes = sorted({row["size"] for row in results})
+    shown = sizes[::max(1, -(-len(sizes) // 10))]
+    axes.set_xticks(shown, [p.size(size) for size in shown])
+    axes.minorticks_off()
+    _style(axes, f"Comms preflight: bus bandwidth ({preflight.get('dist_backend')}, "
+                 f"{preflight.get('world_size')} ranks)", "message size (bytes)", "busbw (GB/s)")
+    axes.legend(frameon=False, fontsize=9)
+    return _svg(figure)
+
+
+# --- HTML --------------------------------------------------------------------------------------------
+
+
+def _e(value) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _pairs_table(rows: list[tuple[str, str]], table_id: str | None = None) -> str:
+    attrs = f' id="{table_id}"' if table_id else ""
+    body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
+    return f'<table class="pairs"{attrs}>{body}</table>'
+
+
+def _grid_table(columns: list[str], rows: list[list[str]], table_id: str | None = None, raw: bool = False) -> str:
+    attrs = f' id="{table_id}"' if table_id else ""
+    head = "".join(f"<th>{_e(c)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td>{cell if raw else _e(cell)}</td>" for cell in row) + "</tr>" for row in rows)
+    return f"<table{attrs}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _figure_html(svg: str | None, caption: str, empty: str) -> str:
+    if svg is None:
+        return f'<p class="hint">{_e(empty)}</p>' if empty else ""
+    return f"<figure>{svg}<figcaption>{_e(caption)}</figcaption></figure>"
+
+
+def _flat(data: dict | None, prefix: str = "") -> list[tuple[str, str]]:
+    rows = []
+    for key, value in (data or {}).items():
+        if isinstance(value, dict) and value:
+            rows += _flat(value, f"{prefix}{key}.")
+        else:
+            rows.append((f"{prefix}{key}", p.fmt(value)))
+    return rows
+
+
+def _page(title: str, heading: str, meta: str, sections: list[tuple[str, str, str]]) -> str:
+    nav = " ".join(f'<a href="#{sid}">{_e(name)}</a>' for sid, name, _ in sections)
+    body = "".join(f'<section id="{sid}"><h2>{_e(name)}</h2>{content}</section>' for sid, name, content in sections)
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<title>{_e(title)}</title><style>{CSS}</style></head>"
+            f'<body><main><h1>{_e(heading)}</h1><p class="meta">{meta}</p><nav>{nav}</nav>{body}</main>'
+            "</body></html>\n")
+
+
+def render_report(report: dict, operations: list[dict] | None = None, source: str | None = None) -> str:
+    """The HTML report of one report dict (any source); `operations` from `timeline` when at hand."""
+    operations = operations or []
+    run = report.get("run") or {}
+    verified = report.get("verified")
+    verdict = ('<span class="good">verified</span>' if verified else '<span class="bad">verification failed</span>'
+               if verified is False else "not verified")
+    heading = (f"Checkpoint benchmark: {run.get('backend') or 'logs'}, {report.get('ckpt_format') or '?'}, "
+               f"world size {report.get('world_size') or '?'}")
+    meta = " · ".join(x for x in (_e(source or run.get("dir") or ""), _e(run.get("status") or ""), verdict) if x)
+    columns = p.save_columns(report)
+    rows = p.save_rows(report) + [r + [p.NONE] * (len(columns) - len(r)) for r in p.load_rows(report)]
+    sections = [("summary", "Summary",
+                 _pairs_table(p.headline_rows(report), "summary-table")
+                 + _grid_table(columns, rows, "saves-table"))]
+    advice = report.get("advice")
+    if isinstance(advice, dict):
+        content = _pairs_table(p.advice_rows(advice), "advice-table")
+        if advice.get("what_if"):
+            content += ("<h3>What if the job were larger</h3><p class=\"hint\">Same checkpoint and restart cost; job "
+                        "MTBF = GPU MTTF / GPUs.</p>" + _grid_table(p.WHAT_IF_COLUMNS, p.what_if_rows(advice),
+                                                                     "what-if-table"))
+        content += _notes(advice.get("notes"))
+        content += f'<p class="hint">{_e(advice.get("model", ""))}</p>'
+        sections.append(("advice", "Checkpoint interval advice", content))
+    sections.append(("timeline", "Timeline", _figure_html(
+        plot_timeline(report, operations),
+        "Each bar is one save or load of one rank; a save's dark part blocks training, its light part is written "
+        "in the background (async saves) until the checkpoint is complete on storage. x: no end recorded.",
+        "No save or load to draw.") + _figure_html(
+        plot_operations(operations), "Each save and load on a time axis of its own start (the first "
+                                     f"{MAX_PANELS}): one band per checkpoint, one bar per rank (rank 0 on top).",
+        "")))
+    sections.append(("bandwidth", "Bandwidth", _figure_html(
+        plot_bandwidth(report), "Bytes of the checkpoint folder / the save's total time (loads: / load time); the "
+                                "line is the storage's own bandwidth measured with the same I/O shape, when measured.",
+        "No bandwidth: the checkpoint sizes are unknown (see the notes).")))
+    sections.append(("spread", "Per-rank spread", _figure_html(
+        plot_spread(report, operations), "A save's time is its slowest rank's; a wide spread points at one slow rank "
+                                         "or node. Dots: every rank, when the events are at hand.",
+        "No per-rank times.")))
+    memory = plot_memory(report)
+    if memory is not None:
+        sections.append(("memory", "Memory", _figure_html(memory, "Peak RSS during each save.", "")))
+    preflight = report.get("preflight") or report.get("comms")  # a --preflight pass, or a comms run's sweep
+    if isinstance(preflight, dict):
+        table = _grid_table(["collective", "size", "time (us)", "algbw (GB/s)", "busbw (GB/s)"],
+                            [[r["collective"], p.size(r["size"]), p.fmt(r.get("time_us"), 1),
+                              p.fmt(r.get("algbw_gbps")), p.fmt(r.get("busbw_gbps"))]
+                             for r in preflight.get("results") or []], "preflight-table")
+        name = "Comms preflight" if report.get("preflight") else "Comms"
+        sections.append(("preflight", name, _figure_html(
+            plot_preflight(preflight), "Collectives on float32 messages just before the benchmark.",
+            "No preflight results.") + table))
+    training = report.get("training")
+    if isinstance(training, dict):
+        flat = {k: v for k, v in training.items() if k != "around_saves"}
+        content = _pairs_table(_flat(flat), "training-table")
+        if training.get("around_saves"):
+            content += _grid_table(["iteration", "iteration time s (with the save)", "next iteration s"],
+                                   [[p.fmt(r.get("iteration")), p.fmt(r.get("iteration_time"), 4),
+                                     p.fmt(r.get("next_iteration_time"), 4)] for r in training["around_saves"]])
+        sections.append(("training", "Training impact", content))
+    if report.get("repeat_stats"):
+        stats = report["repeat_stats"]
+        sections.append(("repeats", "Repeats", _grid_table(
+            ["figure", "n", "median", "min", "max", "cv"],
+            [[k, *(p.fmt((v or {}).get(x)) for x in ("n", "median", "min", "max", "cv"))] for k, v in stats.items()],
+            "repeats-table")))
+    config = {key: report.get(key) for key in CONFIG_KEYS}
+    config.update(report.get("config") or {})
+    sections.append(("configuration", "Configuration", _pairs_table(_flat(config), "config-table")
+                     + "<h3>What the figures are</h3>" + _pairs_table(_flat(report.get("measurement")))
+                     + (("<h3>Storage baseline</h3>" + _pairs_table(_flat(report["storage_baseline"])))
+                        if isinstance(report.get("storage_baseline"), dict) else "")))
+    sections.append(("environment", "Environment", _pairs_table(_flat(report.get("environment")), "environment-table")
+                     if report.get("environment") else '<p class="hint">Not known (a log does not describe the '
+                                                       "machine it ran on).</p>"))
+    sections.append(("notes", "Notes", _notes(report.get("notes")) or '<p class="hint">None.</p>'))
+    return _page(f"ckpt-bench report {run.get('dir') or source or ''}", heading, meta, sections)
+
+
+def _notes(notes) -> str:
+    if not notes:
+        return ""
+    return '<ul class="notes">' + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>"
+
+
+# --- sweeps -----------------------------------------------------------------------------------------
+
+def plot_sweep_parameter(results: dict, parameter: str) -> str | None:
+    """Every metric against one swept parameter; one line per combination of the other parameters."""
+    lists = (results.get("sweep") or {}).get("sweep", {})
+    values = [str(v) for v in lists.get(parameter, [])]
+    others = [k for k in lists if k != parameter]
+    jobs = [j for j in results.get("jobs") or [] if j.get("report")]
+    if not jobs:
+        return None
+    series: dict[str, list[dict]] = defaultdict(list)
+    for job in jobs:
+        name = (str(job["params"].get(others[0])) if len(others) == 1
+                else ", ".join(f"{k}={job['params'].get(k)}" for k in others) or "all")
+        series[name].append(job)
+    figure = _figure(11, 6.2, left=0.6, right=0.2, top=0.35, bottom=0.55, wspace=0.55, hspace=0.85, columns=3,
+                     rows=2)
+    axes_list = figure.subplots(2, 3).flatten()
+    for axes, metric in zip(axes_list, HEADLINE, strict=False):
+        for index, (name, members) in enumerate(series.items()):
+            points = sorted(((values.index(str(j["params"].get(parameter))), j["report"].get(metric.key))
+                             for j in members if p.number(j["report"].get(metric.key)) is not None
+                             and str(j["params"].get(parameter)) in values), key=lambda xy: xy[0])
+            if points:
+                axes.plot([x for x, _ in points], [y for _, y in points], marker="o", markersize=4,
+                          color=PALETTE[index % len(PALETTE)], label=name)
+        axes.set_xticks(range(len(values)), values)
+        axes.set_xlim(-0.4, len(values) - 0.6)
+        axes.set_ylim(bottom=0)
+        _style(axes, metric.label, parameter, "")
+    legend_axes = axes_list[-1]
+    legend_axes.axis("off")
+    handles, labels = axes_list[0].get_legend_handles_labels()
+    for axes in axes_list[1:-1]:  # a series without a point in the first metric still gets its entry
+        for handle, label in zip(*axes.get_legend_handles_labels(), strict=True):
+            if label not in labels:
+                handles.append(handle)
+                labels.append(label)
+    if handles and len(handles) <= 16:
+        legend_axes.legend(handles, labels, loc="center left", frameon=False, fontsize=9,
+                           title=", ".join(others) if others else None, title_fontsize=9)
+    return _svg(figure)
+
+
+def render_sweep(results: dict) -> str:
+    """`sweep_report.html` of a sweep's run_results.json."""
+    lists = (results.get("sweep") or {}).get("sweep", {})
+    root = Path(results.get("dir") or ".")
+    sections = []
+    for parameter in lists:
+        sections.append((f"by-{_slug(parameter)}", f"Metrics by {parameter}", _figure_html(
+            plot_sweep_parameter(results, parameter), f"Each metric against {parameter}; one line per combination "
+                                                      "of the other swept parameters.", "No job has a report yet.")))
+    columns = [*p.sweep_columns(results), "report"]
+    rows = []
+    for job, row in zip(results.get("jobs") or [], p.sweep_rows(results), strict=True):
+        link = ""
+        run_dir = job.get("run_dir") or ((job.get("report") or {}).get("run") or {}).get("dir")
+        if run_dir and (Path(run_dir) / REPORT_HTML).is_file():
+            target = os.path.relpath(Path(run_dir) / REPORT_HTML, root)
+            link = f'<a href="{_e(target)}">report.html</a>'
+        rows.append([*(_e(cell) for cell in row), link])
+    errors = [f"job {job['index']}: {job['error']}" for job in results.get("jobs") or [] if job.get("error")]
+    sections.append(("jobs", "Jobs", _grid_table(columns, rows, "jobs-table", raw=True) + _notes(errors)))
+    sections.append(("sweep", "Sweep", _pairs_table(_flat({k: v for k, v in (results.get("sweep") or {}).items()}),
+                                                    "sweep-table")))
+    sections.append(("environment", "Environment", _pairs_table(_flat(results.get("environment")),
+                                                                "environment-table")))
+    counts = ", ".join(f"{n} {status}" for status, n in (results.get("summary") or {}).items())
+    meta = f"{_e(results.get('dir') or '')} · {_e(counts)} · updated {_e(results.get('updated') or '')}"
+    return _page(f"ckpt-bench sweep {results.get('name')}", f"Sweep {results.get('name')}", meta, sections)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()
+
+
+# --- writing ----------------------------------------------------------------------------------------
+
+
+def enabled() -> bool:
+    return os.environ.get(HTML_ENV, "1") != "0"
+
+
+def write_run_html(run_dir: str | os.PathLike, report: dict) -> Path | None:
+    """`<run dir>/report.html`; a failure to draw is one line on stderr, never the run's failure."""
+    if not enabled():
+        return None
+    path = Path(run_dir) / REPORT_HTML
+    return _write(path, lambda: render_report(report, run_timeline(run_dir)))
+
+
+def write_sweep_html(root: str | os.PathLike, results: dict) -> Path | None:
+    """`<sweep dir>/sweep_report.html`, rewritten after every job."""
+    if not enabled():
+        return None
+    return _write(Path(root) / SWEEP_HTML, lambda: render_sweep(results))
+
+
+def _write(path: Path, render) -> Path | None:
+    try:
+        path.write_text(render(), encoding="utf-8")
+        return path
+    except Exception as error:  # the report.json is what counts: say it, go on
+        print(f"could not write {path}: {type(error).__name__}: {' '.join(str(error).split())[:300]}",
+              file=sys.stderr, flush=True)
+        return None
+
+
+def load_results(path: str | os.PathLike) -> dict:
+    """A sweep directory's results (ckpt_bench.core.rundir.sweep_results_file)."""
+    results = sweep_results_file(path)
+    if results is None:
+        raise FileNotFoundError(f"no {' or '.join(SWEEP_RESULTS_FILES)} in {path}")
+    return json.loads(results.read_text())

@@ -1,0 +1,138 @@
+"""The terminal summary (`--format table`, the default on a terminal): rich tables of one report, of a
+sweep and of a comparison. The rows come from `ckpt_bench.present.rows`; this only lays them out."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from typing import TextIO
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from ckpt_bench.present import rows as p
+
+WIDTH = 120  # when stdout is not a terminal (--format table into a pipe or a file)
+
+
+def console(file: TextIO | None = None) -> Console:
+    file = file or sys.stdout
+    terminal = hasattr(file, "isatty") and file.isatty()
+    width = None if terminal else max(WIDTH, shutil.get_terminal_size((WIDTH, 40)).columns)
+    return Console(file=file, width=width, highlight=False, soft_wrap=False)
+
+
+def _titled(title: str, table: Table) -> Group:
+    """A table under its title (a title of its own line: a table's title wraps at the table's width)."""
+    return Group(Text(title, style="bold"), table)
+
+
+def _pairs(title: str, rows: list[tuple[str, str]]) -> Group:
+    table = Table(show_header=False, box=box.SIMPLE, pad_edge=False)
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(overflow="fold")
+    for label, value in rows:
+        table.add_row(label, value)
+    return _titled(title, table)
+
+
+def _grid(title: str, columns: list[str], rows: list[list[str]], first_left: bool = True) -> Group:
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for index, column in enumerate(columns):
+        table.add_column(column, justify="left" if first_left and index == 0 else "right", overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    return _titled(title, table)
+
+
+def report_renderables(report: dict) -> list[RenderableType]:
+    """One report: its saves and load, the headline, the advice when asked, where its files are."""
+    parts: list[RenderableType] = []
+    if "saves" not in report:  # a comms run, or a follower node of a multi-node run: no checkpoint
+        return _without_checkpoints(report)
+    columns = p.save_columns(report)
+    rows = p.save_rows(report)
+    loads = p.load_rows(report)
+    if rows or loads:
+        width = len(columns)
+        parts.append(_grid("Saves and load (seconds; slowest rank: the longest total time)",
+                           columns, rows + [row + [p.NONE] * (width - len(row)) for row in loads]))
+    parts.append(_pairs("Summary", p.headline_rows(report)))
+    advice = report.get("advice")
+    if isinstance(advice, dict):
+        parts += advice_renderables(advice)
+    notes = report.get("notes") or []
+    if notes:
+        parts.append(Text("notes:\n" + "\n".join(f"  - {note}" for note in notes)))
+    return parts
+
+
+def _without_checkpoints(report: dict) -> list[RenderableType]:
+    run = report.get("run") or {}
+    status = f"{run.get('status')} ({run.get('backend') or p.NONE})"
+    parts: list[RenderableType] = [_pairs("Summary", [("status", status)])]
+    comms = report.get("comms")
+    if isinstance(comms, dict):
+        parts.append(_grid(f"Collectives ({comms.get('dist_backend')}, {comms.get('world_size')} ranks; time: mean per "
+                           "op on the slowest rank; GB/s = 1e9 bytes/s)",
+                           ["collective", "size", "time (us)", "algbw (GB/s)", "busbw (GB/s)"],
+                           [[r["collective"], p.size(r["size"]), p.fmt(r.get("time_us"), 1), p.fmt(r.get("algbw_gbps")),
+                             p.fmt(r.get("busbw_gbps"))] for r in comms.get("results") or []]))
+    if report.get("notes"):
+        parts.append(Text("notes:\n" + "\n".join(f"  - {note}" for note in report["notes"])))
+    return parts
+
+
+def advice_renderables(advice: dict) -> list[RenderableType]:
+    parts: list[RenderableType] = [_pairs("Checkpoint interval advice", p.advice_rows(advice))]
+    if advice.get("what_if"):
+        parts.append(_grid("What if the job were larger (same C and R; job MTBF = GPU MTTF / GPUs)",
+                           p.WHAT_IF_COLUMNS, p.what_if_rows(advice)))
+    if advice.get("notes"):
+        parts.append(Text("\n".join(f"  - {note}" for note in advice["notes"])))
+    return parts
+
+
+def _print_paths(out: Console, rows: list[tuple[str, str]]) -> None:
+    """Where the files are, one per line, never wrapped (a path is copied from here)."""
+    out.print()
+    for label, path in rows:
+        out.print(f"{label}: {path}", soft_wrap=True, markup=False)
+
+
+def print_report(report: dict, file: TextIO | None = None) -> None:
+    out = console(file)
+    out.print(Group(*report_renderables(report)))
+    _print_paths(out, p.where_rows(report))
+
+
+def print_sweep(summary: dict, results: dict, file: TextIO | None = None) -> None:
+    """A sweep: one row per job, then where its files are."""
+    where = [(label, summary[key]) for label, key in (("sweep directory", "dir"), ("results", "results"),
+                                                       ("csv", "csv"), ("sweep_report.html", "report_html"))
+             if summary.get(key)]
+    counts = ", ".join(f"{n} {status}" for status, n in (summary.get("summary") or {}).items())
+    out = console(file)
+    out.print(_grid(f"Sweep {summary.get('sweep')}: {counts}", p.sweep_columns(results), p.sweep_rows(results)))
+    _print_paths(out, where)
+
+
+def print_comparison(comparison: dict, file: TextIO | None = None) -> None:
+    """`ckpt_report.py --compare`: every headline metric side by side, with its ratio to the first."""
+    sources = comparison["sources"]
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("metric", no_wrap=True)
+    for index in range(1, len(sources) + 1):
+        table.add_column(str(index), justify="right", no_wrap=True)
+    for metric in comparison["metrics"]:
+        row = [metric]
+        for index, source in enumerate(sources):
+            value = p.fmt(source["metrics"].get(metric), 2 if "bandwidth" in metric else 3)
+            ratio = source["ratio_to_first"].get(metric)
+            row.append(value if index == 0 or ratio is None else f"{value}\nx{ratio:.2f}")
+        table.add_row(*row)
+    out = console(file)
+    out.print(_titled("Comparison (under each value: its ratio to source 1's)", table))
+    _print_paths(out, [(f"{index}: {source['label']}", source["path"]) for index, source in enumerate(sources, 1)])

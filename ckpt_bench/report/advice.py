@@ -1,0 +1,291 @@
+"""Checkpoint interval advice and goodput, from the measured costs.
+
+Given how often the job fails (its mean time between failures M) and what the benchmark measured --
+the checkpoint cost C (what a save costs training) and the restart cost R (the load plus relaunch and
+initialisation) -- how often should the job checkpoint, and how much of its time goes to useful work?
+
+    Young (1974):  tau = sqrt(2 C M)
+    Daly (2006):   tau = sqrt(2 C M) (1 + sqrt(C / 2M) / 3 + (C / 2M) / 9) - C     for C < 2M, else M
+    goodput(tau) = tau / (M e^(R/M) (e^((tau + C)/M) - 1))
+
+tau is the compute time between two checkpoints. goodput is Daly's expected-time model: failures are a
+Poisson process (exponential times between failures, rate 1/M) that can strike during work, during a
+save and during a restart; each failure loses the work since the last checkpoint, then costs R. With
+M -> infinity goodput -> tau / (tau + C); with C -> 0 it tends to e^(-R/M).
+
+Limits (also in the README): failures are not exponential in practice (infant mortality, correlated
+failures); C and R are taken as constant, measured at this scale (the what-if table keeps them for
+larger jobs: weak scaling, storage bandwidth growing with the job); an async save's checkpoint only
+counts once written, which this model does not charge (the work lost on a failure grows by up to the
+save's total time); the iteration time comes from the benchmark's own training loop when measured.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ckpt_bench.core.errors import ConfigError
+from ckpt_bench.core.options import Flag, Options
+
+HOUR_S = 3600.0
+# Relaunch and initialisation before the load starts: the scheduler's requeue, process and container
+# start-up, imports, process-group and NCCL set-up, the data loader. Five minutes is a typical order
+# of magnitude for a large job; measure yours and give --restart-overhead.
+DEFAULT_RESTART_OVERHEAD_S = 300.0
+# Job sizes of the what-if table (with --gpu-mttf-hours), beside the one given.
+WHAT_IF_GPUS = (1024, 8192, 32768)
+
+
+@dataclass
+class AdviceOptions(Options):
+    """How often the job fails, and what a restart costs beyond the load: the checkpoint interval advice."""
+
+    section: ClassVar[str] = "Checkpoint interval advice (Young / Daly) and goodput"
+
+    mtbf_hours: float | None = Flag(
+        ("--mtbf-hours",), "Mean time between failures of the whole job, in hours: adds `advice` (checkpoint "
+        "interval, goodput) to the report.", type=float, metavar="H").field()
+    gpu_mttf_hours: float | None = Flag(
+        ("--gpu-mttf-hours",), "Mean time to failure of one GPU, in hours: job MTBF = H / --gpus (default: the "
+        "run's world size); adds a what-if table for larger jobs.", type=float, metavar="H").field()
+    gpus: int | None = Flag(("--gpus",), "GPUs of the job whose MTBF --gpu-mttf-hours gives.", type=int, min=1,
+                            metavar="N").field()
+    restart_overhead: float | None = Flag(
+        ("--restart-overhead",), f"Seconds a restart costs beyond the load (relaunch, initialisation; default "
+        f"{DEFAULT_RESTART_OVERHEAD_S:g}).", type=float, metavar="S").field()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("mtbf_hours", "gpu_mttf_hours"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ConfigError(f"--{name.replace('_', '-')} {value:g}: must be a positive number of hours")
+        if self.mtbf_hours is not None and self.gpu_mttf_hours is not None:
+            raise ConfigError("--mtbf-hours and --gpu-mttf-hours both give the job's MTBF: give one of them")
+        if self.gpus is not None and self.gpu_mttf_hours is None:
+            raise ConfigError("--gpus N needs --gpu-mttf-hours H (job MTBF = H / N)")
+        if self.gpus is not None and self.gpus < 1:
+            raise ConfigError(f"--gpus {self.gpus}: must be at least 1")
+        if self.restart_overhead is not None:
+            if not (math.isfinite(self.restart_overhead) and self.restart_overhead >= 0):
+                raise ConfigError(f"--restart-overhead {self.restart_overhead:g}: must be a number of seconds >= 0")
+            if not self.asked:
+                raise ConfigError("--restart-overhead S needs --mtbf-hours or --gpu-mttf-hours")
+
+    @property
+    def asked(self) -> bool:
+        return self.mtbf_hours is not None or self.gpu_mttf_hours is not None
+
+    @property
+    def restart_overhead_s(self) -> float:
+        return DEFAULT_RESTART_OVERHEAD_S if self.restart_overhead is None else self.restart_overhead
+
+
+# --- the formulas ---------------------------------------------------------------------------------
+
+
+def young_interval(cost: float, mtbf: float) -> float:
+    """Young's first-order optimum: sqrt(2 C M) seconds of work between checkpoints."""
+    return math.sqrt(2 * cost * mtbf)
+
+
+def daly_interval(cost: float, mtbf: float) -> float:
+    """Daly's higher-order optimum (2006): sqrt(2CM)(1 + sqrt(C/2M)/3 + (C/2M)/9) - C for C < 2M, else M."""
+    if cost >= 2 * mtbf:
+        return mtbf
+    ratio = cost / (2 * mtbf)
+    return max(0.0, math.sqrt(2 * cost * mtbf) * (1 + math.sqrt(ratio) / 3 + ratio / 9) - cost)
+
+
+def goodput(interval: float, cost: float, restart: float, mtbf: float) -> float:
+    """The fraction of wall-clock time that is useful work, checkpointing every `interval` seconds of
+    work (Daly's expected-time model: exponential failures, also during saves and restarts)."""
+    if interval <= 0:
+        return math.exp(-restart / mtbf)  # the limit of checkpointing continuously
+    return interval / (mtbf * math.exp(restart / mtbf) * math.expm1((interval + cost) / mtbf))
+
+
+def job_mtbf(gpu_mttf_s: float, gpus: int) -> float:
+    """A job fails when any of its GPUs does: independent exponential failures add their rates."""
+    return gpu_mttf_s / gpus
+
+
+# --- the advice of a report -----------------------------------------------------------------------
+
+
+def _median(values) -> float | None:
+    values = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return statistics.median(values) if values else None
+
+
+def checkpoint_cost(report: dict) -> tuple[float | None, str, list[str]]:
+    """(C in seconds, where it came from, notes). Sync saves: the save's total time. Async saves: the
+    training-visible cost when measured, else the block time. The first save of a process pays one-off
+    costs, so the median excludes it when there are later saves."""
+    notes: list[str] = []
+    saves = [s for s in report.get("saves") or [] if s.get("complete")]
+    later = saves[1:] if len(saves) > 1 else saves
+    which = "median over the saves after the first" if len(saves) > 1 else "the one complete save"
+    if not saves:
+        return None, "no complete save", ["no complete save: there is no checkpoint cost to advise from"]
+    if report.get("async_save") is not True:
+        return _median(s.get("total_time") for s in later), f"save total time ({which}; synchronous saves)", notes
+    per_save = _median(s.get("save_impact_time") for s in later)
+    training = report.get("training") if isinstance(report.get("training"), dict) else {}
+    impact, count = training.get("save_impact_time"), training.get("saves")
+    source = None
+    if per_save is not None:
+        source = f"saves[].save_impact_time ({which}): the training-visible cost of each async save"
+    elif isinstance(impact, (int, float)) and isinstance(count, int) and count > 0:
+        per_save = impact / count
+        source = ("training.save_impact_time / training.saves: the training-visible cost of the async saves, "
+                  "measured with and without saves")
+    if per_save is not None and per_save > 0:
+        return per_save, source, notes
+    if per_save is not None:
+        notes.append(f"the measured training-visible cost of a save is {per_save:.3g} s (within noise): the "
+                     "block time is used instead")
+    block = _median(s.get("block_time") for s in later)
+    return block, (f"save block time ({which}; async saves): the training-visible cost was not measured "
+                   "(--training-impact, Lightning --steps-per-save), so the background write's interference "
+                   "with training is not counted"), notes
+
+
+def iteration_time(report: dict) -> tuple[float | None, str | None]:
+    """(seconds per training iteration, where from), from the `training` section when measured."""
+    training = report.get("training") if isinstance(report.get("training"), dict) else {}
+    median = training.get("iteration_time_without_saves_median")
+    if isinstance(median, (int, float)) and median > 0:
+        return float(median), "training.iteration_time_without_saves_median"
+    fit, steps = training.get("fit_time_without_saves"), training.get("train_steps")
+    if isinstance(fit, (int, float)) and isinstance(steps, int) and steps > 0 and fit > 0:
+        return fit / steps, "training.fit_time_without_saves / training.train_steps"
+    return None, None
+
+
+def configured_interval(report: dict) -> int | None:
+    """The run's own save interval in iterations (Megatron's save_interval, Lightning's steps_per_save)."""
+    training = report.get("training") if isinstance(report.get("training"), dict) else {}
+    for value in (report.get("save_interval"), training.get("steps_per_save")):
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def _iterations(seconds: float | None, per_iteration: float | None) -> int | None:
+    if seconds is None or per_iteration is None:
+        return None
+    return max(1, round(seconds / per_iteration))
+
+
+def advise(report: dict, options: AdviceOptions) -> dict:
+    """The report's `advice` section. Raises ConfigError when the MTBF cannot be worked out."""
+    notes: list[str] = []
+    if options.mtbf_hours is not None:
+        mtbf, mtbf_from = options.mtbf_hours * HOUR_S, f"--mtbf-hours {options.mtbf_hours:g}"
+        gpus = None
+    else:
+        gpus = options.gpus or report.get("world_size")
+        if not isinstance(gpus, int) or gpus < 1:
+            raise ConfigError("--gpu-mttf-hours: the report does not give the world size; give --gpus N")
+        by = "--gpus" if options.gpus else "the run's world size"
+        mtbf = job_mtbf(options.gpu_mttf_hours * HOUR_S, gpus)
+        mtbf_from = f"--gpu-mttf-hours {options.gpu_mttf_hours:g} / {gpus} GPUs ({by})"
+
+    cost, cost_from, cost_notes = checkpoint_cost(report)
+    notes += cost_notes
+    load = report.get("load_time")
+    overhead = options.restart_overhead_s
+    restart = (load if isinstance(load, (int, float)) else 0.0) + overhead
+    restart_from = (f"load time {load:g} s + restart overhead {overhead:g} s" if isinstance(load, (int, float))
+                    else f"restart overhead {overhead:g} s (no load was measured)")
+    per_iteration, iteration_from = iteration_time(report)
+    configured = configured_interval(report)
+
+    advice = {
+        "checkpoint_cost_s": _round(cost, 4),
+        "checkpoint_cost_from": cost_from,
+        "restart_cost_s": _round(restart),
+        "restart_cost_from": restart_from,
+        "restart_overhead_s": overhead,
+        "mtbf_s": _round(mtbf, 1),
+        "mtbf_from": mtbf_from,
+        "young_interval_s": None,
+        "daly_interval_s": None,
+        "goodput_at_optimum": None,
+        "iteration_time_s": _round(per_iteration, 4),
+        "iteration_time_from": iteration_from,
+        "young_interval_iterations": None,
+        "daly_interval_iterations": None,
+        "configured_interval_iterations": configured,
+        "configured_interval_s": None,
+        "goodput_at_configured": None,
+        "model": "Young: sqrt(2CM); Daly 2006: sqrt(2CM)(1 + sqrt(C/2M)/3 + C/18M) - C (M if C >= 2M); "
+                 "goodput(tau) = tau / (M e^(R/M) (e^((tau+C)/M) - 1)), exponential failures",
+    }
+    if cost is not None:
+        young, daly = young_interval(cost, mtbf), daly_interval(cost, mtbf)
+        advice.update(
+            young_interval_s=_round(young), daly_interval_s=_round(daly),
+            goodput_at_optimum=_round(goodput(daly, cost, restart, mtbf), 4),
+            young_interval_iterations=_iterations(young, per_iteration),
+            daly_interval_iterations=_iterations(daly, per_iteration),
+        )
+        if configured is not None and per_iteration is not None:
+            configured_s = configured * per_iteration
+            advice.update(configured_interval_s=_round(configured_s),
+                          goodput_at_configured=_round(goodput(configured_s, cost, restart, mtbf), 4))
+        total = _median(s.get("total_time") for s in (report.get("saves") or []) if s.get("complete"))
+        if report.get("async_save") is True and total is not None and daly < total:
+            notes.append(f"the optimum ({daly:.3g} s) is shorter than an async save's total time ({total:.3g} s): "
+                         "saves would overlap; checkpoint no more often than every save's total time")
+        if cost >= 2 * mtbf:
+            notes.append("the checkpoint costs more than twice the MTBF: Daly's interval is the MTBF itself, and "
+                         "the job makes little progress")
+        if per_iteration is None:
+            notes.append("no iteration time was measured (Megatron --training-impact, Lightning --steps-per-save): "
+                         "the intervals are in seconds only")
+    if options.gpu_mttf_hours is not None:
+        advice["what_if"] = what_if(options.gpu_mttf_hours * HOUR_S, cost, restart,
+                                    sorted({*WHAT_IF_GPUS, gpus}), per_iteration)
+    advice["notes"] = notes
+    return advice
+
+
+def what_if(gpu_mttf_s: float, cost: float | None, restart: float, gpu_counts, per_iteration: float | None,
+            ) -> list[dict]:
+    """The optimum and its goodput for jobs of other sizes, with this run's C and R (weak scaling)."""
+    rows = []
+    for gpus in gpu_counts:
+        mtbf = job_mtbf(gpu_mttf_s, gpus)
+        row = {"gpus": gpus, "mtbf_s": _round(mtbf, 1), "young_interval_s": None, "daly_interval_s": None,
+               "daly_interval_iterations": None, "goodput_at_optimum": None}
+        if cost is not None:
+            daly = daly_interval(cost, mtbf)
+            row.update(young_interval_s=_round(young_interval(cost, mtbf)), daly_interval_s=_round(daly),
+                       daly_interval_iterations=_iterations(daly, per_iteration),
+                       goodput_at_optimum=_round(goodput(daly, cost, restart, mtbf), 4))
+        rows.append(row)
+    return rows
+
+
+def add_advice(report: dict, options: AdviceOptions | None, strict: bool = True) -> dict:
+    """`report` with its `advice` section when the options ask for it (in place; returned too). A report
+    without checkpoints (the comms sweep) gets none. Not `strict` (after a run: the report must still be
+    written), a MTBF that cannot be worked out becomes `advice.error`."""
+    if options is None or not options.asked or "saves" not in report:
+        return report
+    try:
+        report["advice"] = advise(report, options)
+    except ConfigError as error:
+        if strict:
+            raise
+        report["advice"] = {"error": str(error)}
+    return report

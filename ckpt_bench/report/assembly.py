@@ -1,0 +1,218 @@
+"""Report assembly: the report dict of one of our runs or of logs, and the JSON written of it.
+
+`ckpt_bench.report.engine` turns checkpoint events into numbers; this puts a whole report together around them:
+what a run directory recorded beside its events (passes, verification, what a worker measured), or
+what logs say beside theirs (their configuration, and where each key came from), sizes measured
+from a checkpoint folder, and the notes saying what is missing and why.
+
+Values come from the source only. Whatever the report's configuration keys cannot be filled from is
+left null and named in the notes; bandwidth needs folder sizes, so for logs it is left out unless
+`ckpt_dir` points at the checkpoints to measure.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from ckpt_bench.core.checkpoint_dir import iter_dir_name, iteration_folder_sizes
+from ckpt_bench.core.errors import ReportError
+from ckpt_bench.core.events import CheckpointEvent, event_files, read_event_files
+from ckpt_bench.core.rundir import MEASUREMENTS_FILE, RUN_FILE, RunDir
+from ckpt_bench.report.engine import CONFIG_KEYS, Operation, ReportBuilder, fractions_of_peak
+from ckpt_bench.report.parsers.session import DUMP, LogSession
+from ckpt_bench.report.parsers.sources import NoEvents, RunSource, cannot_read, resolve
+from ckpt_bench.worker import integrity
+
+
+def run_report(run_dir: str | os.PathLike, ckpt_dir: str | os.PathLike | None = None) -> dict:
+    """The report of one of our runs, from its run directory alone (or with `ckpt_dir` re-measured)."""
+    run = RunDir(run_dir)
+    try:
+        facts = run.read_run()
+    except (OSError, ValueError) as error:
+        raise ReportError(f"cannot read {run.path / RUN_FILE}: {error}") from error
+    if ckpt_dir is not None:
+        folder_sizes = _measure(ckpt_dir)
+    else:
+        folder_sizes = {int(k): v for k, v in (facts.get("folder_sizes") or {}).items()} or None
+    passes = facts.get("passes", [])
+    failed = [p for p in passes if not p["ok"]]
+
+    def run_section(status: str) -> dict:
+        section = {"dir": str(run.path), "backend": facts.get("backend"), "status": status, "passes": passes}
+        if facts.get("interrupted"):  # Ctrl-C or SIGTERM (ckpt_bench.launcher.interrupts): that is the status
+            section.update(status="interrupted", interrupted=facts["interrupted"])
+        return section
+
+    if facts.get("checkpoints") is False:
+        # A backend without checkpoints (the comms sweep): its report is what its passes measured.
+        return {
+            "comms": run.comms_results("comms"),
+            "config": facts.get("run_info"),
+            "environment": facts.get("environment"),
+            "notes": facts.get("notes") or [],
+            "run": run_section("failed" if failed else "ok"),
+        }
+    load_ran = any(p["name"] == "load" for p in passes)
+    verdicts = run.load_verdicts()
+    verifies = facts.get("verifies", True)  # a framework's load pass checks nothing for us
+    verification = integrity.combine(verdicts) if (verdicts or (load_ran and verifies)) else None
+    builder = ReportBuilder().add_all(_recorded_events(run))
+    report = builder.build(
+        run_info=facts.get("run_info"),
+        folder_sizes=folder_sizes,
+        verification=verification,
+        environment=facts.get("environment"),
+        load_cache=facts.get("load_cache"),
+        notes=facts.get("notes"),
+    )
+    if any(p["name"] == "preflight" for p in passes):
+        report["preflight"] = run.comms_results("preflight")  # the fabric, measured just before
+    measurements = run.path / MEASUREMENTS_FILE
+    if measurements.is_file():  # what a worker measured beyond checkpoints (Lightning: training-time impact)
+        report.update(json.loads(measurements.read_text()))
+    if "storage_baseline" in facts:  # --storage-baseline: the storage's own peak, and how close we came
+        report["storage_baseline"] = facts["storage_baseline"]
+        report.update(fractions_of_peak(report, facts["storage_baseline"]))
+    if facts.get("not_cleaned_up"):  # checkpoints the run created and could not remove (the storage failed)
+        report["not_cleaned_up"] = facts["not_cleaned_up"]
+    _name_failure_causes(report, failed)
+    report["measurement"] = _measurement_labels(report, facts)
+    verified = report["verified"] is not False
+    report["run"] = run_section("ok" if not failed and verified else ("failed" if failed else "verification-failed"))
+    return report
+
+
+def _measurement_labels(report: dict, facts: dict) -> dict:
+    """What each figure is, in words: fsync, cache, baseline. A reader should not have to guess."""
+    fsync = (facts.get("run_info") or {}).get("fsync")
+    baseline = report.get("storage_baseline")
+    return {
+        "fsync": fsync,
+        "fsync_means": {True: "every file was fsynced before a save counted as complete",
+                        False: "files were not fsynced: a save is complete once written to the page cache",
+                        None: "not applicable (object storage: an upload is durable once acknowledged)"}[fsync],
+        "load_cache": facts.get("load_cache"),
+        "load_cache_means": "cold: the checkpoint was evicted from the page cache (fsync + posix_fadvise "
+                            "DONTNEED) before each load" if facts.get("load_cache") == "cold" else
+                            "warm: loads may have read from the page cache",
+        "storage_baseline": (f"measured with {baseline.get('tool')} after the benchmark, same I/O shape "
+                             f"(median of {len(baseline.get('rounds') or [None])} round(s)): {baseline.get('method')}"
+                             if isinstance(baseline, dict) else "asked for but not measured: see the notes"
+                             if "storage_baseline" in report else "not measured (add --storage-baseline)"),
+        "time": "per rank from its own monotonic clock; a save's times are its slowest rank's",
+        "memory": "peak_rss_bytes: each rank's peak resident memory from the operation's start to its end (the "
+                  "kernel's VmHWM, reset at the start; not a writer in another process), the highest rank's "
+                  "shown; peak_device_bytes: "
+                  "the CUDA allocator's peak over the same span",
+    }
+
+
+def _name_failure_causes(report: dict, failed_passes: list[dict]) -> None:
+    """A failed pass's storage cause (a full disk, a dead endpoint: ckpt_bench.launcher.lifecycle) leads the
+    error of the save or load it left incomplete: the rank's own error is often a symptom (torch's zip
+    writer says `unexpected pos` on a full disk)."""
+    for failed_pass in failed_passes:
+        cause = failed_pass.get("cause")
+        operations = report["saves"] if failed_pass["name"] == "save" else [report.get("load") or {}]
+        for operation in operations:
+            if cause and operation and not operation.get("complete", True):
+                error = operation.get("error")
+                operation["error"] = f"{cause} ({error})" if error and cause not in error else (error or cause)
+
+
+def _recorded_events(run: RunDir) -> Iterator[CheckpointEvent]:
+    try:
+        yield from read_event_files(event_files(run.events_dir))
+    except (ValueError, KeyError, TypeError) as error:  # not JSON, or not an event's fields
+        raise ReportError(f"cannot read the events in {run.events_dir}: {error!r}") from error
+
+
+def log_report(paths: list[str | Path], ckpt_dir: str | Path | None = None) -> dict:
+    """The report of the logs (or of the one run directory) at `paths`; raises `ReportError`."""
+    return log_report_and_operations(paths, ckpt_dir)[0]
+
+
+def log_report_and_operations(paths: list[str | Path], ckpt_dir: str | Path | None = None,
+                              ) -> tuple[dict, list[Operation] | None]:
+    """`log_report`, and the paired operations it was built from (for report.html's timeline: the logs
+    are read once); None for a run directory, whose events are on disk."""
+    if not paths:
+        raise ReportError("give a log file, a log folder or a run directory")
+    if ckpt_dir is not None and not Path(ckpt_dir).is_dir():
+        raise ReportError(f"--ckpt-dir {ckpt_dir} is not a folder")
+    sources = [resolve(p) for p in paths]
+    if any(isinstance(s, RunSource) for s in sources):
+        if len(sources) > 1:
+            raise ReportError("a run directory is reported on its own: give it as the only PATH")
+        return run_report(sources[0].path, ckpt_dir=ckpt_dir), None
+
+    session = LogSession()
+    builder = ReportBuilder().add_all(session.events(sources))
+    if not builder.has_events:
+        unread = f" ({session.skipped} unreadable lines skipped)" if session.skipped else ""
+        raise NoEvents(f"no checkpoint save or load found in {', '.join(str(p) for p in paths)}{unread}")
+    notes = session.notes + _config_notes(session)
+    folder_sizes = None
+    if ckpt_dir is not None:
+        folder_sizes = _measure(ckpt_dir)
+        notes.append(f"sizes and bandwidth from the iter_* folders in {ckpt_dir}")
+    notes.append("environment is null: a log does not describe the machine it ran on")
+    report = builder.build(run_info=session.run_info, folder_sizes=folder_sizes, notes=notes)
+    if folder_sizes is not None:
+        for save in report["saves"]:
+            if save["complete"] and save["iteration"] not in folder_sizes:
+                report["notes"].append(
+                    f"no {iter_dir_name(save['iteration'])} folder in {ckpt_dir}: "
+                    "that save's size and bandwidth are left out"
+                )
+    return report, builder.operations()
+
+
+def _measure(ckpt_dir: str | os.PathLike) -> dict[int, int]:
+    try:
+        return iteration_folder_sizes(ckpt_dir)
+    except OSError as error:
+        raise cannot_read(Path(ckpt_dir), error) from error
+
+
+def _config_notes(session: LogSession) -> list[str]:
+    """Where the configuration keys came from, when not from one arguments dump, and which are missing."""
+    notes = []
+    if session.dumps == 0:
+        notes.append("the log holds no arguments dump")
+    elif session.dumps > 1:
+        notes.append(f"{session.dumps} arguments dumps (restarts): the configuration is the last one's")
+    for key in sorted(k for k, where in session.provenance.items() if where != DUMP):
+        notes.append(f"{key} comes from {session.provenance[key]}, not from an arguments dump")
+    missing = [key for key in CONFIG_KEYS if key not in session.run_info]
+    if missing:
+        notes.append(f"not in the log, left null: {', '.join(missing)}")
+    return notes
+
+
+def to_json(data) -> str:
+    """Strict JSON of `data`: JSON has no NaN or Infinity (Python writes them, most readers then fail),
+    so a non-finite float is written as null, and a report (a dict with `notes`) says where."""
+    replaced: list[str] = []
+    finite = _finite(data, "", replaced)
+    if replaced and isinstance(finite, dict) and "notes" in finite:
+        finite["notes"] = [*(finite["notes"] or []),
+                           f"not a finite number, written as null: {', '.join(replaced)}"]
+    return json.dumps(finite, indent=2, allow_nan=False)
+
+
+def _finite(value, where: str, replaced: list[str]):
+    """A copy of `value` with non-finite floats replaced by None; `replaced` gets their places."""
+    if isinstance(value, float) and not math.isfinite(value):
+        replaced.append(where or "the value")
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v, f"{where}.{k}" if where else str(k), replaced) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v, f"{where}[{i}]", replaced) for i, v in enumerate(value)]
+    return value

@@ -1,0 +1,512 @@
+"""The report engine: checkpoint events in, the benchmark report out.
+
+Every backend and every log parser ends here, so each number has one definition:
+
+* A rank's *block time* is from its SAVE_START to its SAVE_BLOCK_END, its *total time* from
+  SAVE_START to SAVE_END (or the duration a source timer measured for that phase). A save's times
+  are the slowest rank's: training waits for the slowest rank, and a checkpoint is usable only when
+  the last rank has written. Per-rank durations are taken on each rank's own clock, so ranks on
+  different hosts never compare clocks.
+* Events pair by rank and iteration, never by position: a save that starts and never ends (a run
+  killed mid-save) is reported incomplete and is never matched with a later save's end.
+* A save that starts while an earlier async save of the same rank has not finished overlaps it:
+  both are marked, and the report is not `accurate`.
+* An end earlier than its start (a log's lines out of order, a clock stepped back) makes no
+  negative time: that operation is not complete, its times are left out, and its `error` says why.
+* Bandwidth is bytes / total time in MiB/s. Bytes come from the checkpoint folder on disk when the
+  caller measured it, else from the bytes the ranks reported; never from a parameter count.
+* Top-level keys follow the Primus checkpoint tool's report (last complete save), with real types.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+
+from ckpt_bench.core.events import OVERLAPS_PREVIOUS, RESOLUTION_S, CheckpointEvent, EventKind, TimeSource
+from ckpt_bench.core.units import MIB
+
+# Configuration keys of the Primus checkpoint tool's report, in its order. They come from the run's
+# resolved config (our launcher) or from a log's arguments dump (ckpt_report.py).
+CONFIG_KEYS = (
+    "world_size",
+    "data_parallel_size",
+    "ckpt_format",
+    "ckpt_fully_parallel_save",
+    "ckpt_fully_parallel_load",
+    "async_save",
+    "save",
+    "save_interval",
+    "optimizer",
+    "use_distributed_optimizer",
+    "params_dtype",
+    "main_params_dtype",
+    "exp_avg_dtype",
+    "exp_avg_sq_dtype",
+)
+
+UNITS = {"time": "s", "size": "bytes", "bandwidth": "MiB/s (bytes / 2**20 / s)"}
+
+
+@dataclass
+class Operation:
+    """One save or load as one rank saw it: its events paired (`pair`), with the one definition of its
+    block and total times that the report, report.html and every per-call figure use."""
+
+    kind: str  # "save" | "load"
+    rank: int | None
+    iteration: int | None
+    start: CheckpointEvent | None = None
+    block_end: CheckpointEvent | None = None
+    end: CheckpointEvent | None = None
+    overlapped: bool = False
+    previous: Operation | None = None  # this rank's save before this one (saves only)
+
+    @property
+    def complete(self) -> bool:
+        return self.end is not None and self.end.error is None and self._backwards() is None
+
+    @property
+    def error(self) -> str | None:
+        if self.end is not None and self.end.error is not None:
+            return self.end.error
+        backwards = self._backwards()
+        if backwards is not None:
+            return (f"its end is {-backwards:.6g} s before its start: the source's times are inconsistent, "
+                    "so its times are left out")
+        return None
+
+    def _backwards(self) -> float | None:
+        """The most negative of the operation's durations, if one is negative."""
+        durations = [d for d in (_duration(self.start, self.block_end), _duration(self.start, self.end))
+                     if d is not None and d < 0]
+        return min(durations) if durations else None
+
+    def block_s(self) -> float | None:
+        return None if self._backwards() is not None else _duration(self.start, self.block_end)
+
+    def wait_for_previous_s(self) -> float | None:
+        """How long this save's blocking part ran while this rank's previous save was still writing:
+        with megatron-core's persistent writer, the time it waited for it (one queue, one write at a
+        time). None without a previous save or comparable clocks (one host's monotonic clock)."""
+        previous = self.previous
+        ends = (self.start, self.block_end, previous and previous.end)
+        if previous is None or any(e is None or e.mono_ns is None for e in ends) or self._backwards() is not None:
+            return None
+        overlap_ns = min(previous.end.mono_ns, self.block_end.mono_ns) - self.start.mono_ns
+        return max(0.0, overlap_ns / 1e9)
+
+    def total_s(self) -> float | None:
+        return None if self._backwards() is not None else _duration(self.start, self.end)
+
+    def peak(self, field_name: str) -> int | None:
+        """The operation's peak memory on this rank (`peak_rss_bytes` / `peak_device_bytes` of its end
+        events, ckpt_bench.worker.memory), None when no event carries it (logs)."""
+        values = [getattr(e, field_name) for e in (self.block_end, self.end) if e is not None]
+        values = [v for v in values if v is not None]
+        return max(values) if values else None
+
+    def timing_events(self) -> list[CheckpointEvent]:
+        """The events whose clocks give this operation's times (see `_duration`): a closing event
+        alone when it carries the source's own measurement, else both ends."""
+        used: list[CheckpointEvent] = []
+        if self._backwards() is not None:
+            return used
+        for end in (self.block_end, self.end):
+            if _duration(self.start, end) is None:
+                continue
+            for event in [end] if end.elapsed_ns is not None else [self.start, end]:
+                if not any(event is seen for seen in used):
+                    used.append(event)
+        return used
+
+
+def _duration(start: CheckpointEvent | None, end: CheckpointEvent | None) -> float | None:
+    """Seconds from `start` to `end` on one rank's clock, or the source's own measurement."""
+    if end is None:
+        return None
+    if end.elapsed_ns is not None:
+        return end.elapsed_ns / 1e9
+    if start is None:
+        return None
+    if start.mono_ns is not None and end.mono_ns is not None:
+        return (end.mono_ns - start.mono_ns) / 1e9
+    if start.wall_ns is not None and end.wall_ns is not None:
+        return (end.wall_ns - start.wall_ns) / 1e9
+    return None
+
+
+def _merge(old: CheckpointEvent | None, new: CheckpointEvent) -> CheckpointEvent:
+    """Two events for the same moment (e.g. a log line, then the timer printed after it): keep the
+    first one's clocks and fill in what only the second one knows."""
+    if old is None:
+        return new
+    filled = {
+        name: getattr(new, name)
+        for name in ("bytes", "mono_ns", "wall_ns", "elapsed_ns", "error", "path")
+        if getattr(old, name) is None and getattr(new, name) is not None
+    }
+    if "elapsed_ns" in filled:
+        filled["source"] = new.source  # the duration now comes from `elapsed_ns`, i.e. from `new`
+    return replace(old, **filled) if filled else old
+
+
+class _RankTimeline:
+    """Pairs one rank's events, in the order the rank produced them, into operations."""
+
+    def __init__(self) -> None:
+        self.operations: list[Operation] = []
+        self._latest: dict[tuple[str, int | None], Operation] = {}
+        self.orphans: list[CheckpointEvent] = []
+
+    def add(self, event: CheckpointEvent) -> None:
+        kind = "load" if event.kind in (EventKind.LOAD_START, EventKind.LOAD_END) else "save"
+        if event.kind in (EventKind.SAVE_START, EventKind.LOAD_START):
+            self._start(kind, event)
+            return
+        op = self._find(kind, event.iteration)
+        if op is None:
+            self.orphans.append(event)  # an end whose start is not in the log (log begins mid-run)
+        elif event.kind == EventKind.SAVE_BLOCK_END:
+            op.block_end = _merge(op.block_end, event)
+        else:
+            op.end = _merge(op.end, event)
+
+    def _start(self, kind: str, event: CheckpointEvent) -> None:
+        op = Operation(kind, event.rank, event.iteration, start=event)
+        if kind == "save":
+            op.previous = next((o for o in reversed(self.operations) if o.kind == "save" and o.rank == event.rank),
+                               None)
+            said_so = bool(event.extra.get(OVERLAPS_PREVIOUS))
+            op.overlapped = said_so
+            for other in self._open_saves():
+                if said_so or other.block_end is not None:
+                    # An async save still in flight when the next one starts.
+                    other.overlapped = op.overlapped = True
+        self.operations.append(op)
+        self._latest[(kind, event.iteration)] = op
+        self._latest[(kind, None)] = op
+
+    def _open_saves(self) -> list[Operation]:
+        return [op for op in self.operations if op.kind == "save" and op.end is None]
+
+    def _find(self, kind: str, iteration: int | None) -> Operation | None:
+        op = self._latest.get((kind, iteration))
+        if op is None and iteration is not None:
+            # A load-end line may know the iteration while its start did not.
+            last = self._latest.get((kind, None))
+            if last is not None and last.iteration is None:
+                last.iteration = iteration
+                self._latest[(kind, iteration)] = last  # later ends (e.g. its timer) find it too
+                return last
+        return op
+
+
+@dataclass
+class _Checkpoint:
+    """One save (or load) across all ranks."""
+
+    kind: str
+    iteration: int | None
+    ranks: list[Operation] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return all(op.complete for op in self.ranks)
+
+
+def _spread(values: dict[int | None, float]) -> dict | None:
+    if not values:
+        return None
+    max_rank = max(values, key=values.__getitem__)
+    min_rank = min(values, key=values.__getitem__)
+    return {
+        "max": _seconds(values[max_rank]),
+        "max_rank": max_rank,
+        "min": _seconds(values[min_rank]),
+        "min_rank": min_rank,
+    }
+
+
+def _peaks(ops: list[Operation]) -> dict:
+    """Peak memory of an operation: the highest rank's, and which ranks were highest and lowest."""
+    fields = {}
+    for name in ("peak_rss_bytes", "peak_device_bytes"):
+        per_rank = {op.rank: op.peak(name) for op in ops if op.peak(name) is not None}
+        if per_rank or name == "peak_rss_bytes":
+            fields[name] = max(per_rank.values()) if per_rank else None
+            fields[f"{name}_per_rank"] = _spread(per_rank)
+    return fields
+
+
+def _seconds(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def _mib_per_s(nbytes: int | None, seconds: float | None) -> float | None:
+    if nbytes is None or not seconds or seconds <= 0:
+        return None
+    return round(nbytes / MIB / seconds, 2)
+
+
+def _stats(values: list[float], digits: int = 3) -> dict | None:
+    if not values:
+        return None
+    return {
+        "n": len(values),
+        "min": round(min(values), digits),
+        "median": round(statistics.median(values), digits),
+        "mean": round(statistics.fmean(values), digits),
+        "max": round(max(values), digits),
+        "stdev": round(statistics.stdev(values), digits) if len(values) > 1 else None,
+    }
+
+
+class ReportBuilder:
+    """Collects events (streamed: memory grows with the number of saves, not of events) and
+    builds the report dict."""
+
+    def __init__(self) -> None:
+        self._timelines: dict[int | None, _RankTimeline] = defaultdict(_RankTimeline)
+
+    def add(self, event: CheckpointEvent) -> None:
+        self._timelines[event.rank].add(event)
+
+    def add_all(self, events: Iterable[CheckpointEvent]) -> ReportBuilder:
+        for event in events:
+            self.add(event)
+        return self
+
+    @property
+    def has_events(self) -> bool:
+        return any(t.operations for t in self._timelines.values())
+
+    def operations(self) -> list[Operation]:
+        """Every rank's operations, each rank's in the order it started them, ranks in order of arrival."""
+        return [op for timeline in self._timelines.values() for op in timeline.operations]
+
+    def _checkpoints(self, kind: str) -> list[_Checkpoint]:
+        """Group rank operations: the k-th save of iteration I on every rank is one checkpoint."""
+        grouped: dict[tuple[int | None, int], _Checkpoint] = {}
+        order: list[tuple[int | None, int]] = []
+        for timeline in self._timelines.values():
+            seen: dict[int | None, int] = defaultdict(int)
+            for op in timeline.operations:
+                if op.kind != kind:
+                    continue
+                key = (op.iteration, seen[op.iteration])
+                seen[op.iteration] += 1
+                if key not in grouped:
+                    grouped[key] = _Checkpoint(kind, op.iteration)
+                    order.append(key)
+                grouped[key].ranks.append(op)
+        checkpoints = [grouped[k] for k in order]
+        checkpoints.sort(key=lambda c: _first_time(c))
+        return checkpoints
+
+    def build(
+        self,
+        run_info: dict | None = None,
+        folder_sizes: dict[int, int] | None = None,
+        verification: dict | None = None,
+        environment: dict | None = None,
+        load_cache: str | None = None,
+        notes: list[str] | None = None,
+    ) -> dict:
+        """The report. `folder_sizes` maps iteration -> bytes of its `iter_*` folder on disk."""
+        run_info = run_info or {}
+        notes = list(notes or [])
+        saves = [self._save_record(c, folder_sizes) for c in self._checkpoints("save")]
+        loads = [self._load_record(c, folder_sizes, load_cache) for c in self._checkpoints("load")]
+        complete = [s for s in saves if s["complete"]]
+        last = complete[-1] if complete else None
+        load = loads[-1] if loads else None
+
+        for save in saves:
+            if not save["complete"]:
+                why = save.get("error") or "it has no end: the run stopped or the log ends mid-save"
+                notes.append(f"save at iteration {save['iteration']} is incomplete: {why}")
+        for record in loads:
+            if record.get("error"):
+                notes.append(f"load at iteration {record['iteration']} is incomplete: {record['error']}")
+        if saves and folder_sizes is None and all(s["bytes"] is None for s in saves):
+            notes.append("no checkpoint folder was measured and the log holds no byte counts: "
+                         "sizes and bandwidth are left out")
+        if complete and all(s["total_time"] is None for s in complete):
+            notes.append("the source gives no completion time for the saves (e.g. async saves "
+                         "in a log without timestamps): save_total_time is left out")
+
+        report = {key: run_info.get(key) for key in CONFIG_KEYS}
+        used_events = [e for c in saves + ([load] if load else []) for e in c.pop("_events")]
+        for record in loads[:-1]:
+            record.pop("_events")
+        report.update(
+            {
+                "save_block_time": last["block_time"] if last else None,
+                "save_total_time": last["total_time"] if last else None,
+                "accurate": not any(s["overlapped"] for s in saves),
+                "num_saved": len(complete),
+                "load_time": load["time"] if load else None,
+                "iter_folder_size": last["bytes"] if last else None,
+                "save_bandwidth_in_mbps": last["bandwidth"] if last else None,
+                "load_bandwidth_in_mbps": load["bandwidth"] if load else None,
+                "saves": saves,
+                "stats": _save_stats(complete),
+                "load": load,
+                "loads": loads if len(loads) > 1 else None,
+                "verified": verification.get("verified") if verification else None,
+                "verification": verification,
+                "units": UNITS,
+                **_time_source(used_events),
+                "environment": environment,
+                "notes": notes,
+            }
+        )
+        extra = {k: v for k, v in run_info.items() if k not in CONFIG_KEYS}
+        if extra:
+            report["config"] = extra
+        return report
+
+    def _common(self, checkpoint: _Checkpoint, folder_sizes: dict[int, int] | None) -> dict:
+        ops = checkpoint.ranks
+        nbytes, bytes_source = None, None
+        if folder_sizes is not None and checkpoint.iteration in folder_sizes:
+            nbytes, bytes_source = folder_sizes[checkpoint.iteration], "disk"
+        else:
+            per_rank = [op.end.bytes if op.end else None for op in ops]
+            if per_rank and all(b is not None for b in per_rank):
+                nbytes, bytes_source = sum(per_rank), "ranks"
+        errors = [op.error for op in ops if op.error]
+        record = {
+            "iteration": checkpoint.iteration,
+            "complete": checkpoint.complete,
+            "ranks": len(ops),
+            "bytes": nbytes,
+            "bytes_source": bytes_source,
+            **_peaks(ops),
+            "_events": [e for op in ops for e in op.timing_events()],
+        }
+        record.update(_time_source(record["_events"]))
+        if errors:
+            record["error"] = errors[0]
+        return record
+
+    def _save_record(self, checkpoint: _Checkpoint, folder_sizes: dict[int, int] | None) -> dict:
+        ops = checkpoint.ranks
+        block = {op.rank: op.block_s() for op in ops if op.block_s() is not None}
+        total = {op.rank: op.total_s() for op in ops if op.total_s() is not None}
+        waits = [w for w in (op.wait_for_previous_s() for op in ops) if w is not None]
+        record = self._common(checkpoint, folder_sizes)
+        total_time = max(total.values()) if total and len(total) == len(ops) else None
+        record.update(
+            {
+                "block_time": _seconds(max(block.values())) if block else None,
+                "total_time": _seconds(total_time),
+                "bandwidth": _mib_per_s(record["bytes"], total_time),
+                "block_time_per_rank": _spread(block),
+                "total_time_per_rank": _spread(total),
+                "overlapped": any(op.overlapped for op in ops),
+                "wait_for_previous": _seconds(max(waits)) if waits else None,
+            }
+        )
+        return record
+
+    def _load_record(
+        self, checkpoint: _Checkpoint, folder_sizes: dict[int, int] | None, cache: str | None
+    ) -> dict:
+        ops = checkpoint.ranks
+        times = {op.rank: op.total_s() for op in ops if op.total_s() is not None}
+        record = self._common(checkpoint, folder_sizes)
+        load_time = max(times.values()) if times and len(times) == len(ops) else None
+        record.update(
+            {
+                "time": _seconds(load_time),
+                "bandwidth": _mib_per_s(record["bytes"], load_time),
+                "time_per_rank": _spread(times),
+                "cache": cache,
+            }
+        )
+        return record
+
+
+def _first_time(checkpoint: _Checkpoint) -> tuple:
+    starts = [op.start for op in checkpoint.ranks if op.start is not None]
+    walls = [e.wall_ns for e in starts if e.wall_ns is not None]
+    seqs = [e.seq for e in starts]
+    return (min(walls) if walls else 0, min(seqs) if seqs else 0)
+
+
+def _save_stats(complete: list[dict]) -> dict | None:
+    if not complete:
+        return None
+
+    def over(saves: list[dict]) -> dict:
+        return {
+            "block_time": _stats([s["block_time"] for s in saves if s["block_time"] is not None]),
+            "total_time": _stats([s["total_time"] for s in saves if s["total_time"] is not None]),
+            "bandwidth": _stats([s["bandwidth"] for s in saves if s["bandwidth"] is not None], 2),
+        }
+
+    first = complete[0]
+    return {
+        **over(complete),
+        # The first save of a process pays one-off costs (e.g. megatron-core's async writer
+        # process start-up), so it is shown apart and the rest summarised without it.
+        "first_save": {k: first[k] for k in ("iteration", "block_time", "total_time", "bandwidth")},
+        "excluding_first": over(complete[1:]) if len(complete) > 1 else None,
+    }
+
+
+def _time_source(events: list[CheckpointEvent]) -> dict:
+    sources = sorted({e.source for e in events if e.source != TimeSource.NONE}, key=lambda s: s.value)
+    resolutions = [RESOLUTION_S[s] for s in sources if RESOLUTION_S[s] is not None]
+    return {
+        "time_source": "+".join(s.value for s in sources) or None,
+        "time_resolution_s": max(resolutions) if resolutions else None,
+    }
+
+
+def pair(events: Iterable[CheckpointEvent]) -> list[Operation]:
+    """The events paired into operations by the report's own rules (duplicate ends merged, overlaps
+    marked, times that run backwards refused): what report.html's timeline and per-call figures read."""
+    return ReportBuilder().add_all(events).operations()
+
+
+def rank_durations(events: Iterable[CheckpointEvent], kind: str, part: str = "total") -> dict[int | None, list[float]]:
+    """Per rank, the seconds of each `kind` ("save" | "load") operation that did not fail, `part` "block"
+    (until training could go on) or "total" (until durable), unrounded, in the order the rank started them. For
+    what other tools print per call (s3torchbenchmarking's per-rank save times, dataflux's lines)."""
+    durations: dict[int | None, list[float]] = {}
+    for op in pair(events):
+        seconds = op.block_s() if part == "block" else op.total_s()
+        if op.kind == kind and op.error is None and seconds is not None:
+            durations.setdefault(op.rank, []).append(seconds)
+    return durations
+
+
+def build_report(events: Iterable[CheckpointEvent], **kwargs) -> dict:
+    """Convenience: `ReportBuilder().add_all(events).build(**kwargs)`."""
+    return ReportBuilder().add_all(events).build(**kwargs)
+
+
+def fractions_of_peak(report: dict, baseline: dict | None) -> dict:
+    """`save_fraction_of_peak` and `load_fraction_of_peak`: what the saves and loads reached over what the
+    storage itself did with their I/O shape (ckpt_bench.storage.baseline). A save's figure is the median
+    bandwidth of the saves after the first (steady state; the first when it is the only one), over the
+    baseline's write bandwidth; a load's is the median over the loads, over the baseline's cold read.
+    None where either side is missing."""
+
+    def ratio(value, peak) -> float | None:
+        return round(value / peak, 3) if value is not None and peak else None
+
+    stats = report.get("stats") or {}
+    steady = (stats.get("excluding_first") or stats).get("bandwidth") or {}
+    loads = [record.get("bandwidth") for record in (report.get("loads") or [report.get("load") or {}])]
+    loads = [value for value in loads if value is not None]
+    baseline = baseline or {}
+    return {
+        "save_fraction_of_peak": ratio(steady.get("median"), baseline.get("write_bandwidth")),
+        "load_fraction_of_peak": ratio(statistics.median(loads) if loads else None, baseline.get("read_bandwidth")),
+    }

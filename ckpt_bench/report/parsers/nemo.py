@@ -1,0 +1,300 @@
+"""NeMo 2 (and BioNeMo, built on it) logs -> checkpoint events.
+
+NeMo's logger writes `[NeMo <level> <YYYY-MM-DD HH:MM:SS> <module>:<line>] message` (with NEMO_TESTING
+` rank:R` inside the brackets), on rank 0 unless NEMO_TESTING is set; a launcher may put its own
+prefix before it (nemo_run's `job/0 [default0]:`). The checkpoint lines (`nemo/lightning/io/pl.py`,
+`nemo/utils/callbacks/dist_ckpt_io.py`, `nemo/lightning/pytorch/callbacks/model_checkpoint.py`):
+
+    Global Checkpoint Save : Rank: 0 : Iteration: 24 : Start time: 1771351120.135s : Save duration: 25.537s
+    Scheduled async checkpoint save for /ckpt/model--step=24-last.ckpt
+    Async finalization time took 0.013 s
+    Successfully saved checkpoint from iteration      24 to /ckpt/model--step=24-last.ckpt
+    Async checkpoint save for step 25 (/ckpt/model--step=24-last.ckpt) finalized successfully.
+    Pending async checkpoint saves. Finalizing them synchronously now
+    Global Checkpoint Load : Rank : 0 : Start time : 1771350000.120s : Time spent in load_checkpoint: 12.500s
+
+Megatron-Bridge (born nemo-lm) prints Megatron-LM's wording (`saving checkpoint at iteration ...`,
+timers, arguments): a line that is not one of NeMo's checkpoint lines is read by Megatron's grammar
+(`MegatronParser`), with or without the NeMo prefix, so a log that mixes the two reads whole.
+
+* `Global Checkpoint Save` is printed when the save call returns: its duration is the whole save when
+  the save is synchronous, the blocking part when a `Scheduled async checkpoint save` line follows it.
+  An async save is complete when `Successfully saved checkpoint from iteration N` (or, without it,
+  `Async checkpoint save for step N+1 ... finalized`) appears: NeMo numbers one save two ways,
+  iteration N and step N+1; the report uses the iteration.
+* ModelCheckpoint may save one iteration twice, a top-k copy and a `-last` copy, to two paths: each
+  is a save of its own (two writes), paired with its end by its path, never by the iteration alone.
+* `Async finalization time took X s` is printed by every poll for finished async saves while one is
+  pending, also when nothing finished: training waits for each. The notes sum up the polls that
+  finalized a save apart from the others, and the synchronous finalization at the end of training
+  (`Pending async checkpoint saves`).
+
+Clocks: durations (`Save duration`, `Time spent in load_checkpoint`) are NeMo's own, 1 ms. A time of
+day comes from the line prefix only (1 s, the machine's local time): the start of a save is its line's
+prefix minus its duration, the end of an async save the prefix of its end line, so an async save's
+total time has 1 s resolution. (`Start time: <epoch>s` is UTC, the prefix local time: they are not
+mixed.) Events of a save are emitted once it is resolved, each save's together, so two saves of one
+iteration are never mixed up; a save that starts while an async save is still being written carries
+`overlaps_previous`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import deque
+from dataclasses import dataclass, field
+
+from ckpt_bench.core.events import OVERLAPS_PREVIOUS, CheckpointEvent, EventKind, TimeSource
+from ckpt_bench.report.parsers.lines import MEGATRON, Grammar, OneFileFormat, megatron_time_ns
+from ckpt_bench.report.parsers.megatron import MegatronParser
+
+PREFIX = re.compile(r"\[NeMo (?P<level>[A-Z]) (?P<stamp>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) [^\]]*\]\s?(?P<message>.*)$")
+_NUMBER = r"\d+(?:\.\d+)?"
+SAVE = re.compile(r"Global Checkpoint Save : Rank: (?P<rank>\d+) : (?:Iteration: (?P<iteration>\d+) : )?"
+                  r"Start time: " + _NUMBER + r"s : Save duration: (?P<duration>" + _NUMBER + r")s")
+SCHEDULED = re.compile(r"Scheduled async checkpoint save for (?P<path>.+?)\s*$")
+SAVED = re.compile(r"Successfully saved checkpoint from iteration\s+(?P<iteration>\d+) to (?P<path>.+?)\s*$")
+FINALIZED = re.compile(r"Async checkpoint save for step (?P<step>\d+) \((?P<path>.*)\) finalized successfully")
+FINALIZE_TIME = re.compile(r"Async finalization time took (?P<seconds>" + _NUMBER + r") s")
+PENDING = "Pending async checkpoint saves. Finalizing them synchronously now"
+LOAD = re.compile(r"Global Checkpoint Load : Rank : (?P<rank>\d+) : Start time : " + _NUMBER
+                  + r"s : Time spent in load_checkpoint: (?P<duration>" + _NUMBER + r")s")
+
+GRAMMAR = Grammar(keywords=(*MEGATRON.keywords, b"Global Checkpoint ", b"Async finalization time"),
+                  record_start=MEGATRON.record_start, headers=MEGATRON.headers)
+WHERE = "NeMo's checkpoint lines"
+
+
+@dataclass
+class _Save:
+    """One save (across the ranks that logged it), held until it is resolved."""
+
+    iteration: int | None
+    starts: dict[int, tuple[int, int, int]] = field(default_factory=dict)  # rank -> (start, duration, seq)
+    path: str | None = None
+    asynchronous: bool = False
+    overlaps: bool = False
+
+
+class NemoParser(OneFileFormat):
+    """NeMo log lines (any prefix before `[NeMo ...]`) -> events."""
+
+    format = "nemo"
+    grammar = GRAMMAR
+
+    def __init__(self) -> None:
+        self.megatron = MegatronParser()  # Megatron-LM's wording, as Megatron-Bridge prints it
+        self.arguments = self.megatron.arguments
+        self.observed = self.megatron.observed
+        self._latest: _Save | None = None  # the last save started, not resolved yet
+        self._writing: list[_Save] = []  # async saves scheduled, not finished
+        self._done: deque[_Save] = deque(maxlen=64)  # finished saves, for their late second end line
+        self._finished_since_poll = 0
+        self._polls: dict[str, list[float]] = {"finalized": [], "idle": [], "at_end": []}
+        self._pending_at_end: int | None = None
+        self._two_numberings = False
+        self._copies: dict[int | None, set[str]] = {}
+        self._async_seen = False
+        self._seq = 0
+
+    @classmethod
+    def sniff(cls, first_lines: list[str]) -> bool:
+        return any(PREFIX.search(line) for line in first_lines)
+
+    def feed(self, line: str, seq: int) -> list[CheckpointEvent]:
+        self._seq = seq
+        match = PREFIX.search(line)
+        if match is None:
+            return self.megatron.feed_message(line, seq)
+        message = match["message"]
+        if "Checkpoint" in message:
+            if found := SAVE.search(message):
+                return self._save(found, seq, megatron_time_ns(match["stamp"]))
+            if found := LOAD.search(message):
+                return self._load(found, seq, megatron_time_ns(match["stamp"]))
+        elif found := SCHEDULED.search(message):
+            self._scheduled(found["path"])
+            return []
+        elif found := SAVED.search(message):
+            return self._finished(found["path"], int(found["iteration"]), seq, megatron_time_ns(match["stamp"]))
+        elif found := FINALIZED.search(message):
+            return self._finished(found["path"], int(found["step"]) - 1, seq, megatron_time_ns(match["stamp"]),
+                                  numbered_by_step=True)
+        elif found := FINALIZE_TIME.search(message):
+            self._poll(float(found["seconds"]))
+            return []
+        elif PENDING in message:
+            self._pending_at_end = len(self._writing)
+            return []
+        return self.megatron.feed_message(message, seq)
+
+    def finish(self) -> list[CheckpointEvent]:
+        events = self.megatron.finish() + self._resolve_latest(self._seq, ending=True)
+        for save in self._writing:
+            events += self._events(save, self._seq, error="the log ends before this async save finished "
+                                                          "(run stopped mid-save)")
+        self._writing.clear()
+        return events
+
+    @property
+    def run_info(self) -> dict:
+        return self.megatron.run_info
+
+    # -- saves ----------------------------------------------------------------------------------
+
+    def _save(self, match: re.Match, seq: int, prefix_ns: int) -> list[CheckpointEvent]:
+        rank = int(match["rank"])
+        iteration = int(match["iteration"]) if match["iteration"] is not None else None
+        duration = _seconds_ns(match["duration"])
+        start = (prefix_ns - duration, duration, seq)
+        latest = self._latest
+        if latest is not None and latest.iteration == iteration and rank not in latest.starts:
+            latest.starts[rank] = start  # another rank's line of the same save
+            return []
+        if latest is None:  # another rank's line of a save its rank 0 already scheduled
+            writing = next((s for s in reversed(self._writing) if s.iteration == iteration and rank not in s.starts),
+                           None)
+            if writing is not None:
+                writing.starts[rank] = start
+                return []
+        events = self._resolve_latest(seq)
+        self._latest = _Save(iteration, {rank: start}, overlaps=bool(self._writing))
+        return events
+
+    def _scheduled(self, path: str) -> None:
+        save = self._latest
+        if save is not None and save.path in (None, path):
+            save.path, save.asynchronous = path, True
+            self._latest = None
+            self._writing.append(save)
+            self._async_seen = True
+            self._note_path(save)
+        # else: the log begins mid-save, or another rank's line of a save already scheduled
+
+    def _resolve_latest(self, seq: int, ending: bool = False) -> list[CheckpointEvent]:
+        """The last save started and not scheduled async: synchronous, so complete (at the end of the
+        log, after async saves, its async line may be what is missing: then it never finished)."""
+        save, self._latest = self._latest, None
+        if save is None:
+            return []
+        if ending and self._async_seen:
+            return self._events(save, seq, error="the log ends right after this save's blocking part: it never "
+                                                 "finished")
+        self.observed.setdefault("async_save", (False, WHERE))
+        return self._events(save)
+
+    def _finished(self, path: str, iteration: int, seq: int, prefix_ns: int,
+                  numbered_by_step: bool = False) -> list[CheckpointEvent]:
+        events = self._resolve_latest(seq)
+        save = next((s for s in self._writing if s.path == path), None)
+        if save is None:
+            done = next((s for s in self._done if s.path == path), None)
+            if done is not None:  # its other end line (the two numberings of one save)
+                self._two_numberings |= numbered_by_step and done.iteration == iteration
+                return events
+            # A path written another way than in its `Scheduled` line: the oldest save of the iteration.
+            save = next((s for s in self._writing if s.iteration == iteration), None)
+            if save is None:
+                return events  # the log begins mid-save
+        if numbered_by_step and save.iteration == iteration:
+            self._two_numberings = True
+        self._writing.remove(save)
+        self._done.append(save)
+        self._finished_since_poll += 1
+        return events + self._events(save, seq, wall_ns=prefix_ns)
+
+    def _poll(self, seconds: float) -> None:
+        if self._pending_at_end is not None:
+            self._polls["at_end"].append(seconds)
+        elif self._finished_since_poll:
+            self._polls["finalized"].append(seconds)
+        else:
+            self._polls["idle"].append(seconds)
+        self._finished_since_poll = 0
+
+    def _note_path(self, save: _Save) -> None:
+        self._copies.setdefault(save.iteration, set()).add(save.path)
+        self.observed.setdefault("save", (os.path.dirname(save.path.rstrip("/")) or save.path, WHERE))
+        self.observed["async_save"] = (True, WHERE)
+
+    # -- events ---------------------------------------------------------------------------------
+
+    def _events(self, save: _Save, end_seq: int | None = None, wall_ns: int | None = None,
+                error: str | None = None) -> list[CheckpointEvent]:
+        """Start, block end and end of each rank of `save`. Its end: at line `end_seq`, at `wall_ns` or
+        failed (`error`); without `end_seq` the save was synchronous, its end its duration."""
+        events = []
+        for rank in sorted(save.starts):
+            start_ns, duration, seq = save.starts[rank]
+            common = {"rank": rank, "iteration": save.iteration, "path": save.path}
+            extra = {OVERLAPS_PREVIOUS: True} if save.overlaps else {}
+            events.append(CheckpointEvent(EventKind.SAVE_START, wall_ns=start_ns, source=TimeSource.NEMO_PREFIX,
+                                          seq=seq, extra=extra, **common))
+            events.append(CheckpointEvent(EventKind.SAVE_BLOCK_END, elapsed_ns=duration,
+                                          source=TimeSource.NEMO_CLOCK, seq=seq, **common))
+            if end_seq is None:
+                events.append(CheckpointEvent(EventKind.SAVE_END, elapsed_ns=duration,
+                                              source=TimeSource.NEMO_CLOCK, seq=seq, **common))
+            elif error is not None:
+                events.append(CheckpointEvent(EventKind.SAVE_END, source=TimeSource.NONE, seq=end_seq, error=error,
+                                              **common))
+            else:
+                events.append(CheckpointEvent(EventKind.SAVE_END, wall_ns=wall_ns, source=TimeSource.NEMO_PREFIX,
+                                              seq=end_seq, **common))
+        return events
+
+    # -- loads ----------------------------------------------------------------------------------
+
+    def _load(self, match: re.Match, seq: int, prefix_ns: int) -> list[CheckpointEvent]:
+        """A restore: a new process, so the saves of the one before that never finished never will."""
+        rank, duration = int(match["rank"]), _seconds_ns(match["duration"])
+        events = self._resolve_latest(seq)
+        for save in self._writing:
+            events += self._events(save, seq, error="a new process started before this async save finished")
+        self._writing.clear()
+        return events + [
+            CheckpointEvent(EventKind.LOAD_START, rank=rank, wall_ns=prefix_ns - duration,
+                            source=TimeSource.NEMO_PREFIX, seq=seq),
+            CheckpointEvent(EventKind.LOAD_END, rank=rank, elapsed_ns=duration, source=TimeSource.NEMO_CLOCK, seq=seq),
+        ]
+
+    # -- notes ----------------------------------------------------------------------------------
+
+    @property
+    def notes(self) -> list[str]:
+        notes = list(self.megatron.notes)
+        if self._two_numberings:
+            notes.append("NeMo numbers each async save twice: iteration N ('Global Checkpoint Save', 'Successfully "
+                         "saved checkpoint from iteration N') and step N+1 ('Async checkpoint save for step N+1 ... "
+                         "finalized'); saves are reported by iteration")
+        for iteration, paths in sorted(self._copies.items(), key=lambda item: (item[0] is None, item[0] or 0)):
+            if len(paths) > 1:
+                notes.append(f"iteration {iteration} was saved {len(paths)} times, to {', '.join(sorted(paths))} "
+                             "(top-k and -last copies): each is a save of its own")
+        finalized, idle, at_end = self._polls["finalized"], self._polls["idle"], self._polls["at_end"]
+        if finalized or idle:
+            text = "NeMo's async finalization ('Async finalization time took', training waits for each poll): "
+            parts = []
+            if finalized:
+                parts.append(f"{len(finalized)} poll{'s' * (len(finalized) > 1)} finalized saves, "
+                             f"{_span(finalized)} s each, {sum(finalized):.3f} s in all")
+            if idle:
+                parts.append(f"{len(idle)} found nothing finished, {_span(idle)} s each, {sum(idle):.3f} s in all")
+            notes.append(text + "; ".join(parts))
+        if self._pending_at_end is not None:
+            took = f": that took {sum(at_end):.3f} s" if at_end else ""
+            notes.append(f"{self._pending_at_end} async save{'s were' if self._pending_at_end != 1 else ' was'} still "
+                         f"being written at the end of training and finalized synchronously{took}")
+        return notes
+
+
+def _span(values: list[float]) -> str:
+    low, high = min(values), max(values)
+    return f"{low:.3f}" if low == high else f"{low:.3f}-{high:.3f}"
+
+
+def _seconds_ns(text: str) -> int:
+    """Printed seconds -> ns (exact: no float); ValueError on an endless number."""
+    whole, _, fraction = text.partition(".")
+    return int(whole) * 10**9 + int((fraction + "000000000")[:9])

@@ -1,0 +1,182 @@
+"""Primus logs: a prefix around Megatron's messages, and a folder of per-rank files.
+
+File sink (`logs/pre_trainer/rank-R/{debug,info,warning,error}.log`) and console lines:
+
+    [20260514 10:25:03][user/team][pre_trainer][ip-10.0.0.1][rank-0/8][DEBUG]    [----checkpointing.py:512] : msg
+    [20260514 10:25:03][rank-7/8][INFO]     [---------------utils.py:425] : msg
+    [20250301 08:00:00][...][rank-0/8][INFO]     [trainer.py:88]: msg          (older location form)
+
+A multi-line message (a timer block) keeps its prefix on the first line only. The prefix time has
+1 s resolution; it is the fallback clock of an event, below Megatron's own timestamp and timers.
+The prefix is stripped here and the message handed to the one Megatron grammar, and to torchtitan's
+(`ckpt_bench.report.parsers.torchtitan`: Primus's torchtitan backend writes torchtitan's messages behind the same
+prefix; a torchtitan save is timed by its own `in X seconds`, 10 ms, and its step is the nearest
+`step: N` line before it).
+
+Which files a report needs: Megatron prints its save/load lines and the arguments dump on rank 0
+(at DEBUG: only `debug.log` has them) and its timers on the last rank (at INFO). Each sink file
+holds its level and everything above, so rank 0's `debug.log` and the last rank's `info.log` hold
+every line needed; the other ranks and the warning/error files are not read. Rotated files are read
+oldest first: loguru's `debug.<YYYY-MM-DD_HH-MM-SS_ffffff>.log` in name order, `debug.log.N`
+highest number first, then the live `debug.log`. The two ranks' lines are merged by prefix time
+(rank 0 first within a second: a save's lines precede the timer printed after them).
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+from ckpt_bench.core.events import CheckpointEvent, TimeSource
+from ckpt_bench.report.parsers.lines import ARGUMENTS_START, Grammar, Line, primus_time_ns, scan_lines
+from ckpt_bench.report.parsers.megatron import MegatronParser
+from ckpt_bench.report.parsers.torchtitan import Clock, TorchtitanMessages
+
+_MASTER = r"(?:\(PrimusMaster[^)]*\)\s*)?"
+PREFIX = re.compile(
+    _MASTER + r"\[(?P<day>\d{8}) (?P<clock>\d\d:\d\d:\d\d)\](?:\[[^\]]*\])*?"
+    r"\[(?P<role>rank|node)-(?P<rank>\d+)/(?P<world>\d+)\]\[(?P<level>[A-Z]+)\]\s*(?P<message>.*)$"
+)
+LOCATION = re.compile(r"^\[-*[^\]\s]*\.py:\d+\] ?: ?")
+_PREFIX_TIME = re.compile(_MASTER + r"\[(\d{8} \d\d:\d\d:\d\d)\]")
+_PREFIX_BYTES = re.compile(rb"(?:\(PrimusMaster[^)\n]*\)[^\S\n]*)?\[\d{8} \d\d:\d\d:\d\d\]")
+
+# Megatron's messages (a line without the prefix continues the record above), and the torchtitan
+# backend's: a save line that names no step brings the nearest `step: N` line before it.
+GRAMMAR = Grammar(
+    keywords=(b"checkpoint", ARGUMENTS_START, b"without --use-persistent-ckpt-worker"),
+    record_start=_PREFIX_BYTES,
+    headers=(b"across ranks (ms)",),
+    context=(b"the checkpoint", b"step: "),
+)
+
+RANK_DIR = re.compile(r"^rank-(\d+)$")
+
+
+def continues(raw: bytes) -> bool:
+    """A line without the Primus prefix continues the record above it."""
+    return _PREFIX_BYTES.match(raw) is None
+
+
+class PrimusParser:
+    """Primus file or console lines (any ranks, interleaved) -> events, via `MegatronParser`."""
+
+    format = "primus"
+    folder_layout = "a Primus log folder (logs/pre_trainer/rank-N/*.log)"
+    grammar = GRAMMAR
+
+    @classmethod
+    def sniff(cls, first_lines: list[str]) -> bool:
+        return any(PREFIX.match(line) for line in first_lines)
+
+    @classmethod
+    def folder_streams(cls, folder: Path) -> list[list[Path]]:
+        rank_dirs = find_rank_dirs(folder)
+        return files_to_read(rank_dirs) if rank_dirs else []
+
+    @classmethod
+    def lines(cls, streams: list[list[Path]], notes: list[str]) -> Iterator[Line]:
+        return merged_lines(streams, notes)
+
+    def __init__(self) -> None:
+        self.megatron = MegatronParser()
+        self.torchtitan = TorchtitanMessages()
+        self._stamp: tuple[str, str] | None = None
+        self._prefix_ns: int | None = None
+
+    def feed(self, line: str, seq: int) -> list[CheckpointEvent]:
+        match = PREFIX.match(line)
+        if match is None:  # a continuation line: same record, same time
+            return self.megatron.feed_message(line, seq, self._prefix_ns)
+        stamp = (match["day"], match["clock"])
+        if stamp != self._stamp:
+            self._stamp, self._prefix_ns = stamp, primus_time_ns(*stamp)
+        if match["role"] == "rank":
+            self.megatron.observed["world_size"] = (int(match["world"]), "the Primus line prefix")
+        message = LOCATION.sub("", match["message"], count=1)
+        events = self.megatron.feed_message(message, seq, self._prefix_ns)
+        if "checkpoint" in message or "step:" in message:  # what torchtitan's messages can be
+            rank = int(match["rank"]) if match["role"] == "rank" else 0
+            events += self.torchtitan.feed(message, seq, rank, Clock(self._prefix_ns, TimeSource.PRIMUS_PREFIX))
+        return events
+
+    def finish(self) -> list[CheckpointEvent]:
+        return self.megatron.finish() + self.torchtitan.finish(self.megatron._seq)
+
+    @property
+    def run_info(self) -> dict:
+        return self.megatron.run_info
+
+    @property
+    def notes(self) -> list[str]:
+        return self.megatron.notes + self.torchtitan.notes
+
+    @property
+    def arguments(self):
+        return self.megatron.arguments
+
+    @property
+    def observed(self) -> dict:
+        return self.megatron.observed
+
+
+def find_rank_dirs(folder: Path) -> dict[int, Path]:
+    """rank -> `rank-N` folder, looking in `folder`, `folder/pre_trainer`, `folder/logs/pre_trainer`."""
+    for base in (folder, folder / "pre_trainer", folder / "logs" / "pre_trainer"):
+        if base.is_dir():
+            ranks = {
+                int(match[1]): entry
+                for entry in base.iterdir()
+                if entry.is_dir() and (match := RANK_DIR.match(entry.name))
+            }
+            if ranks:
+                return ranks
+    return {}
+
+
+def level_files(rank_dir: Path, level: str) -> list[Path]:
+    """A level's files, oldest first: loguru-rotated by name, `.N` highest first, then the live file."""
+    numbered = re.compile(rf"^{level}\.log\.(\d+)(?:\.gz)?$")
+    stamped = re.compile(rf"^{level}\.(\d{{4}}-\d\d-\d\d_\d\d-\d\d-\d\d_\d+)\.log(?:\.gz)?$")
+    by_number, by_stamp = [], []
+    for entry in rank_dir.iterdir():
+        if match := numbered.match(entry.name):
+            by_number.append((-int(match[1]), entry))
+        elif match := stamped.match(entry.name):
+            by_stamp.append((match[1], entry))
+    live = [rank_dir / f"{level}.log"] if (rank_dir / f"{level}.log").is_file() else []
+    return [p for _, p in sorted(by_number)] + [p for _, p in sorted(by_stamp)] + live
+
+
+def files_to_read(rank_dirs: dict[int, Path]) -> list[list[Path]]:
+    """Per rank read, its files in order: rank 0's debug.log family, the last rank's info.log one."""
+    first, last = min(rank_dirs), max(rank_dirs)
+    wanted = [(first, ("debug", "info"))]
+    if last != first:
+        wanted.append((last, ("info", "debug")))
+    streams = []
+    for rank, preference in wanted:
+        for level in preference:
+            files = level_files(rank_dirs[rank], level)
+            if files:
+                streams.append(files)
+                break
+    return streams
+
+
+def merged_lines(streams: list[list[Path]], notes: list[str]) -> Iterator[Line]:
+    """The candidate lines of several ranks' files, merged by prefix time."""
+    if len(streams) == 1:
+        return scan_lines(streams[0], GRAMMAR, notes)
+
+    def timed(files: list[Path]) -> Iterator[tuple[str, Line]]:
+        stamp = ""
+        for line in scan_lines(files, GRAMMAR, notes):
+            if match := _PREFIX_TIME.match(line[2]):
+                stamp = match[1]
+            yield stamp, line
+
+    merged = heapq.merge(*(timed(files) for files in streams), key=lambda item: item[0])
+    return (line for _, line in merged)

@@ -1,0 +1,74 @@
+"""Where checkpoints go, chosen by the scheme of `--save-dir` from one registry.
+
+    a path              LocalStorage    (ckpt_bench.storage.local)
+    s3://bucket/prefix  S3Storage       (ckpt_bench.storage.s3: boto3 here, s3torchconnector in the ranks)
+    any other URL       FsspecStorage   (ckpt_bench.storage.fsspec: gs://, az://, file://, memory://, ...)
+
+The launcher needs five things from a storage, whatever it is (`CheckpointStorage`):
+
+* `check_access()` -- fail *before* anything is created or timed, with one line the user can act on
+  (a missing bucket, bad credentials, an unreachable endpoint, an unwritable folder, a missing package);
+* `create(run_dir)` -- a fresh folder/prefix for this run, marked as ours (`OWNER_MARK`), so that
+  nothing we did not create is ever written over or deleted;
+* `iteration_sizes()` -- bytes per saved iteration (`iter_NNNNNNN/`), from what was *written*
+  (file sizes, object sizes): bandwidth is never computed from a parameter count;
+* `remove()` -- delete the run's checkpoints, only if they carry our mark;
+* `worker_env()` / `describe()` -- what the ranks need to reach it: environment variables (e.g.
+  `AWS_ENDPOINT_URL`) and a JSON description the worker spec carries.
+
+A rank turns that description back into its writers and readers (`WorkerStorage`), so no backend
+branches on the scheme:
+
+    storage = storage_for(save_dir, config)        # launcher; no I/O yet
+    storage.check_access()
+    location = storage.create(run.path)            # "<save_dir>/<run-name>", "s3://b/p/<run-name>", ...
+    spec["dcp"]["storage"] = storage.describe()
+    ...
+    io = worker_storage(spec["dcp"]["storage"])    # rank
+    dcp.save(state, storage_writer=io.dcp_writer(f"{location}/iter_0000001", thread_count=1, sync_files=True))
+    ...
+    sizes = storage.iteration_sizes()              # launcher
+    storage.remove()
+
+A new scheme is one module here (its CheckpointStorage and WorkerStorage) and one line in `SCHEMES`;
+its options, if any, join `StorageOptions`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ckpt_bench.storage.base import OWNER_MARK, CheckpointStorage, WorkerStorage
+from ckpt_bench.storage.fsspec import FsspecStorage
+from ckpt_bench.storage.local import LocalStorage, check_writable, remove_checkpoints
+from ckpt_bench.storage.s3 import S3Options, S3Storage
+
+__all__ = [
+    "OWNER_MARK", "CheckpointStorage", "FsspecStorage", "LocalStorage", "S3Storage", "StorageOptions",
+    "WorkerStorage", "check_writable", "remove_checkpoints", "storage_for", "worker_storage",
+]
+
+# The options of every scheme: the dataclass each checkpoint-writing runner's config inherits from.
+StorageOptions = S3Options
+
+# URL scheme -> storage ("" is a plain path); a scheme not listed is reached through fsspec.
+SCHEMES: dict[str, type[CheckpointStorage]] = {
+    "": LocalStorage,
+    "s3": S3Storage,
+}
+FALLBACK: type[CheckpointStorage] = FsspecStorage
+
+
+def storage_for(save_dir: str | os.PathLike | None, options: Any = None) -> CheckpointStorage:
+    """The storage for `--save-dir` (None: a folder inside the run directory), with `options` an object
+    holding `StorageOptions`' fields (a runner's config) or None; validates them, does no I/O."""
+    text = None if save_dir is None else os.fspath(save_dir)
+    scheme = text.split("://", 1)[0] if text is not None and "://" in text else ""
+    return SCHEMES.get(scheme, FALLBACK)(text, options)
+
+
+def worker_storage(description: dict) -> WorkerStorage:
+    """In a rank: how to write and read the storage that `describe()` returned in the launcher."""
+    by_kind = {storage.kind: storage for storage in (*SCHEMES.values(), FALLBACK)}
+    return by_kind[description["storage"]].worker(description)

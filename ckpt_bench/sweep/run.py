@@ -1,0 +1,432 @@
+"""Sweeps: many benchmark runs from one file, each job exactly one command-line invocation.
+
+A sweep file names fixed settings and `sweep:` lists, keyed by the CLI options' names with
+underscores (any option of `ckpt_launch.py`, any backend). The jobs are the cartesian product of the
+lists, in declaration order (the last list varies fastest), run one after another:
+
+    name: dcp                       # optional; default: the file's name
+    backend: dcp                    # fixed settings
+    save_calls: 3
+    sweep:
+      model: [vit-base, gpt2]
+      nproc_per_node: [1, 2]
+      save_dir: [/tmp/ckpt-bench, s3://my-bucket/ckpt-bench]
+
+Each job's options are parsed by the command line's own parser (defaults, types, choices; `parse`,
+given by `ckpt_bench.cli.launch`), so a job is exactly `ckpt_launch.py <its options>`; that command line is
+recorded with the job, and it runs through the same `registry.build_launch` as the CLI. Results:
+
+    <runs-dir>/sweeps/<name>/<YYYYmmdd-HHMMSS>/
+        sweep.yaml                  the sweep as run (fixed settings, lists, command-line overrides)
+        <job>/benchmark.log         everything the job printed
+        <job>/report.json           its report; also as results_<values>.json (s3torchbenchmarking's name)
+        <job>/job.json              its options, command line, status and error
+        <job>/<run directory>/      the run itself (ckpt_bench.core.rundir)
+        run_results.json            every job's config and report, tool and library versions, host
+        results.csv                 one row per job
+        sweep_report.html           each metric against each swept parameter, the table of jobs
+
+A job whose run fails is recorded as failed and the sweep goes on. `--resume DIR` runs again the
+jobs of DIR that have no result (never started, interrupted, or failed) and skips the others.
+
+Another benchmark's sweep file (s3torchbenchmarking's Hydra configs) runs as it is: `ckpt_bench.sweep.peers`
+translates it into jobs, chooses the folder (`hydra.sweep.dir`) and writes its result files beside
+ours (`Outputs`); nothing else here depends on whose file it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import difflib
+import itertools
+import json
+import os
+import re
+import shlex
+import shutil
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from ckpt_bench.core.environment import describe_environment, package_versions
+from ckpt_bench.core.errors import ConfigError
+from ckpt_bench.core.options import to_argv
+from ckpt_bench.core.rundir import RUN_FILE, sweep_results_file
+from ckpt_bench.launcher import registry
+from ckpt_bench.launcher.repeat import run
+from ckpt_bench.present.html import SWEEP_HTML, write_sweep_html
+from ckpt_bench.report.assembly import to_json
+from ckpt_bench.report.metrics import HEADLINE_KEYS
+from ckpt_bench.storage import remove_checkpoints
+from ckpt_bench.sweep.peers import translation_for
+from ckpt_bench.sweep.peers.outputs import Outputs
+
+# `ckpt_bench.cli.launch.parse_argv`: one command line -> (option values, the options given); ConfigError if it
+# cannot be parsed.
+Parse = Callable[[list[str]], tuple[dict, set]]
+
+# Options a sweep file may not set: they drive the sweep itself.
+RESERVED = ("sweep", "resume", "output", "format", "runs_dir")
+# A job with one of these statuses has its result: `--resume` skips it.
+FINISHED = ("ok", "verification-failed")
+SWEEP_FILE = "sweep.yaml"
+CSV_FILE = "results.csv"
+CSV_METRICS = (
+    "world_size", *HEADLINE_KEYS, "iter_folder_size", "num_saved", "verified", "accurate",
+    "save_fraction_of_peak", "load_fraction_of_peak",  # with storage_baseline: true
+)
+
+
+@dataclass
+class Job:
+    index: int
+    params: dict  # the swept values, in declaration order
+    options: dict  # every option, as the command line's parser gave them
+    argv: list[str]  # the equivalent command line (after `ckpt_launch.py`)
+    given: set = field(default_factory=set)  # the options the job sets (the rest are defaults)
+
+    @property
+    def report_name(self) -> str:
+        """`results_<value>_<value>....json`, the values in declaration order (as s3torchbenchmarking)."""
+        return "results_" + "_".join(_label(key, value) for key, value in self.params.items()) + ".json"
+
+
+@dataclass
+class Sweep:
+    name: str
+    fixed: dict
+    lists: dict
+    source: str | None = None
+    jobs: list[Job] = field(default_factory=list)
+    outputs: Outputs = field(default_factory=Outputs)
+    root: Path | None = None  # where results go; None: <runs-dir>/sweeps/<name>/<time>/
+    saved: dict | None = None  # what sweep.yaml keeps to resume, when not `definition()` (another tool's file)
+    notes: list[str] = field(default_factory=list)  # what the sweep file asked that does not apply here
+
+    def definition(self) -> dict:
+        return {"name": self.name, **self.fixed, "sweep": self.lists}
+
+
+def _label(key: str, value) -> str:
+    if key == "save_dir":
+        return "s3" if str(value).startswith("s3://") else "disk"
+    if isinstance(value, bool):
+        return key if value else f"no-{key}"
+    return re.sub(r"[^A-Za-z0-9.+-]+", "-", str(value)).strip("-") or "none"
+
+
+def _check_keys(keys, where: str) -> None:
+    params = registry.all_flags()
+    for key in keys:
+        if key in RESERVED:
+            raise ConfigError(f"{where}: {key!r} cannot be set in a sweep file (it drives the sweep itself)")
+        if key not in params:
+            close = difflib.get_close_matches(str(key), params, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"{where}: {key!r} is not an option of ckpt_launch.py{hint}; use the option's name "
+                              "with underscores, e.g. nproc_per_node")
+
+
+def _jobs(source: str, parse: Parse, combinations: list[tuple[dict, dict]]) -> list[Job]:
+    """Each (swept values, options) as a job: parsed as the CLI would and checked as a run would be
+    (`registry.build_launch`: a model's name, a backend's settings), all before any job starts."""
+    jobs = []
+    for index, (params, values) in enumerate(combinations):
+        argv = to_argv(values, registry.all_flags())
+        try:
+            options, given = parse(argv)
+            registry.build_launch(options, given, os.environ)
+        except ConfigError as error:
+            described = ", ".join(f"{k}={v}" for k, v in params.items())
+            raise ConfigError(f"{source}: job {index} ({described}): {error}") from None
+        jobs.append(Job(index, params, options, argv, given))
+    return jobs
+
+
+def sweep_from(definition, source: str, parse: Parse, overrides: dict | None = None,
+               peer_overrides: tuple[str, ...] = ()) -> Sweep:
+    """Our sweep file, or another benchmark's (`ckpt_bench.sweep.peers`) with its own command-line overrides."""
+    translation = translation_for(definition, source, peer_overrides, overrides or {})
+    if translation is None:
+        if peer_overrides:
+            raise ConfigError(f"{peer_overrides[0]}: {source} is a ckpt-bench sweep file, whose settings are options "
+                              "(e.g. --thread-count 2); KEY=VALUE overrides apply to s3torchbenchmarking configs")
+        return build_sweep(definition, source, parse, overrides)
+    return Sweep(translation.name, dict(overrides or {}), translation.lists, source,
+                 _jobs(source, parse, translation.jobs), translation, translation.root, translation.saved,
+                 translation.notes)
+
+
+def build_sweep(definition, source: str, parse: Parse, overrides: dict | None = None) -> Sweep:
+    """A validated sweep: every job's options parsed and checked as the CLI would; raises ConfigError (one line)."""
+    if not isinstance(definition, dict):
+        raise ConfigError(f"{source}: a sweep file is a mapping of options and a `sweep:` mapping of lists")
+    definition = dict(definition)
+    name = definition.pop("name", None) or Path(source).stem
+    lists = definition.pop("sweep", None)
+    if not isinstance(lists, dict) or not lists:
+        raise ConfigError(f"{source}: `sweep:` must map option names to lists of values, e.g. "
+                          "sweep: {thread_count: [1, 2]}")
+    for key, values in lists.items():
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"{source}: sweep.{key} must be a non-empty list (got {values!r})")
+    _check_keys(definition, source)
+    _check_keys(lists, f"{source}: sweep")
+    both = sorted(set(definition) & set(lists))
+    if both:
+        raise ConfigError(f"{source}: {', '.join(both)} is both fixed and swept; keep one")
+    overrides = overrides or {}
+    swept = sorted(set(overrides) & set(lists))
+    if swept:
+        raise ConfigError(f"{', '.join('--' + k.replace('_', '-') for k in swept)}: swept in {source}; "
+                          "remove it from the command line or from the sweep")
+    fixed = {**definition, **overrides}
+
+    swept = (dict(zip(lists, values, strict=True)) for values in itertools.product(*lists.values()))
+    combinations = [(params, {**fixed, **params}) for params in swept]
+    return Sweep(str(name), fixed, lists, source, _jobs(source, parse, combinations))
+
+
+def load_sweep(path: str | os.PathLike, parse: Parse, overrides: dict | None = None,
+               peer_overrides: tuple[str, ...] = ()) -> Sweep:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"--sweep {path}: sweep file not found")
+    try:
+        definition = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        raise ConfigError(f"--sweep {path}: not valid YAML ({str(error).splitlines()[0]})") from None
+    return sweep_from(definition, str(path), parse, overrides, peer_overrides)
+
+
+# --- running ------------------------------------------------------------------------------------
+
+
+def _job_dir(root: Path, job: Job) -> Path:
+    return root / str(job.index)
+
+
+def _read_job(root: Path, job: Job) -> dict | None:
+    path = _job_dir(root, job) / "job.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _write_json(path: Path, data) -> None:
+    path.write_text(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def run_job(root: Path, job: Job, outputs: Outputs) -> dict:
+    """Run one job as its own CLI invocation would, its output captured in `<job>/benchmark.log`."""
+    job_dir = _job_dir(root, job)
+    if job_dir.exists():  # an earlier attempt without a result (see --resume): ours to replace
+        _remove_attempt(job_dir)
+    job_dir.mkdir(parents=True)
+    record = {
+        "index": job.index,
+        "params": job.params,
+        "command": shlex.join(["ckpt_launch.py", *job.argv]),
+        "options": job.options,
+        "status": "running",
+        "error": None,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    _write_json(job_dir / "job.json", record)
+    values = {**job.options, "runs_dir": str(job_dir)}
+    with open(job_dir / "benchmark.log", "w", encoding="utf-8") as log, \
+            contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        print(f"$ {record['command']}", flush=True)
+        try:
+            launch, _emit = registry.build_launch(values, {*job.given, "runs_dir"}, os.environ)
+            result = run(registry.runner_for(launch), launch)
+            report = result.report
+            record["status"] = result.status
+            record["exit_code"] = result.exit_code
+            (job_dir / "report.json").write_text(to_json(report) + "\n")
+            _link(job_dir / "report.json", job_dir / job.report_name)
+            record["report_file"] = job.report_name
+            record["run_dir"] = report["run"]["dir"]
+            if record["status"] != "ok":
+                record["error"] = _failure(report)
+        except ConfigError as error:
+            print(f"error: {error}", flush=True)
+            record.update(status="failed", error=str(error))
+        except Exception as error:  # a job's crash is its own: record it, go on with the sweep
+            traceback.print_exc()
+            record.update(status="failed", error=f"{type(error).__name__}: {error}")
+    record["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    _write_json(job_dir / "job.json", record)
+    outputs.job_done(job_dir, job.index)
+    return record
+
+
+def _remove_attempt(job_dir: Path) -> None:
+    """An earlier attempt's folder, and the local checkpoint folder its run created elsewhere (a
+    `--save-dir`) if the attempt was killed before removing it: only folders carrying our mark."""
+    for run_file in job_dir.glob(f"*/{RUN_FILE}"):
+        try:
+            checkpoint_dir = json.loads(run_file.read_text()).get("checkpoint_dir")
+        except (OSError, ValueError):
+            continue
+        if checkpoint_dir and "://" not in checkpoint_dir and remove_checkpoints(Path(checkpoint_dir)):
+            print(f"removed {checkpoint_dir}, left by an interrupted attempt of {job_dir}", file=sys.stderr)
+    shutil.rmtree(job_dir)
+
+
+def _link(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+
+
+def _failure(report: dict) -> str:
+    passes = [p for p in report["run"]["passes"] if not p["ok"]]
+    if passes:
+        return f"{passes[0]['name']} pass failed (exit code {passes[0]['exit_code']}); logs in {passes[0]['log_dir']}"
+    return f"verification failed: {json.dumps(report.get('verification'))}"
+
+
+def _report(root: Path, job: Job, record: dict | None) -> dict | None:
+    path = _job_dir(root, job) / "report.json"
+    return json.loads(path.read_text()) if record and path.is_file() else None
+
+
+def write_results(root: Path, sweep: Sweep, started: str) -> dict:
+    """run_results.json and results.csv from every job's directory (so a resumed sweep is whole)."""
+    jobs = []
+    for job in sweep.jobs:
+        record = _read_job(root, job) or {"index": job.index, "params": job.params, "status": "not run",
+                                          "command": shlex.join(["ckpt_launch.py", *job.argv]),
+                                          "options": job.options}
+        jobs.append({**record, "report": _report(root, job, record)})
+    environment = describe_environment()
+    environment.update(package_versions(("boto3", "click", "s3torchconnectorclient")))
+    results = {
+        "name": sweep.name,
+        "results_file": str(root / sweep.outputs.results_file),
+        "sweep_file": sweep.source,
+        "dir": str(root),
+        "started": started,
+        "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "sweep": sweep.definition(),
+        "environment": environment,
+        "summary": {status: sum(j["status"] == status for j in jobs) for status in sorted({j["status"] for j in jobs})},
+        "notes": sweep.notes,
+        "jobs": jobs,
+    }
+    _write_json(root / sweep.outputs.results_file, results)
+    write_sweep_html(root, results)
+    with open(root / CSV_FILE, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["job", "status", *sweep.lists, *CSV_METRICS, "save_bandwidth_median", "report", "error"])
+        for job, record in zip(sweep.jobs, jobs, strict=True):
+            report = record["report"] or {}
+            median = (((report.get("stats") or {}).get("bandwidth")) or {}).get("median")
+            writer.writerow([
+                job.index, record["status"], *job.params.values(), *(report.get(k) for k in CSV_METRICS),
+                median, record.get("report_file"), record.get("error"),
+            ])
+    sweep.outputs.sweep_done(root, results)
+    return results
+
+
+def _new_root(runs_dir: Path, name: str) -> Path:
+    base = runs_dir / "sweeps" / name / time.strftime("%Y%m%d-%H%M%S")
+    root, suffix = base, 1
+    while True:
+        try:
+            root.mkdir(parents=True)
+            return root
+        except FileExistsError:
+            suffix += 1
+            root = base.with_name(f"{base.name}-{suffix}")
+
+
+def _peer_root(root: Path) -> Path:
+    """A folder the sweep file names (hydra.sweep.dir): created, or reused if it holds no sweep yet."""
+    if (root / SWEEP_FILE).is_file():
+        raise ConfigError(f"{root} already holds a sweep: --resume {root}, or choose another folder "
+                          "(hydra.sweep.dir=...)")
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def run_sweep(sweep_file: str | None, runs_dir: str | os.PathLike, resume: str | None, overrides: dict | None,
+              parse: Parse, peer_overrides: tuple[str, ...] = ()) -> tuple[Path, dict]:
+    """Run (or resume) a sweep; returns its directory and run_results."""
+    from tqdm import tqdm
+
+    if resume:
+        root = Path(resume)
+        saved = root / SWEEP_FILE
+        if not saved.is_file():
+            raise ConfigError(f"--resume {root}: not a sweep directory (no {SWEEP_FILE})")
+        definition = yaml.safe_load(saved.read_text())
+        sweep = sweep_from(definition, str(saved), parse)
+        if sweep_file or overrides or peer_overrides:
+            given = load_sweep(sweep_file, parse, overrides, peer_overrides) if sweep_file else sweep_from(
+                definition, str(saved), parse, overrides, peer_overrides)
+            if [j.options for j in given.jobs] != [j.options for j in sweep.jobs]:
+                raise ConfigError(f"--resume {root}: the sweep given differs from the one this directory holds "
+                                  f"({saved}); resume without --sweep, or start a new sweep")
+        results_path = root / sweep.outputs.results_file
+        started = json.loads(results_path.read_text()).get("started") if results_path.is_file() else None
+        for job in sweep.jobs:  # a job still "running" belongs to a sweep process that is gone
+            record = _read_job(root, job)
+            if record and record["status"] == "running":
+                record.update(status="interrupted", error="the sweep stopped while this job ran")
+                _write_json(_job_dir(root, job) / "job.json", record)
+    else:
+        sweep = load_sweep(sweep_file, parse, overrides, peer_overrides)
+        root = _peer_root(sweep.root) if sweep.root else _new_root(Path(runs_dir), sweep.name)
+        (root / SWEEP_FILE).write_text(yaml.safe_dump(sweep.saved or sweep.definition(), sort_keys=False))
+        started = None
+    started = started or time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+    done = [job for job in sweep.jobs if (_read_job(root, job) or {}).get("status") in FINISHED]
+    todo = [job for job in sweep.jobs if job not in done]
+    print(f"sweep {sweep.name}: {len(sweep.jobs)} jobs in {root}"
+          + (f" ({len(done)} finished before, skipped)" if done else ""), file=sys.stderr, flush=True)
+    for note in sweep.notes:
+        print(f"note: {note}", file=sys.stderr, flush=True)
+    write_results(root, sweep, started)
+    progress = tqdm(total=len(sweep.jobs), initial=len(done), desc=f"sweep {sweep.name}", unit="job",
+                    file=sys.stderr, dynamic_ncols=True)
+    with progress:
+        for job in todo:
+            progress.set_postfix_str(" ".join(f"{k}={_label(k, v)}" for k, v in job.params.items()))
+            record = run_job(root, job, sweep.outputs)
+            write_results(root, sweep, started)
+            progress.update(1)
+            if record["status"] != "ok":
+                progress.write(f"job {job.index} {record['status']}: {record['error']}", file=sys.stderr)
+            if record["status"] == "interrupted":  # Ctrl-C / SIGTERM: the sweep stops; --resume goes on
+                break
+    return root, write_results(root, sweep, started)
+
+
+def summary(results: dict) -> dict:
+    """What the CLI prints: where the results are and one line of numbers per job."""
+    return {
+        "sweep": results["name"],
+        "dir": results["dir"],
+        "results": results.get("results_file") or str(sweep_results_file(results["dir"])),
+        "csv": str(Path(results["dir"]) / CSV_FILE),
+        "report_html": str(html) if (html := Path(results["dir"]) / SWEEP_HTML).is_file() else None,
+        "summary": results["summary"],
+        "jobs": [
+            {
+                "job": job["index"],
+                "status": job["status"],
+                **job["params"],
+                **{k: (job["report"] or {}).get(k) for k in ("save_bandwidth_in_mbps", "load_bandwidth_in_mbps")},
+            }
+            for job in results["jobs"]
+        ],
+    }

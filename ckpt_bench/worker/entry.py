@@ -1,0 +1,127 @@
+"""The contract every torchrun worker shares, so that each backend's worker holds only its own calls.
+
+    python -m torch.distributed.run ... -m bench.<backend>.worker --spec worker.json --phase save|load
+
+* `worker_main`: arguments and exit codes. 0 ok; 3 the checkpoint loaded but differs from what was
+  saved (ckpt_bench.worker.integrity.VerificationFailed); 1 anything else, with the traceback and a last line
+  `[rank R] <phase> failed: ...` on stderr, which the launcher shows with the rank's log tail.
+* `WorkerContext`: this rank as torchrun started it -- its ranks, its device and process group (nccl
+  with one GPU per local rank, gloo on the CPU), its event `recorder` (each operation's peak memory
+  included: ckpt_bench.worker.memory), and the cold-load rule (`evict`).
+* `timed`: the span of one checkpoint call in events -- its start event, and its end event with the
+  error if the call raises. A successful call's end events are the caller's: a synchronous save or a
+  load records them right after the block, an async save's writer records SAVE_END when it finishes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import TypeVar
+
+import torch
+import torch.distributed as dist
+
+from ckpt_bench.core.checkpoint_dir import evict_from_page_cache
+from ckpt_bench.core.events import EventKind, EventRecorder
+from ckpt_bench.worker.integrity import EXIT_VERIFICATION_FAILED, VerificationFailed
+from ckpt_bench.worker.memory import MemoryWatch
+
+Spec = TypeVar("Spec")
+
+
+def error_text(error: BaseException) -> str:
+    """How a failed checkpoint call is named in its end event's `error`."""
+    return f"{type(error).__name__}: {error}"
+
+
+@contextmanager
+def timed(recorder: EventRecorder, start_kind: EventKind, end_kind: EventKind, iteration: int | None,
+          path: str | None = None, **fields) -> Iterator[None]:
+    """Record `start_kind` (with `path` and `fields`, e.g. `extra`), run the block; if it raises, record
+    `end_kind` with `path` and the error, and re-raise. Only the block is timed: a barrier lining the
+    ranks up belongs before it."""
+    recorder.record(start_kind, iteration, path=path, **fields)
+    try:
+        yield
+    except BaseException as error:
+        recorder.record(end_kind, iteration, path=path, error=error_text(error))
+        raise
+
+
+@dataclass(frozen=True)
+class WorkerContext:
+    """This rank, from torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE)."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+
+    @classmethod
+    def from_env(cls) -> WorkerContext:
+        """Without joining a process group: for a framework that makes its own (Lightning's strategy)."""
+        return cls(int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0")),
+                   int(os.environ.get("WORLD_SIZE", "1")))
+
+    @classmethod
+    def join(cls, dist_backend: str | None = None) -> WorkerContext:
+        """Join the process group: nccl on `cuda:LOCAL_RANK` (one GPU per local rank), gloo on the CPU;
+        no backend named: nccl where CUDA is available, else gloo."""
+        context = cls.from_env()
+        backend = dist_backend or ("nccl" if torch.cuda.is_available() else "gloo")
+        if backend == "nccl":
+            device = torch.device("cuda", context.local_rank)
+            torch.cuda.set_device(device)
+            dist.init_process_group(backend, device_id=device)
+        else:
+            device = torch.device("cpu")
+            dist.init_process_group(backend)
+        return replace(context, device=device)
+
+    def recorder(self, events_dir: str) -> EventRecorder:
+        """This rank's event recorder, with each operation's peak memory in its end events."""
+        return EventRecorder(events_dir, self.rank, memory=MemoryWatch(self.device))
+
+    def evict(self, path: str | None, warm: bool) -> None:
+        """Before a cold load: drop `path` from the page cache, once per host (its ranks share the cache).
+        Nothing for a warm load, or a `path` of None (remote storage has no page cache here)."""
+        if path is not None and not warm and self.local_rank == 0:
+            evict_from_page_cache(path)
+
+
+def worker_main(
+    description: str,
+    load_spec: Callable[[str], Spec],
+    run: Callable[[Spec, str], None],
+    argv: list[str] | None = None,
+) -> int:
+    """Parse `--spec/--phase`, call `run(load_spec(spec_path), phase)`, map its outcome to an exit code.
+    A spec that cannot be read fails like any other error: one line naming the rank, exit 1."""
+    parser = argparse.ArgumentParser(description=description.split("\n\n")[0])
+    parser.add_argument("--spec", required=True, help="JSON spec written by the launcher")
+    parser.add_argument("--phase", required=True, choices=("save", "load"))
+    options = parser.parse_args(argv)
+    rank = os.environ.get("RANK", "?")
+    try:
+        run(load_spec(options.spec), options.phase)
+        # Every rank reaches teardown together: a rank that destroys its process group while a peer
+        # is still inside a collective (e.g. Lightning's own teardown) can abort at exit.
+        if dist.is_initialized():
+            dist.barrier()
+    except VerificationFailed as error:
+        print(f"[rank {rank}] verification failed: {error}", file=sys.stderr, flush=True)
+        return EXIT_VERIFICATION_FAILED
+    except Exception as error:
+        traceback.print_exc()
+        print(f"[rank {rank}] {options.phase} failed: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return 0
