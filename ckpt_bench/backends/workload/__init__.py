@@ -1,0 +1,1 @@
+"""Synthetic checkpoint workloads: DLIO / MLPerf Storage checkpoint shapes (`shapes`), computed without torch."""
