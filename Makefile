@@ -1,5 +1,6 @@
 # Two commands do everything on a fresh machine (each installs into .venv/ first if needed):
-#   make run    the default benchmark (tiny GPT, CPU, 2 ranks, local disk) -> JSON report
+#   make run    the default benchmark (tiny GPT, CPU, 2 ranks, local disk): its summary on a terminal,
+#               the JSON report when piped or redirected
 #   make test   lint + the test suite
 # Extra arguments: make run ARGS="--tp 2 --async-save"   make test PYTEST_ARGS="-k report"
 
