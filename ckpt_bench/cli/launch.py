@@ -27,6 +27,9 @@ from ckpt_bench.report.assembly import to_json
 
 SWEEP_SECTION = "Sweeps"  # options of this command itself: they drive sweeps, never a single run
 PEER_OVERRIDES = "hydra_overrides"  # positional KEY=VALUE arguments: for another benchmark's sweep file only
+PEER_OVERRIDES_HELP = ("HYDRA_OVERRIDES: only after --sweep FILE with an s3torchbenchmarking Hydra config: its "
+                       "KEY=VALUE overrides as its scripts pass them, e.g. +path=./nvme/ s3.region=eu-west-1 "
+                       "+world_size=2 (docs/peers.md).")
 
 
 def _click_option(name: str, flag: Flag, readers: tuple[str, ...]):
@@ -52,6 +55,7 @@ def _compose(callback):
         callback = cloup.option_group(title, *(_click_option(n, f, readers[n]) for n, f in flags.items()))(callback)
     return cloup.command(
         name="ckpt_launch.py",
+        epilog=PEER_OVERRIDES_HELP,
         context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120},
         show_constraints=False,
     )(callback)
