@@ -98,6 +98,19 @@ def print_report(report: dict, output: str | None, output_format: str | None = N
         summary.print_report(report)
 
 
+def print_preview(preview: dict, output: str | None, output_format: str | None) -> None:
+    """What a run would do (`Backend.preview`): JSON, or a table on a terminal; `--output` gets JSON."""
+    text = to_json(preview)
+    if output:
+        Path(output).write_text(text + "\n")
+    if wants_table(output_format):
+        from ckpt_bench.present import summary
+
+        summary.print_preview(preview)
+    else:
+        click.echo(text)
+
+
 def _launch(**values) -> None:
     """Run a checkpoint benchmark under torchrun and print its report (a summary on a terminal, else JSON)."""
     given = given_options(click.get_current_context())
@@ -113,9 +126,14 @@ def _launch(**values) -> None:
 
             click.echo(render(emit, values, given, registry.all_flags()), nl=False)
             sys.exit(0)
+        runner = registry.runner_for(launch_config)
+        preview = runner.preview(launch_config)
+        if preview is not None:
+            print_preview(preview, launch_config.output, launch_config.format)
+            sys.exit(0)
         from ckpt_bench.launcher.repeat import run
 
-        result = run(registry.runner_for(launch_config), launch_config)
+        result = run(runner, launch_config)
     except ConfigError as error:
         fail(str(error))
     print_report(result.report, launch_config.output, launch_config.format)

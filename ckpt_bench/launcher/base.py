@@ -5,8 +5,8 @@ A backend (the built-in Megatron worker, DCP, Lightning, the comms sweep) or a f
 Megatron-LM) is one file: its `Config` dataclass (its options, their defaults and checks), and
 `plan()`. `ckpt_bench.launcher.registry` lists them; the CLI, sweeps and `--emit` all go through it.
 
-Options several backends read are declared here once (`ASYNC_SAVE`, `SAVE_CALLS`, `DIST_BACKEND`,
-`SET`), each backend giving its own default.
+Options several backends read are declared here once (`ASYNC_SAVE`, `SAVE_CALLS`, `LOAD_CALLS`,
+`THREAD_COUNT`, `SYNC_FILES`, `DIST_BACKEND`, `SET`), each backend giving its own default.
 """
 
 from __future__ import annotations
@@ -26,6 +26,10 @@ if TYPE_CHECKING:
 ASYNC_SAVE = Flag(("--async-save",), "Save asynchronously: training resumes before the write ends.", type=bool,
                   toggle="--no-async-save")
 SAVE_CALLS = Flag(("--save-calls",), "Number of saves.", type=int, min=1)
+LOAD_CALLS = Flag(("--load-calls",), "Number of loads (0: no load pass).", type=int, min=0)
+THREAD_COUNT = Flag(("--thread-count",), "Writer threads per rank.", type=int, min=1)
+SYNC_FILES = Flag(("--sync-files",), "fsync files after writing (local disk; default on).", type=bool,
+                  toggle="--no-sync-files")
 DIST_BACKEND = Flag(("--dist-backend",), "torch.distributed backend (default: nccl on GPU, gloo on CPU).",
                     choices=("gloo", "nccl"))
 SET = Flag(("--set",), "Override a setting, e.g. --set num_layers=8 (repeatable): Megatron-LM arguments for the "
@@ -70,6 +74,9 @@ class Plan:
     # Called on node 0 after the passes: turns what they left that is not events (a framework's
     # logs) into events under the run's events/; returns notes for the report.
     collect: Callable[[RunDir], list[str]] | None = None
+    # Called on node 0 with the report once report.json is written: files in another tool's layout beside
+    # it (a workload's DLIO-style summary.json).
+    outputs: Callable[[RunDir, dict], None] | None = None
     notes: list[str] = field(default_factory=list)  # what the report should say about this plan
 
 
@@ -81,6 +88,12 @@ class Backend(ABC):
     title: ClassVar[str]  # its --help section
     Config: ClassVar[type[Options]]  # its typed options
     framework: ClassVar[bool] = False  # chosen with --framework, not --backend
+    selected_by: ClassVar[str | None] = None  # an option of its own that chooses it without --backend
+
+    def preview(self, launch: LaunchConfig) -> dict | None:
+        """What the run would do, when its options ask only for that (a workload's `--plan`): printed
+        instead of running. None: run. Creates nothing."""
+        return None
 
     @classmethod
     def environment_options(cls, values: Mapping, environ: Mapping[str, str], given: set[str]) -> dict:

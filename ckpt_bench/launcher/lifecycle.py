@@ -90,6 +90,8 @@ def execute(runner: Backend, launch: LaunchConfig) -> RunResult:
         notes += measure_storage(plan, facts, launch)
         notes += clean_up(plan, facts)
         report = write_report(run, facts, launch)
+        if plan.outputs is not None:
+            plan.outputs(run, report)
     return RunResult(run, report)
 
 

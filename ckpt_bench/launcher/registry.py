@@ -23,6 +23,7 @@ from ckpt_bench.backends.frameworks.megatron_lm import MegatronLMBackend
 from ckpt_bench.backends.frameworks.primus import PrimusBackend
 from ckpt_bench.backends.lightning.launcher import LightningBackend
 from ckpt_bench.backends.megatron.launcher import MegatronBackend
+from ckpt_bench.backends.workload.launcher import WorkloadBackend
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.options import Flag, Options
 from ckpt_bench.launcher.base import Backend, CheckpointOptions
@@ -32,7 +33,8 @@ from ckpt_bench.storage import StorageOptions
 
 RUNNERS: dict[str, type[Backend]] = {
     runner.name: runner
-    for runner in (MegatronBackend, DcpBackend, LightningBackend, CommsBackend, PrimusBackend, MegatronLMBackend)
+    for runner in (MegatronBackend, DcpBackend, LightningBackend, CommsBackend, WorkloadBackend, PrimusBackend,
+                   MegatronLMBackend)
 }
 BACKENDS = tuple(name for name, runner in RUNNERS.items() if not runner.framework)
 FRAMEWORKS = tuple(name for name, runner in RUNNERS.items() if runner.framework)
@@ -120,9 +122,19 @@ def _refuse_unread(given: set[str], runner: type[Backend], emitting: bool) -> No
                           + ", ".join(("--framework " if RUNNERS[u].framework else "--backend ") + u for u in users))
 
 
+def _select_runner(values: Mapping, given: set[str]) -> Mapping:
+    """An option of a runner's own (`Backend.selected_by`: --workload) chooses it when neither --backend nor
+    --framework is given."""
+    if given & {"backend", "framework"}:
+        return values
+    chosen = [name for name, runner in RUNNERS.items() if runner.selected_by in given]
+    return {**values, "backend": chosen[0]} if chosen else values
+
+
 def build_launch(values: Mapping, given: set[str], environ: Mapping[str, str]) -> tuple[LaunchConfig, EmitOptions]:
     """The typed launch of command-line `values` (option name -> value, None when not given), `given`
     naming the options set explicitly. Raises ConfigError (one line) for any mistake."""
+    values = _select_runner(values, set(given))
     choice = RunnerChoice.from_values(values)
     runner = choice.runner
     emit = EmitOptions.from_values(values)

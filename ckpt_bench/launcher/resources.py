@@ -1,10 +1,18 @@
-"""What a run needs of this host, checked before anything starts: memory now (one line and exit 2 when
-the ranks of this host cannot hold their state, rather than the kernel killing them minutes later)."""
+"""What a run needs of this host, checked before anything starts: memory (one line and exit 2 when the
+ranks of this host cannot hold their state, rather than the kernel killing them minutes later), and the
+process group its accelerators call for."""
 
 from __future__ import annotations
 
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.units import GIB
+
+
+def default_dist_backend() -> str:
+    """nccl where this host has CUDA GPUs, else gloo."""
+    import torch
+
+    return "nccl" if torch.cuda.is_available() else "gloo"
 
 
 def available_memory() -> int:

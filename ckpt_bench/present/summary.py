@@ -136,3 +136,25 @@ def print_comparison(comparison: dict, file: TextIO | None = None) -> None:
     out = console(file)
     out.print(_titled("Comparison (under each value: its ratio to source 1's)", table))
     _print_paths(out, [(f"{index}: {source['label']}", source["path"]) for index, source in enumerate(sources, 1)])
+
+
+PREVIEW_RANKS_SHOWN = 16
+
+
+def print_preview(preview: dict, file: TextIO | None = None) -> None:
+    """What a run would do (`--plan`): its scalar facts, then per rank its bytes and files (the first
+    ranks and the largest one, when there are many)."""
+    out = console(file)
+    facts = [(key.removesuffix("_bytes").replace("_", " "), p.size(value) if key.endswith("bytes") else p.fmt(value))
+             for key, value in preview.items() if not isinstance(value, (list, dict))]
+    out.print(_pairs("plan (nothing was run)", facts))
+    ranks = preview.get("ranks") or []
+    shown = ranks[:PREVIEW_RANKS_SHOWN]
+    largest = max(ranks, key=lambda r: r["bytes"], default=None)
+    if largest is not None and largest not in shown:
+        shown.append(largest)
+    rows = [[str(r["rank"]), p.size(r["bytes"]), str(len(r["files"])), ", ".join(r["files"][:2])
+             + (f", ... ({len(r['files']) - 2} more)" if len(r["files"]) > 2 else "")] for r in shown]
+    more = f"; the first {PREVIEW_RANKS_SHOWN} and the largest" if len(ranks) > PREVIEW_RANKS_SHOWN else ""
+    title = f"per rank ({len(ranks)} ranks{more})"
+    out.print(_grid(title, ["rank", "bytes", "files", "names"], rows))

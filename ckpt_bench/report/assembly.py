@@ -23,6 +23,7 @@ from ckpt_bench.core.errors import ReportError
 from ckpt_bench.core.events import CheckpointEvent, event_files, read_event_files
 from ckpt_bench.core.rundir import MEASUREMENTS_FILE, RUN_FILE, RunDir
 from ckpt_bench.report.engine import CONFIG_KEYS, Operation, ReportBuilder, fractions_of_peak
+from ckpt_bench.report.mlperf import mlperf_section
 from ckpt_bench.report.parsers.session import DUMP, LogSession
 from ckpt_bench.report.parsers.sources import NoEvents, RunSource, cannot_read, resolve
 from ckpt_bench.worker import integrity
@@ -70,6 +71,9 @@ def run_report(run_dir: str | os.PathLike, ckpt_dir: str | os.PathLike | None = 
         load_cache=facts.get("load_cache"),
         notes=facts.get("notes"),
     )
+    checkpoint_bytes = (facts.get("run_info") or {}).get("mlperf_checkpoint_bytes")
+    if checkpoint_bytes is not None:  # a workload run: MLPerf Storage's figures too, from the same events
+        report["mlperf"] = mlperf_section(builder.operations(), checkpoint_bytes)
     if any(p["name"] == "preflight" for p in passes):
         report["preflight"] = run.comms_results("preflight")  # the fabric, measured just before
     measurements = run.path / MEASUREMENTS_FILE

@@ -41,6 +41,15 @@ class WorkerStorage(Protocol):
         """The Lightning `CheckpointIO` that writes and reads paths on this storage."""
         ...
 
+    def file_writer(self, path: str, sync_files: bool) -> Any:
+        """A context manager giving a binary file to write the file (object) at `path` into, as
+        `torch.save` writes: durable when the context exits (fsynced where `sync_files` applies)."""
+        ...
+
+    def file_reader(self, path: str) -> Any:
+        """A context manager giving the file (object) at `path` as a seekable binary file, for `torch.load`."""
+        ...
+
     def local_path(self, path: str) -> str | None:
         """`path` as a folder on this host's disk, for page-cache eviction; None for remote storage."""
         ...

@@ -9,8 +9,10 @@ run, removal only below a folder that carries our mark.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ckpt_bench.core.checkpoint_dir import evict_from_page_cache, iter_dir_name, sizes_by_iteration
 from ckpt_bench.core.errors import ConfigError
@@ -69,6 +71,23 @@ class FsspecWorkerStorage:
         from lightning.pytorch.plugins.io import TorchCheckpointIO
 
         return TorchCheckpointIO()  # opens paths with fsspec
+
+    @contextmanager
+    def file_writer(self, path: str, sync_files: bool) -> Iterator[BinaryIO]:
+        """`sync_files` fsyncs a file of this host's disk (`file://`); other filesystems have no fsync."""
+        import fsspec
+
+        local = self.local_path(path)
+        with fsspec.open(path, "wb", auto_mkdir=True) as file:
+            yield file
+            if sync_files and local is not None:
+                file.flush()
+                os.fsync(file.fileno())
+
+    def file_reader(self, path: str):
+        import fsspec
+
+        return fsspec.open(path, "rb").open()
 
     def local_path(self, path: str) -> str | None:
         from fsspec.core import url_to_fs

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ckpt_bench.core.checkpoint_dir import iter_dir_name, iteration_folder_sizes
 from ckpt_bench.core.errors import ConfigError
@@ -52,6 +54,18 @@ class LocalWorkerStorage:
         from lightning.pytorch.plugins.io import TorchCheckpointIO
 
         return TorchCheckpointIO()
+
+    @contextmanager
+    def file_writer(self, path: str, sync_files: bool) -> Iterator[BinaryIO]:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "wb") as file:
+            yield file
+            if sync_files:
+                file.flush()
+                os.fsync(file.fileno())
+
+    def file_reader(self, path: str):
+        return open(path, "rb")
 
     def local_path(self, path: str) -> str | None:
         return path

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from ckpt_bench.core.checkpoint_dir import iter_dir_name, sizes_by_iteration
@@ -79,6 +80,21 @@ class S3WorkerStorage:
         from s3torchconnector.dcp import S3StorageReader
 
         return S3StorageReader(self.settings["s3_region"], path, s3client_config=self.client_config())
+
+    @cached_property
+    def _checkpoint(self):
+        """One client for every file of a rank (created on first use, before the first timed call)."""
+        from s3torchconnector import S3Checkpoint
+
+        return S3Checkpoint(self.settings["s3_region"], endpoint=self.settings.get("s3_endpoint"),
+                            s3client_config=self.client_config())
+
+    def file_writer(self, path: str, sync_files: bool):
+        """`sync_files` does not apply: the object is durable once S3 acknowledges the upload (on close)."""
+        return self._checkpoint.writer(path)
+
+    def file_reader(self, path: str):
+        return self._checkpoint.reader(path)
 
     def lightning_checkpoint_io(self):
         from s3torchconnector.lightning import S3LightningCheckpoint

@@ -93,12 +93,12 @@ def test_every_option_belongs_to_one_section_and_help_is_grouped():
     assert len(names) == len(set(names))
     help_text = CliRunner().invoke(launch, ["--help"]).output
     titles = ["Common options", "Checkpoints (every backend that saves)", "S3 storage",
-              "Megatron backend", "DCP backend", "Lightning backend", "Primus",
+              "Megatron backend", "DCP backend", "Lightning backend", "Workloads", "Primus",
               "Megatron-LM", "Cluster jobs", "Sweeps"]
     positions = [help_text.find("\n" + title) for title in titles]
     assert all(p >= 0 for p in positions) and positions == sorted(positions), help_text
     # A shared option lists the runners that read it.
-    assert "[megatron, dcp, lightning, primus, megatron-lm]" in " ".join(help_text.split())
+    assert "[megatron, dcp, lightning, workload, primus, megatron-lm]" in " ".join(help_text.split())
 
 
 def test_megatron_flags_override_trainer_arguments_and_say_which_async_writer_ran():

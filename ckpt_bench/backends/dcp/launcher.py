@@ -19,9 +19,19 @@ from ckpt_bench.backends.dcp import models
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.options import Flag
 from ckpt_bench.core.units import GIB
-from ckpt_bench.launcher.base import ASYNC_SAVE, DIST_BACKEND, SAVE_CALLS, Backend, CheckpointOptions, Plan, WorkerPass
+from ckpt_bench.launcher.base import (
+    ASYNC_SAVE,
+    DIST_BACKEND,
+    SAVE_CALLS,
+    SYNC_FILES,
+    THREAD_COUNT,
+    Backend,
+    CheckpointOptions,
+    Plan,
+    WorkerPass,
+)
 from ckpt_bench.launcher.config import LaunchConfig
-from ckpt_bench.launcher.resources import check_host_memory
+from ckpt_bench.launcher.resources import check_host_memory, default_dist_backend
 from ckpt_bench.storage import StorageOptions, storage_for
 
 WORKER = "ckpt_bench.backends.dcp.worker"  # the ranks' module
@@ -35,9 +45,8 @@ class DcpConfig(CheckpointOptions, PreflightOptions, StorageOptions):
 
     model: str = Flag(("--model",), "Named checkpoint shape: " + ", ".join(models.MODELS) + ".").field("vit-base")
     dtype: str = Flag(("--dtype",), "Parameter dtype (float32, bfloat16, float16).").field("float32")
-    thread_count: int = Flag(("--thread-count",), "Writer threads per rank.", type=int, min=1).field(1)
-    sync_files: bool | None = Flag(("--sync-files",), "fsync files after writing (local disk; default on).",
-                                   type=bool, toggle="--no-sync-files").field()
+    thread_count: int = THREAD_COUNT.field(1)
+    sync_files: bool | None = SYNC_FILES.field()
     save_calls: int = SAVE_CALLS.field(3)
     async_save: bool = ASYNC_SAVE.field(False)
     dist_backend: str | None = DIST_BACKEND.field()
@@ -51,12 +60,6 @@ class DcpConfig(CheckpointOptions, PreflightOptions, StorageOptions):
         except KeyError:
             raise ConfigError(f"--dtype {self.dtype!r} is not supported: use one of "
                               f"{', '.join(models.DTYPES)} (or fp32, bf16, fp16)") from None
-
-
-def default_dist_backend() -> str:
-    import torch
-
-    return "nccl" if torch.cuda.is_available() else "gloo"
 
 
 def check_dist_backend(name: str, nproc_per_node: int) -> None:

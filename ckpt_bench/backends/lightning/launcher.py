@@ -47,6 +47,7 @@ from ckpt_bench.core.rundir import MEASUREMENTS_FILE
 from ckpt_bench.launcher.base import (
     ASYNC_SAVE,
     DIST_BACKEND,
+    LOAD_CALLS,
     SAVE_CALLS,
     SET,
     Backend,
@@ -119,7 +120,7 @@ class LightningConfig(CheckpointOptions, PreflightOptions, StorageOptions):
     steps_per_save: int | None = Flag(("--steps-per-save",), "Save during fit every N steps and measure the "
                                       "training-time impact.", type=int, min=1).field()
     save_calls: int = SAVE_CALLS.field(3)
-    load_calls: int = Flag(("--load-calls",), "Number of loads (0: no load pass).", type=int, min=0).field(3)
+    load_calls: int = LOAD_CALLS.field(3)
     async_save: bool = ASYNC_SAVE.field(False)
     dist_backend: str | None = DIST_BACKEND.field()
     set: tuple[str, ...] = SET.field(())

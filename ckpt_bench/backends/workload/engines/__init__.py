@@ -1,0 +1,63 @@
+"""The checkpoint engines a workload is saved and loaded through, one file each, listed once here.
+
+    torch-save   DLIO's own way (MLPerf Storage): every rank `torch.save`s its files, DLIO's names
+    torch_dist   megatron-core `dist_checkpointing` (Megatron-LM's default format): sharded tensors,
+                 fully-parallel save and load, async, the persistent writer
+    dcp          PyTorch Distributed Checkpoint: writer threads, async, disk, S3 and fsspec
+
+This module is the launcher's view (no torch): what each engine reads and supports. The worker side of
+`NAME` is the module `ENGINES[NAME].module`, whose `ENGINE` class (an `engines.base.Engine`) the ranks use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """An engine, as the launcher checks options against it and the report describes it."""
+
+    name: str
+    """`--engine NAME`."""
+    module: str
+    """The worker-side module; its `ENGINE` is the engine's class."""
+    writes: str
+    """What it writes, in a few words, for --help and the report."""
+    state: str
+    """Whose tensors it saves: "dlio" (DLIO's per-rank tensors, DLIO's bytes) or "megatron" (the sharded
+    tensors of a Megatron GPT with the distributed optimizer)."""
+    async_save: bool
+    """Whether it has an asynchronous save (`--async-save`)."""
+    thread_count: bool
+    """Whether it reads `--thread-count` (writer threads per rank)."""
+    storage_kinds: tuple[str, ...]
+    """The storages it writes to (`CheckpointStorage.kind`)."""
+    async_staging_copies: int = 0
+    """Extra copies of a rank's state an async save holds while it writes (for the memory check)."""
+
+
+ENGINES: dict[str, EngineInfo] = {
+    info.name: info for info in (
+        EngineInfo("torch-save", "ckpt_bench.backends.workload.engines.torch_save",
+                   "torch.save of each rank's files with DLIO's names (MLPerf Storage's way)", "dlio",
+                   async_save=False, thread_count=False, storage_kinds=("disk", "s3", "fsspec")),
+        EngineInfo("torch_dist", "ckpt_bench.backends.workload.engines.torch_dist",
+                   "megatron-core dist_checkpointing, torch_dist format, fully-parallel save and load", "megatron",
+                   async_save=True, thread_count=True, storage_kinds=("disk",), async_staging_copies=1),
+        EngineInfo("dcp", "ckpt_bench.backends.workload.engines.dcp",
+                   "torch.distributed.checkpoint with writer threads", "dlio",
+                   async_save=True, thread_count=True, storage_kinds=("disk", "s3", "fsspec"), async_staging_copies=1),
+    )
+}
+
+
+def state_layout(info: EngineInfo, workload, world_size: int, subset_ranks: int | None):
+    """The `shapes.Layout` of what `info`'s engine saves: DLIO's tensors, or a Megatron GPT's."""
+    if info.state == "megatron":
+        from ckpt_bench.backends.workload.megatron_shapes import layout as megatron_layout
+
+        return megatron_layout(workload, world_size, subset_ranks)
+    from ckpt_bench.backends.workload.shapes import layout
+
+    return layout(workload, world_size, subset_ranks)

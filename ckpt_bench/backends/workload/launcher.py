@@ -1,0 +1,307 @@
+"""The workload backend (`--workload NAME|FILE`), launcher side: checkpoints at the size of a real job,
+without its GPUs and without training.
+
+Each rank allocates exactly its share of the job's checkpoint state once (`shapes.layout`: DLIO's
+formulas) and saves and loads it through a real engine (`engines`): DLIO's own `torch.save` files,
+megatron-core's torch_dist, or PyTorch DCP, on disk, S3 or fsspec URLs. The whole job runs on as many
+ranks as it has (multi-node torchrun, `--emit slurm|k8s`), or `--subset` runs its first N ranks on this
+host, each writing its real share (MLPerf Storage's subset mode).
+
+Everything that can be refused is refused here, before anything starts: an unknown workload or engine,
+a DLIO key we do not read, a layout the world size cannot hold, a subset larger than the job, options the
+engine does not read, a host without the memory for its ranks' shares, a disk without room for the saves.
+`--plan` prints the layout and does nothing else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from ckpt_bench.backends.workload.engines import ENGINES, EngineInfo, state_layout
+from ckpt_bench.backends.workload.shapes import DLIO_APPLIES_FSYNC, Layout, Workload
+from ckpt_bench.backends.workload.sources import resolve_workload
+from ckpt_bench.backends.workload.spec import SECTION, WorkloadSpec
+from ckpt_bench.core.errors import ConfigError
+from ckpt_bench.core.options import Flag
+from ckpt_bench.core.rundir import RunDir
+from ckpt_bench.core.units import GIB
+from ckpt_bench.launcher.base import (
+    ASYNC_SAVE,
+    DIST_BACKEND,
+    LOAD_CALLS,
+    SAVE_CALLS,
+    SYNC_FILES,
+    THREAD_COUNT,
+    Backend,
+    CheckpointOptions,
+    Plan,
+    WorkerPass,
+)
+from ckpt_bench.launcher.config import LaunchConfig
+from ckpt_bench.launcher.resources import check_host_memory, default_dist_backend
+from ckpt_bench.storage import StorageOptions, storage_for
+
+WORKER = "ckpt_bench.backends.workload.worker"
+_PROGRESS = re.compile(r"^(saving|saved|loading|loaded) checkpoint|GiB on rank 0")
+# What a rank's process holds besides its checkpoint state (the interpreter, torch, the engine's buffers).
+RANK_OVERHEAD_BYTES = GIB // 2
+
+
+@dataclass
+class WorkloadConfig(CheckpointOptions, StorageOptions):
+    """The workload backend's options."""
+
+    workload: str | None = Flag(
+        ("--workload",), "A real job's checkpoint, without training: a name (llama3-8b, llama3-70b, llama3-405b, "
+        "llama3-1t: MLPerf Storage's; llama2-7b, llama2-70b), a DLIO workload YAML, or a Primus/Megatron "
+        "experiment YAML (its model shape and parallel sizes).", metavar="NAME|FILE").field()
+    engine: str = Flag(("--engine",), "How the workload's checkpoints are written: " + "; ".join(
+        f"{name}: {info.writes}" for name, info in ENGINES.items()) + ".", choices=tuple(ENGINES),
+        default="torch-save", show_default=True).field()
+    subset: bool = Flag(("--subset",), "Run only the first N ranks of the workload's job (N = --nnodes x "
+                        "--nproc-per-node), each writing its real share (MLPerf Storage's subset mode).",
+                        type=bool).field(False)
+    save_calls: int | None = SAVE_CALLS.field()
+    load_calls: int | None = LOAD_CALLS.field()
+    time_between_checkpoints: float | None = Flag(
+        ("--time-between-checkpoints",), "Seconds every rank waits before each save and load (default: the "
+        "workload's; DLIO's compute time between checkpoints).", type=float, min=0, metavar="S").field()
+    sync_files: bool | None = SYNC_FILES.field()
+    async_save: bool = ASYNC_SAVE.field(False)
+    thread_count: int | None = THREAD_COUNT.field()
+    plan_only: bool = Flag(("--plan",), "Print the workload's layout (bytes and files per rank, memory per host "
+                           "of --nproc-per-node ranks) and do nothing else: the whole job, or with --subset the "
+                           "ranks that would run.", type=bool).field(False)
+    dist_backend: str | None = DIST_BACKEND.field()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.workload:
+            raise ConfigError("--backend workload needs --workload NAME|FILE (e.g. --workload llama3-8b)")
+        info = self.engine_info
+        if self.async_save and not info.async_save:
+            raise ConfigError(f"--async-save: the {self.engine} engine has no asynchronous save (DLIO's is "
+                              "synchronous); use --engine torch_dist or --engine dcp")
+        if self.thread_count is not None and not info.thread_count:
+            raise ConfigError(f"--thread-count: the {self.engine} engine writes each rank's files one after the "
+                              "other; writer threads apply to --engine dcp and torch_dist")
+
+    @property
+    def engine_info(self) -> EngineInfo:
+        return ENGINES[self.engine]
+
+
+@dataclass(frozen=True)
+class WorkloadRun:
+    """A workload resolved against the ranks that run: everything `plan` and `--plan` report."""
+
+    workload: Workload
+    layout: Layout
+    ranks: int
+    save_calls: int
+    load_calls: int
+    time_between: float
+
+
+def resolve(config: WorkloadConfig, launch: LaunchConfig) -> WorkloadRun:
+    """The workload, its layout on the ranks that run, and its counts; raises ConfigError."""
+    workload = resolve_workload(config.workload)
+    ranks = launch.topology.world_size
+    subset = config.subset or workload.subset
+    job = workload.world_size
+    if config.plan_only and not subset and job is not None:
+        ranks = job  # --plan alone: the whole job's layout, whatever would run here
+    if job is None:  # a DLIO YAML without subset mode: the job is what runs (DLIO: mpirun -np)
+        if config.subset:
+            raise ConfigError(f"--subset: workload {workload.name!r} names no job size (a DLIO YAML sets one with "
+                              "checkpoint.mode: subset and model.parallelism.data); without it the job is the "
+                              f"{ranks} rank(s) that run")
+        job, subset = ranks, False
+    if ranks > job:
+        raise ConfigError(f"{ranks} ranks (--nnodes x --nproc-per-node) exceed workload {workload.name!r}, a job of "
+                          f"{job} ranks: run at most {job}")
+    if ranks < job and not subset:
+        raise ConfigError(f"workload {workload.name!r} is a job of {job} ranks and {ranks} would run: run all "
+                          f"{job} (--nnodes x --nproc-per-node, or --emit slurm|k8s), or add --subset to run its "
+                          f"first {ranks}, each writing its real share")
+    try:
+        layout = state_layout(config.engine_info, workload, job, ranks if ranks < job else None)
+    except ValueError as error:
+        raise ConfigError(f"--workload {config.workload}: {error}") from None
+    save_calls = config.save_calls or max(workload.num_checkpoints_write, 0)
+    if not save_calls:
+        raise ConfigError(f"workload {workload.name!r} writes no checkpoint (num_checkpoints_write "
+                          f"{workload.num_checkpoints_write}): give --save-calls N")
+    load_calls = config.load_calls if config.load_calls is not None else max(workload.num_checkpoints_read, 0)
+    if load_calls > save_calls:
+        raise ConfigError(f"--load-calls {load_calls}: loads read back saves 1..N, and only {save_calls} are "
+                          "written; use at most that")
+    time_between = (config.time_between_checkpoints if config.time_between_checkpoints is not None
+                    else abs(workload.time_between_checkpoints))  # DLIO sleeps the absolute value
+    return WorkloadRun(workload, layout, ranks, save_calls, load_calls, time_between)
+
+
+def host_memory_needed(run: WorkloadRun, info: EngineInfo, async_save: bool, nproc_per_node: int) -> int:
+    """Bytes the busiest host needs: its ranks' resident state (and an async save's staging copy), plus
+    each rank's process. Ranks are laid out node by node, `nproc_per_node` each."""
+    copies = 1 + (info.async_staging_copies if async_save else 0)
+    per_host = [0] * (-(-run.ranks // nproc_per_node))
+    for share in run.layout.ranks:
+        per_host[share.rank // nproc_per_node] += share.resident_bytes * copies + RANK_OVERHEAD_BYTES
+    return max(per_host)
+
+
+def preview(config: WorkloadConfig, launch: LaunchConfig, run: WorkloadRun) -> dict:
+    """`--plan`: the layout, in bytes of tensor data (no serialization overhead)."""
+    layout = run.layout
+    return {
+        "workload": run.workload.name,
+        "engine": config.engine,
+        "world_size": layout.world_size,
+        "subset": run.ranks if layout.is_subset else None,
+        "total_bytes": layout.total_bytes,
+        "run_bytes": layout.run_bytes,
+        "save_calls": run.save_calls,
+        "load_calls": run.load_calls,
+        "host_memory_needed_bytes": host_memory_needed(run, config.engine_info, config.async_save,
+                                                       launch.topology.nproc_per_node),
+        "ranks": [{"rank": share.rank, "bytes": share.bytes, "files": [f.name for f in share.files]}
+                  for share in layout.ranks],
+    }
+
+
+def run_info(config: WorkloadConfig, run: WorkloadRun, spec: WorkloadSpec, storage_kind: str,
+             launch: LaunchConfig) -> dict:
+    workload, layout = run.workload, run.layout
+    return {
+        "world_size": run.ranks,
+        "data_parallel_size": layout.data_parallelism,
+        "ckpt_format": config.engine,
+        "ckpt_fully_parallel_save": None,
+        "ckpt_fully_parallel_load": None,
+        "async_save": config.async_save,
+        "save_interval": None,
+        "optimizer": None,
+        "use_distributed_optimizer": None,
+        "params_dtype": workload.model_datatype,
+        "main_params_dtype": None,
+        "exp_avg_dtype": workload.optimizer_datatype,
+        "exp_avg_sq_dtype": workload.optimizer_datatype,
+        # Beyond the Primus keys.
+        "backend": "workload",
+        "workload": workload.name,
+        "engine": config.engine,
+        "job_world_size": layout.world_size,
+        "subset": run.ranks if layout.is_subset else None,
+        "tensor_parallel_size": workload.tensor_parallelism,
+        "pipeline_parallel_size": workload.pipeline_parallelism,
+        "zero_stage": workload.zero_stage,
+        "tensor_bytes_per_save": layout.run_bytes,
+        "job_tensor_bytes_per_save": layout.total_bytes,
+        "mlperf_checkpoint_bytes": layout.dlio_reported_bytes,
+        "save_calls": run.save_calls,
+        "load_calls": run.load_calls,
+        "time_between_checkpoints": run.time_between,
+        "thread_count": spec.thread_count,
+        "sync_files": spec.sync_files,
+        "fsync": spec.sync_files if storage_kind != "s3" else None,
+        "dlio_applies_fsync": DLIO_APPLIES_FSYNC,
+        "workload_asks_fsync": workload.fsync,
+        "dist_backend": spec.dist_backend,
+        "nnodes": launch.topology.nnodes,
+        "nproc_per_node": launch.topology.nproc_per_node,
+        **spec.storage,
+    }
+
+
+def _check_free_space(save_dir: str | None, needed: int) -> None:
+    """The saves stay until the end of the run: refuse a local disk without room for all of them."""
+    folder = Path(save_dir).expanduser() if save_dir else Path.cwd()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    free = shutil.disk_usage(folder).free
+    if needed > free:
+        raise ConfigError(f"the saves need {needed / GIB:.1f} GiB on {folder} and {free / GIB:.1f} GiB is free: "
+                          "use fewer --save-calls, a --subset of fewer ranks, or another --save-dir")
+
+
+class WorkloadBackend(Backend):
+    name = "workload"
+    title = "Workloads (--workload): a real job's checkpoint, without its GPUs"
+    Config = WorkloadConfig
+    selected_by: ClassVar[str] = "workload"
+
+    def preview(self, launch: LaunchConfig) -> dict | None:
+        config: WorkloadConfig = launch.options
+        if not config.plan_only:
+            return None
+        return preview(config, launch, resolve(config, launch))
+
+    def plan(self, launch: LaunchConfig) -> Plan:
+        config: WorkloadConfig = launch.options
+        info = config.engine_info
+        storage = storage_for(config.save_dir, config)  # validates the S3 settings; no I/O
+        if storage.kind not in info.storage_kinds:
+            raise ConfigError(f"--engine {config.engine} writes to {' or '.join(info.storage_kinds)} only, not "
+                              f"{storage.kind} (--save-dir {config.save_dir}); use --engine torch-save or dcp")
+        run = resolve(config, launch)
+        sync_files = True if config.sync_files is None else config.sync_files
+        if storage.kind == "s3":
+            if config.sync_files:
+                raise ConfigError("--sync-files applies to a local --save-dir only: an upload is durable once S3 "
+                                  "acknowledges it")
+            sync_files = False
+        check_host_memory(
+            host_memory_needed(run, info, config.async_save, launch.topology.nproc_per_node),
+            f"workload {run.workload.name} through {config.engine}: the ranks of one host",
+            "run fewer ranks per host (--nproc-per-node, --subset), or a smaller workload")
+        if storage.kind == "disk":
+            _check_free_space(config.save_dir, run.layout.run_bytes * run.save_calls)
+        spec = WorkloadSpec(
+            workload=dataclasses.asdict(run.workload), world_size=run.layout.world_size,
+            subset_ranks=run.ranks if run.layout.is_subset else None, engine=config.engine,
+            save_calls=run.save_calls, load_calls=run.load_calls, time_between_checkpoints=run.time_between,
+            sync_files=sync_files, async_save=config.async_save, thread_count=config.thread_count or 1,
+            dist_backend=config.dist_backend or default_dist_backend(), storage=storage.describe(), seed=1234)
+        passes = [WorkerPass("save", ["--phase", "save"])]
+        if run.load_calls:
+            passes.append(WorkerPass("load", ["--phase", "load"]))
+        return Plan(
+            name=f"workload-{run.workload.name}-{config.engine}",
+            worker_module=WORKER,
+            resolved_config={SECTION: spec.to_json(), "save_dir": config.save_dir},
+            spec={SECTION: spec.to_json()},
+            run_info=run_info(config, run, spec, storage.kind, launch),
+            passes=passes,
+            checkpoints=config.checkpoints(storage, writers_per_rank=spec.thread_count),
+            show_progress=lambda line: bool(_PROGRESS.search(line.strip())),
+            outputs=write_dlio_summary,
+            notes=_notes(config, run, sync_files, storage.kind),
+        )
+
+
+def _notes(config: WorkloadConfig, run: WorkloadRun, sync_files: bool, storage_kind: str) -> list[str]:
+    notes = []
+    if run.layout.is_subset:
+        notes.append(f"subset: ranks 0..{run.ranks - 1} of a {run.layout.world_size}-rank job, each with its real "
+                     f"share ({run.layout.run_bytes / GIB:.2f} of {run.layout.total_bytes / GIB:.2f} GiB per save)")
+    if storage_kind == "disk" and sync_files and run.workload.fsync and not DLIO_APPLIES_FSYNC:
+        notes.append("fsync on: DLIO asks for it in the workload (checkpoint.fsync) but never calls it; run with "
+                     "--no-sync-files to reproduce what DLIO does")
+    if config.engine_info.state != "dlio":
+        notes.append(f"the {config.engine} engine saves another state than DLIO's files: see the README's workload "
+                     "section; mlperf.dlio.checkpoint_size_GB is the DLIO state's size")
+    return notes
+
+
+def write_dlio_summary(run: RunDir, report: dict) -> None:
+    """A DLIO-style summary.json beside report.json (tools that read MLPerf results read it)."""
+    from ckpt_bench.report.mlperf import dlio_summary
+
+    if report.get("mlperf"):
+        run.write_json("summary.json", dlio_summary(report["mlperf"], report))

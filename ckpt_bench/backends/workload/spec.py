@@ -1,0 +1,69 @@
+"""The workload backend's plan as both sides read it: `WorkloadSpec` is written into worker.json by the
+launcher and read back, field for field, by every rank (no torch here)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ckpt_bench.backends.workload.shapes import Layout, Workload, layout
+from ckpt_bench.core.checkpoint_dir import iter_dir_name
+
+SECTION = "workload"  # worker.json: {"workload": WorkloadSpec fields, "checkpoint_dir": ..., ...}
+
+
+@dataclass
+class WorkloadSpec:
+    """What every rank of a workload run does: whose share it holds, through which engine, how often."""
+
+    workload: dict
+    """The `Workload`'s fields (`shapes.Workload`), as resolved from the catalog or a file."""
+    world_size: int
+    """Ranks of the whole job the workload describes."""
+    subset_ranks: int | None
+    """Ranks that run when only the first N of the job run (`--subset`); None: all of them."""
+    engine: str
+    """`torch-save`, `torch_dist` or `dcp` (`engines.ENGINES`)."""
+    save_calls: int
+    """Saves per run; each goes to its own iteration folder (`iter_0000001`, ...)."""
+    load_calls: int
+    """Loads per run, of saves 1..load_calls, each cold unless `warm_load`; 0: no load pass."""
+    time_between_checkpoints: float
+    """Seconds every rank waits before each save and each load (DLIO's compute time between them)."""
+    sync_files: bool
+    """fsync every file before a save counts as complete (local disk; S3 is durable on upload)."""
+    async_save: bool
+    """The engine's asynchronous save: training would resume after scheduling (`torch_dist`, `dcp`)."""
+    thread_count: int
+    """Writer threads per rank (`dcp`; `torch_dist`'s thread count per rank)."""
+    dist_backend: str
+    """gloo on CPU, nccl on GPUs: the process group for the barriers and the engines' collectives."""
+    storage: dict
+    """`CheckpointStorage.describe()`: how a rank reaches the storage."""
+    seed: int
+    """Seeds each rank's random tensors (rank added)."""
+    checkpoint_dir: str = ""
+    """This run's checkpoint folder or URL (added by the lifecycle)."""
+    events_dir: str = ""
+    integrity_dir: str = ""
+    warm_load: bool = False
+
+    def to_json(self) -> dict:
+        """The launcher's part, for worker.json (the lifecycle adds the run's paths beside it)."""
+        run_paths = ("checkpoint_dir", "events_dir", "integrity_dir", "warm_load")
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in run_paths}
+
+    @classmethod
+    def from_file(cls, path: str) -> WorkloadSpec:
+        data = json.loads(Path(path).read_text())
+        return cls(**data[SECTION], **{k: data[k] for k in ("checkpoint_dir", "events_dir", "integrity_dir",
+                                                             "warm_load")})
+
+    def layout(self) -> Layout:
+        return layout(Workload(**self.workload), self.world_size, self.subset_ranks)
+
+    def location(self, call: int) -> str:
+        """Where save number `call` (1-based) goes."""
+        return f"{self.checkpoint_dir.rstrip('/')}/{iter_dir_name(call)}"

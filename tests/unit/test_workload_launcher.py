@@ -1,0 +1,92 @@
+"""The workload backend's launcher side: `--plan` at MLPerf's sizes, and every refusal before anything
+starts (one line, exit 2). Nothing here allocates a tensor or starts a rank."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from helpers import ROOT, assert_one_line_error, launch
+
+from ckpt_bench.backends.workload.shapes import CATALOG, layout
+from ckpt_bench.cli.launch import parse_argv
+from ckpt_bench.launcher import registry, resources
+
+TINY = ROOT / "tests" / "fixtures" / "workloads" / "tiny_test.yaml"
+GIB = 1 << 30
+
+
+@pytest.mark.parametrize(("name", "ranks", "gib"), [("llama3-8b", 8, 104.70), ("llama3-70b", 64, 911.21),
+                                                     ("llama3-405b", 512, 5292.25), ("llama3-1t", 1024, 15426.59)])
+def test_plan_gives_dlio_bytes_for_every_rank_of_the_mlperf_shapes(name, ranks, gib):
+    started = time.monotonic()
+    result = launch("--workload", name, "--plan", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - started < 10  # a subprocess, imports included: well within "a few seconds"
+    plan = json.loads(result.stdout)
+    assert plan["world_size"] == ranks and plan["subset"] is None and len(plan["ranks"]) == ranks
+    assert round(plan["total_bytes"] / GIB, 2) == gib
+    expected = layout(CATALOG[name])
+    assert [r["bytes"] for r in plan["ranks"]] == [share.bytes for share in expected.ranks]
+    assert plan["ranks"][0]["files"] == [f.name for f in expected.ranks[0].files]
+    assert plan["host_memory_needed_bytes"] > 2 * max(r["bytes"] for r in plan["ranks"][:2])
+
+
+def test_plan_of_a_subset_is_the_first_ranks_of_the_job():
+    plan = json.loads(launch("--workload", "llama3-70b", "--subset", "--nproc-per-node", "2", "--plan",
+                             "--format", "json").stdout)
+    full = layout(CATALOG["llama3-70b"])
+    assert plan["subset"] == 2 and plan["world_size"] == 64 and plan["total_bytes"] == full.total_bytes
+    assert [r["bytes"] for r in plan["ranks"]] == [s.bytes for s in full.ranks[:2]]
+    assert plan["run_bytes"] == sum(s.bytes for s in full.ranks[:2])
+
+
+def test_plan_prints_a_table_on_request():
+    result = launch("--workload", "llama3-1t", "--plan", "--format", "table")
+    assert result.returncode == 0 and "plan (nothing was run)" in result.stdout and "1,024" in result.stdout
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--workload", "nope"], "'nope' is neither a workload name"),
+    (["--workload", "lama3-8b"], "did you mean llama3-8b"),
+    (["--workload", "llama3-8b"], "add --subset to run its first 2"),
+    (["--workload", "llama3-8b", "--subset", "--nproc-per-node", "9"], "exceed workload 'llama3-8b'"),
+    (["--workload", "llama3-8b", "--subset", "--async-save"], "the torch-save engine has no asynchronous save"),
+    (["--workload", "llama3-8b", "--subset", "--thread-count", "2"], "--thread-count: the torch-save engine"),
+    (["--workload", str(TINY), "--tp", "2"], "--tp is not read by the workload backend"),
+    (["--workload", str(TINY), "--load-calls", "5"], "only 2 are written"),
+    (["--workload", str(TINY), "--engine", "torch_dist", "--save-dir", "s3://bucket/prefix", "--s3-region", "x"],
+     "writes to disk only, not s3"),
+    (["--workload", str(TINY), "--save-calls", "100000000"], "is free: use fewer --save-calls"),
+    (["--backend", "workload"], "needs --workload NAME|FILE"),
+])
+def test_mistakes_are_one_line_before_anything_starts(tmp_path, args, needle):
+    result = launch(*args, runs_dir=tmp_path / "runs")
+    assert_one_line_error(result, needle)
+    assert not (tmp_path / "runs").exists()  # nothing was created
+
+
+def test_a_dlio_key_we_do_not_read_is_named(tmp_path):
+    workload = tmp_path / "w.yaml"
+    workload.write_text(TINY.read_text().replace("  num_layers: 2\n", "  num_layers: 2\n  num_layerz: 3\n"))
+    assert_one_line_error(launch("--workload", workload, "--plan"), "model.num_layerz")
+
+
+def test_a_host_without_the_memory_for_its_ranks_is_refused(monkeypatch):
+    values, given = parse_argv(["--workload", "llama3-70b", "--subset", "--nproc-per-node", "2"])
+    launch_config, _ = registry.build_launch(values, given, {})
+    monkeypatch.setattr(resources, "available_memory", lambda: 16 * GIB)
+    with pytest.raises(resources.ConfigError, match=r"need 29\.\d GiB on this host but 16\.0 GiB is available"):
+        registry.runner_for(launch_config).plan(launch_config)
+
+
+def test_workload_chooses_its_backend_and_a_megatron_experiment_is_a_workload():
+    values, given = parse_argv(["--workload", str(ROOT / "configs" / "llama2_7B.yaml"), "--plan",
+                                "--nproc-per-node", "8"])
+    launch_config, _ = registry.build_launch(values, given, {})
+    assert launch_config.runner == "workload"
+    plan = registry.runner_for(launch_config).preview(launch_config)
+    # Llama 2 7B at TP 2 (the experiment's) with the distributed optimizer: DLIO's ZeRO-1 on 4 replicas.
+    assert plan["world_size"] == 8 and len(plan["ranks"]) == 8
+    assert round(plan["total_bytes"] / GIB, 1) == round(6_738_415_616 * (2 + 12) / GIB, 1)
