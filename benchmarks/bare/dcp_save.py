@@ -17,12 +17,12 @@ from common import parse_arguments, write_slowest
 from torch.distributed.checkpoint import FileSystemWriter
 
 from ckpt_bench.backends.dcp.models import build_state
-from ckpt_bench.backends.dcp.worker import WorkerSpec
+from ckpt_bench.backends.dcp.spec import DcpSpec
 
 
 def main() -> None:
     options = parse_arguments(__doc__)
-    spec = WorkerSpec.from_file(options.spec)
+    spec = DcpSpec.from_file(options.spec)
     dist.init_process_group(spec.dist_backend)
     state = build_state(spec.model, spec.dtype, seed=spec.seed)
     durations = []

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from ckpt_bench.backends.comms.launcher import PreflightOptions
 from ckpt_bench.backends.dcp import models
+from ckpt_bench.backends.dcp.spec import DcpSpec
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.options import Flag
 from ckpt_bench.core.units import GIB
@@ -89,7 +90,7 @@ def check_memory(model: str, dtype: str, copies_per_rank: int, ranks_per_host: i
     return state
 
 
-def run_info(config: DcpConfig, spec: dict, state_bytes: int, launch: LaunchConfig) -> dict:
+def run_info(config: DcpConfig, spec: DcpSpec, state_bytes: int, launch: LaunchConfig) -> dict:
     world_size = launch.topology.world_size
     return {
         "world_size": world_size,
@@ -111,14 +112,14 @@ def run_info(config: DcpConfig, spec: dict, state_bytes: int, launch: LaunchConf
         "model_parameters": models.parameter_count(config.model),
         "model_state_bytes": state_bytes,
         "dtype": config.dtype,
-        "dist_backend": spec["dist_backend"],
+        "dist_backend": spec.dist_backend,
         "thread_count": config.thread_count,
-        "sync_files": spec["sync_files"],
-        "fsync": spec["sync_files"] if spec["storage"]["storage"] != "s3" else None,
+        "sync_files": spec.sync_files,
+        "fsync": spec.sync_files if spec.storage["storage"] != "s3" else None,
         "save_calls": config.save_calls,
         "nnodes": launch.topology.nnodes,
         "nproc_per_node": launch.topology.nproc_per_node,
-        **spec["storage"],
+        **spec.storage,
     }
 
 
@@ -140,22 +141,14 @@ class DcpBackend(Backend):
         check_dist_backend(dist_backend, launch.topology.nproc_per_node)
         state_bytes = check_memory(config.model, config.dtype, 2 if config.async_save else 1,
                                    launch.topology.nproc_per_node)
-        spec = {
-            "model": config.model,
-            "dtype": config.dtype,
-            "save_calls": config.save_calls,
-            "thread_count": config.thread_count,
-            "sync_files": sync_files,
-            "async_save": config.async_save,
-            "dist_backend": dist_backend,
-            "storage": storage.describe(),
-            "seed": 1234,
-        }
+        spec = DcpSpec(model=config.model, dtype=config.dtype, save_calls=config.save_calls,
+                       thread_count=config.thread_count, sync_files=sync_files, async_save=config.async_save,
+                       dist_backend=dist_backend, storage=storage.describe(), seed=1234)
         return Plan(
             name=f"dcp-{config.model}",
             worker_module=WORKER,
-            resolved_config={"dcp": spec, "save_dir": config.save_dir},
-            spec={"dcp": spec},
+            resolved_config={DcpSpec.section: spec.to_json(), "save_dir": config.save_dir},
+            spec={DcpSpec.section: spec.to_json()},
             run_info=run_info(config, spec, state_bytes, launch),
             passes=[*config.preflight_passes(dist_backend), WorkerPass("save", ["--phase", "save"]),
                     WorkerPass("load", ["--phase", "load"])],

@@ -26,49 +26,18 @@ Exit codes (ckpt_bench.worker.entry): 0 ok, 3 a checkpoint loaded with different
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
-from dataclasses import dataclass
-from pathlib import Path
 
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
 from ckpt_bench.backends.dcp.models import build_state
-from ckpt_bench.core.checkpoint_dir import iter_dir_name
+from ckpt_bench.backends.dcp.spec import DcpSpec
 from ckpt_bench.core.events import EventKind, EventRecorder
 from ckpt_bench.storage import worker_storage
 from ckpt_bench.worker import integrity
 from ckpt_bench.worker.entry import WorkerContext, error_text, timed, worker_main
-
-
-@dataclass
-class WorkerSpec:
-    """worker.json as the launcher writes it: the DCP settings plus the run's paths."""
-
-    model: str
-    dtype: str
-    save_calls: int
-    thread_count: int
-    sync_files: bool
-    async_save: bool
-    dist_backend: str
-    storage: dict  # ckpt_bench.storage describe(): {"storage": "disk"|"s3"|"fsspec", its settings}
-    seed: int
-    checkpoint_dir: str  # local folder or URL (s3://bucket/prefix, file://...) of this run
-    events_dir: str
-    integrity_dir: str
-    warm_load: bool
-
-    @classmethod
-    def from_file(cls, path: str) -> WorkerSpec:
-        data = json.loads(Path(path).read_text())
-        return cls(**data["dcp"], **{k: data[k] for k in ("checkpoint_dir", "events_dir", "integrity_dir",
-                                                            "warm_load")})
-
-    def location(self, call: int) -> str:
-        return f"{self.checkpoint_dir.rstrip('/')}/{iter_dir_name(call)}"
 
 
 def _log(rank: int, message: str) -> None:
@@ -98,7 +67,7 @@ def _await_write(future, events: EventRecorder, call: int, path: str) -> None:
     future.result()  # raises the writer's error, if any
 
 
-def save_pass(spec: WorkerSpec, events: EventRecorder, context: WorkerContext) -> None:
+def save_pass(spec: DcpSpec, events: EventRecorder, context: WorkerContext) -> None:
     storage = worker_storage(spec.storage)
     state = build_state(spec.model, spec.dtype, seed=spec.seed, device=context.device)
     for call in range(1, spec.save_calls + 1):
@@ -122,7 +91,7 @@ def save_pass(spec: WorkerSpec, events: EventRecorder, context: WorkerContext) -
         _log(context.rank, f"saved checkpoint {call}/{spec.save_calls}")
 
 
-def load_pass(spec: WorkerSpec, events: EventRecorder, context: WorkerContext) -> dict:
+def load_pass(spec: DcpSpec, events: EventRecorder, context: WorkerContext) -> dict:
     """Load every saved checkpoint and return this rank's verdict over all of them."""
     storage = worker_storage(spec.storage)
     state = build_state(spec.model, spec.dtype, device=context.device, zeros=True)
@@ -144,7 +113,7 @@ def load_pass(spec: WorkerSpec, events: EventRecorder, context: WorkerContext) -
     return integrity.combine_calls([verdicts[call] for call in sorted(verdicts)])
 
 
-def run(spec: WorkerSpec, phase: str) -> None:
+def run(spec: DcpSpec, phase: str) -> None:
     context = WorkerContext.join(spec.dist_backend)
     with context.recorder(spec.events_dir) as events:
         if phase == "save":
@@ -155,7 +124,7 @@ def run(spec: WorkerSpec, phase: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return worker_main(__doc__, WorkerSpec.from_file, run, argv)
+    return worker_main(__doc__, DcpSpec.from_file, run, argv)
 
 
 if __name__ == "__main__":

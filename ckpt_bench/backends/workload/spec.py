@@ -3,19 +3,18 @@ launcher and read back, field for field, by every rank (no torch here)."""
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from dataclasses import dataclass
-from pathlib import Path
+from typing import ClassVar
 
 from ckpt_bench.backends.workload.shapes import Layout, Workload, layout
 from ckpt_bench.core.checkpoint_dir import iter_dir_name
+from ckpt_bench.core.worker_spec import WorkerSpec
 
 SECTION = "workload"  # worker.json: {"workload": WorkloadSpec fields, "checkpoint_dir": ..., ...}
 
 
-@dataclass
-class WorkloadSpec:
+@dataclass(kw_only=True)
+class WorkloadSpec(WorkerSpec):
     """What every rank of a workload run does: whose share it holds, through which engine, how often."""
 
     workload: dict
@@ -44,22 +43,7 @@ class WorkloadSpec:
     """`CheckpointStorage.describe()`: how a rank reaches the storage."""
     seed: int
     """Seeds each rank's random tensors (rank added)."""
-    checkpoint_dir: str = ""
-    """This run's checkpoint folder or URL (added by the lifecycle)."""
-    events_dir: str = ""
-    integrity_dir: str = ""
-    warm_load: bool = False
-
-    def to_json(self) -> dict:
-        """The launcher's part, for worker.json (the lifecycle adds the run's paths beside it)."""
-        run_paths = ("checkpoint_dir", "events_dir", "integrity_dir", "warm_load")
-        return {k: v for k, v in dataclasses.asdict(self).items() if k not in run_paths}
-
-    @classmethod
-    def from_file(cls, path: str) -> WorkloadSpec:
-        data = json.loads(Path(path).read_text())
-        return cls(**data[SECTION], **{k: data[k] for k in ("checkpoint_dir", "events_dir", "integrity_dir",
-                                                             "warm_load")})
+    section: ClassVar[str] = SECTION
 
     def layout(self) -> Layout:
         return layout(Workload(**self.workload), self.world_size, self.subset_ranks)
