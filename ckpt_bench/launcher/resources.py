@@ -1,11 +1,25 @@
 """What a run needs of this host, checked before anything starts: memory (one line and exit 2 when the
-ranks of this host cannot hold their state, rather than the kernel killing them minutes later), and the
-process group its accelerators call for."""
+ranks of this host cannot hold their state, rather than the kernel killing them minutes later), the
+process group its accelerators call for, ranks the host can run (`check_ranks_per_node`) and room for
+the checkpoints the run keeps (`check_free_space`)."""
 
 from __future__ import annotations
 
+import glob
+import os
+from typing import TYPE_CHECKING
+
 from ckpt_bench.core.errors import ConfigError
-from ckpt_bench.core.units import GIB
+from ckpt_bench.core.units import GIB, MIB
+
+if TYPE_CHECKING:
+    from ckpt_bench.storage import CheckpointStorage
+
+# What a rank holds before any state of its own: Python with torch and the process group (~275 MB
+# measured per rank here). Ranks that cannot have even that are refused, whatever the backend.
+RANK_BASE_BYTES = 256 * MIB
+# Ranks per CPU core on a host without GPUs: oversubscribed ranks work (gloo), a thousand do not.
+RANKS_PER_CPU = 4
 
 
 def default_dist_backend() -> str:
@@ -29,3 +43,39 @@ def check_host_memory(needed: int, what: str, remedy: str) -> None:
     if needed > available:
         raise ConfigError(f"{what} need {needed / GIB:.1f} GiB on this host but {available / GIB:.1f} GiB is "
                           f"available: {remedy}")
+
+
+def visible_gpus() -> int:
+    """NVIDIA GPUs this process may use, without importing torch: the device files, narrowed by
+    CUDA_VISIBLE_DEVICES when it is set."""
+    devices = len(glob.glob("/dev/nvidia[0-9]*"))
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        devices = min(devices, len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"]))
+    return devices
+
+
+def check_ranks_per_node(ranks: int, dist_backend: str | None) -> None:
+    """Refuse more ranks on this host than it can run: one GPU each for nccl on a GPU host, at most
+    RANKS_PER_CPU per core without GPUs, and never more than the memory holds at RANK_BASE_BYTES each."""
+    gpus = visible_gpus()
+    if gpus and dist_backend != "gloo" and ranks > gpus:
+        raise ConfigError(f"--nproc-per-node {ranks}: this host has {gpus} GPU(s) and nccl needs one per rank; "
+                          f"use --nproc-per-node {gpus} or fewer (or --dist-backend gloo)")
+    cpus = len(os.sched_getaffinity(0))
+    if not gpus and ranks > RANKS_PER_CPU * cpus:
+        raise ConfigError(f"--nproc-per-node {ranks}: this host has {cpus} CPU core(s) for its ranks; use at most "
+                          f"{RANKS_PER_CPU * cpus} ({RANKS_PER_CPU} per core)")
+    check_host_memory(ranks * RANK_BASE_BYTES, f"--nproc-per-node {ranks}: the ranks alone (Python and torch, "
+                      f"{RANK_BASE_BYTES // MIB} MiB each)", "use fewer ranks per node")
+
+
+def check_free_space(storage: CheckpointStorage, needed: int | None) -> None:
+    """Refuse a run whose checkpoints (`needed` bytes at their peak, when the plan can tell) do not fit in
+    the free space of the storage (a local filesystem; an object store does not say)."""
+    space = storage.free_space() if needed is not None else None
+    if space is None or needed <= space[1]:
+        return
+    folder, free = space
+    raise ConfigError(f"the checkpoints this run keeps need {needed / GIB:.1f} GiB and {folder} has "
+                      f"{free / GIB:.1f} GiB free: save fewer or smaller checkpoints, or give a --save-dir with room")
