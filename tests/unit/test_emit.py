@@ -10,7 +10,7 @@ from helpers import ROOT, launch
 from ckpt_bench.cli.launch import launch as launch_command
 
 BENCH = ["--backend", "megatron", "--nproc-per-node", "8", "--tp", "2", "--async-save",
-         "--set", "name=a b'c; $(rm -rf /)", "--keep-checkpoints"]
+         "--set", "data_path=a b'c; $(rm -rf /)", "--keep-checkpoints"]
 
 
 def emit(*args):

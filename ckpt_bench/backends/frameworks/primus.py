@@ -30,6 +30,8 @@ SCRIPT = "examples/run_pretrain.sh"
 class PrimusConfig(FrameworkConfig):
     """The Megatron experiment's options and Primus's checkout."""
 
+    CHECKS_MEGATRON_LM_NAMES = False  # Primus reads keys of its own beside Megatron-LM's: they are its to check
+
     primus_path: str | None = Flag(("--primus-path",), "Primus checkout.").field()
 
     def __post_init__(self) -> None:

@@ -37,13 +37,14 @@ from dataclasses import dataclass, field
 
 from ckpt_bench.backends.comms.launcher import PreflightOptions
 from ckpt_bench.backends.dcp import models
-from ckpt_bench.backends.dcp.launcher import DcpConfig, check_dist_backend, check_memory
+from ckpt_bench.backends.dcp.launcher import DcpConfig, check_dist_backend
 from ckpt_bench.backends.lightning.spec import STRATEGY_CLASSES
-from ckpt_bench.core.errors import ConfigError
+from ckpt_bench.core.errors import ConfigError, did_you_mean
 from ckpt_bench.core.events import event_files, read_event_files
 from ckpt_bench.core.experiment import parse_assignment
 from ckpt_bench.core.options import Flag
 from ckpt_bench.core.rundir import MEASUREMENTS_FILE
+from ckpt_bench.core.units import GIB
 from ckpt_bench.launcher.base import (
     ASYNC_SAVE,
     DIST_BACKEND,
@@ -56,6 +57,7 @@ from ckpt_bench.launcher.base import (
     WorkerPass,
 )
 from ckpt_bench.launcher.config import LaunchConfig
+from ckpt_bench.launcher.resources import RANK_BASE_BYTES, check_host_memory
 from ckpt_bench.report.engine import rank_durations
 from ckpt_bench.storage import StorageOptions, storage_for
 
@@ -98,7 +100,8 @@ def _tunables(assignments) -> dict:
     for text in assignments or ():
         key, value = parse_assignment(text)
         if key not in TUNABLES:
-            raise ConfigError(f"--set {key}: not a Lightning setting; use one of {', '.join(TUNABLES)}")
+            raise ConfigError(f"--set {key}: not a Lightning setting{did_you_mean(key, TUNABLES)} (the settings: "
+                              f"{', '.join(TUNABLES)})")
         lowest = 0 if key in ("seed", "train_steps") else 1
         if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
             raise ConfigError(f"--set {key}={value!r}: must be {'at least 0' if lowest == 0 else 'a positive integer'}")
@@ -143,6 +146,26 @@ class LightningConfig(CheckpointOptions, PreflightOptions, StorageOptions):
         if self.model is not None and self.model not in models.MODELS:
             raise ConfigError(f"--model {self.model!r} is not known: use one of {', '.join(models.MODELS)}")
         self.tunables = _tunables(self.set)
+
+
+def check_memory(parameters: int, spec: dict, ranks_per_host: int, world_size: int) -> None:
+    """Refuse, with one line, a model this CPU host's ranks cannot hold. Per parameter (float32) a rank
+    holds its weight, and after training its gradient and Adam's two moments; DDP's load reads the
+    whole checkpoint (weights and moments) beside the model, and an async save clones it
+    (AsyncCheckpointIO); FSDP2 shards all of it over the ranks and loads in place. A floor: the
+    activations and the allocator's slack are left out. (On GPUs the state is on the devices.)"""
+    trains = spec["train_steps"] > 0
+    state = parameters * 4 * (4 if trains else 1)
+    checkpoint = parameters * 4 * (3 if trains else 1)
+    sharded = spec["strategy"] == "fsdp"
+    per_rank = RANK_BASE_BYTES + (state / world_size if sharded else state + checkpoint)
+    what = "its shard of the state" if sharded else "the state and a loaded or cloned checkpoint"
+    check_host_memory(
+        ranks_per_host * int(per_rank),
+        f"{parameters / 1e9:.2f}B parameters in float32 ({'with gradients and Adam state' if trains else 'untrained'})"
+        f": {ranks_per_host} rank(s) on this host at {per_rank / GIB:.1f} GiB each ({what}, the process "
+        f"{RANK_BASE_BYTES / GIB:.2f} GiB)",
+        "use a smaller model (--num-layers, --model), --strategy fsdp, fewer ranks, or a host with more memory")
 
 
 def _env_value(name: str, option: str, text: str, environ: Mapping[str, str]):
@@ -317,8 +340,6 @@ class LightningBackend(Backend):
         if dist_backend == "nccl" and accelerator == "cpu":
             raise ConfigError("--dist-backend nccl needs --accelerator gpu; use --dist-backend gloo on CPU")
         check_dist_backend(dist_backend, launch.topology.nproc_per_node)
-        if config.model:
-            check_memory(config.model, "float32", 2 if config.async_save else 1, launch.topology.nproc_per_node)
         tunables = dict(config.tunables)
         spec = {
             "strategy": config.strategy,
@@ -335,6 +356,9 @@ class LightningBackend(Backend):
             "model": tunables,
             "storage": {**storage.describe(), "scheme": scheme},
         }
+        info = run_info(spec, launch, config.env_options)
+        if accelerator == "cpu":
+            check_memory(info["model_parameters"], spec, launch.topology.nproc_per_node, launch.topology.world_size)
         passes = [*config.preflight_passes(dist_backend), WorkerPass("save", ["--phase", "save"])]
         if spec["load_calls"]:
             passes.append(WorkerPass("load", ["--phase", "load"]))
@@ -345,7 +369,7 @@ class LightningBackend(Backend):
             worker_module="ckpt_bench.backends.lightning.worker",
             resolved_config={"lightning": spec, "save_dir": save_dir},
             spec={"lightning": spec},
-            run_info=run_info(spec, launch, config.env_options),
+            run_info=info,
             passes=passes,
             checkpoints=config.checkpoints(storage),
             show_progress=lambda line: bool(_PROGRESS.search(line.strip())),

@@ -13,12 +13,22 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from ckpt_bench.backends.comms.launcher import PreflightOptions
-from ckpt_bench.backends.megatron import rules
+from ckpt_bench.backends.megatron import arguments, rules
+from ckpt_bench.backends.megatron.memory import check_megatron_memory
 from ckpt_bench.core.errors import ConfigError
-from ckpt_bench.core.experiment import DEFAULT_EXPERIMENT, Experiment, deep_merge, load_experiment, parse_assignment
+from ckpt_bench.core.experiment import (
+    CONFIGS_DIR,
+    DEFAULT_EXPERIMENT,
+    Experiment,
+    deep_merge,
+    load_experiment,
+    load_yaml,
+    parse_assignment,
+)
 from ckpt_bench.core.options import Flag
 from ckpt_bench.launcher.base import ASYNC_SAVE, SET, Backend, CheckpointOptions, Plan, WorkerPass
 from ckpt_bench.launcher.config import LaunchConfig
+from ckpt_bench.launcher.resources import visible_gpus
 from ckpt_bench.storage import storage_for
 
 PROGRESS = re.compile(
@@ -32,6 +42,9 @@ _DTYPE_NAMES = {"fp32": "torch.float32", "fp16": "torch.float16", "bf16": "torch
 @dataclass
 class MegatronConfig(CheckpointOptions, PreflightOptions):
     """A Megatron experiment and the command line's overrides of its trainer arguments."""
+
+    # A trainer argument (--set, the experiment) that no Megatron-LM knows is refused as a typo.
+    CHECKS_MEGATRON_LM_NAMES: ClassVar[bool] = True
 
     # Option -> the Megatron-LM argument it overrides; `--set` sets any argument, these win over it.
     ARGUMENTS: ClassVar[dict[str, str]] = {
@@ -90,11 +103,15 @@ class MegatronConfig(CheckpointOptions, PreflightOptions):
     training_impact: bool = Flag(
         ("--training-impact",), "Train the save pass's iterations twice in the same processes, without saves "
         "and then with them, and report the training-visible cost of saving.", type=bool).field(False)
-    overrides: dict = field(init=False)  # trainer arguments set on the command line
+    settings: dict = field(init=False)  # trainer arguments set with --set
+    overrides: dict = field(init=False)  # trainer arguments set on the command line: --set, then the options
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        overrides = dict(parse_assignment(text) for text in self.set or ())
+        self.settings = dict(parse_assignment(text) for text in self.set or ())
+        if self.CHECKS_MEGATRON_LM_NAMES:
+            arguments.check_known({key: f"--set {key}={value}" for key, value in self.settings.items()})
+        overrides = dict(self.settings)
         for option, argument in self.ARGUMENTS.items():
             if getattr(self, option) is not None:
                 overrides[argument] = getattr(self, option)
@@ -125,14 +142,35 @@ def shows_progress(line: str) -> bool:
 def resolve(launch: LaunchConfig, runner: str) -> tuple[Experiment, dict, dict]:
     """The experiment, its trainer arguments with the command line's overrides, checked against
     Megatron's rules, and the parallel sizes. `runner` names what will run it, for the error about a
-    non-Megatron experiment."""
+    non-Megatron experiment. A key of the experiment that no Megatron-LM knows (a typo) is refused."""
     config: MegatronConfig = launch.options
     experiment = load_experiment(config.config or DEFAULT_EXPERIMENT)
     if experiment.framework != "megatron":
         raise ConfigError(f"{experiment.path}: framework {experiment.framework!r} cannot be run by {runner}: "
                           "only Megatron experiments can")
+    if config.CHECKS_MEGATRON_LM_NAMES:
+        arguments.check_known({key: f"{experiment.path} (with its presets)" for key in experiment.args})
     args = deep_merge(experiment.args, config.overrides)
     return experiment, args, rules.check(args, launch.topology.world_size, config.spelling)
+
+
+def given_by_user(experiment: Experiment, config: MegatronConfig) -> set[str]:
+    """The trainer arguments the user set: on the command line, or in the experiment (its overrides and
+    its own presets) to a value our shipped presets do not already give."""
+    shipped: dict = {}
+    for preset in (experiment.model_preset, experiment.module_preset):
+        if preset is not None and preset.is_relative_to(CONFIGS_DIR):
+            shipped.update(load_yaml(preset))
+    return set(config.overrides) | {key for key, value in experiment.args.items()
+                                    if key not in shipped or shipped[key] != value}
+
+
+def not_acted_on_notes(args: dict, given: set[str]) -> list[str]:
+    unread = arguments.not_acted_on(args, given)
+    if not unread:
+        return []
+    return [f"Megatron-LM arguments the built-in worker does not act on (accepted, no effect on this run): "
+            f"{', '.join(unread)}; --framework megatron-lm runs Megatron-LM itself"]
 
 
 def _params_dtype(args: dict) -> str:
@@ -225,6 +263,9 @@ class MegatronBackend(Backend):
     def plan(self, launch: LaunchConfig) -> Plan:
         config: MegatronConfig = launch.options
         experiment, args, sizes = resolve(launch, "the built-in worker")
+        unread = not_acted_on_notes(args, given_by_user(experiment, config))
+        check_megatron_memory({**arguments.MEGATRON_DEFAULTS, **args}, sizes, launch.topology.nproc_per_node,
+                              on_gpus=visible_gpus() > 0)
         parent = checkpoint_parent(config, args)
         args["save"] = args["load"] = None  # the lifecycle creates the run's own checkpoint folder
         try:
@@ -243,5 +284,5 @@ class MegatronBackend(Backend):
                     WorkerPass("load", ["--phase", "load"], nproc_per_node=config.load_nproc_per_node)],
             checkpoints=config.checkpoints(storage_for(parent), writers_per_rank=rules.writers_per_rank(args)),
             show_progress=shows_progress,
-            notes=async_writer_notes(args),
+            notes=[*async_writer_notes(args), *unread],
         )

@@ -13,9 +13,10 @@
     }
 
 Keys under "megatron" are Megatron-LM's own argument names (as in Primus YAML overrides), so a
-config written for Megatron-LM means the same here. `MEGATRON_DEFAULTS` fills what is missing;
-unknown keys are kept (they show in the arguments dump) and otherwise ignored. The arguments the
-worker acts on:
+config written for Megatron-LM means the same here. `MEGATRON_DEFAULTS`
+(`ckpt_bench.backends.megatron.arguments`) fills what is missing. The launcher has refused names no
+Megatron-LM knows and put the ones this worker does not act on into the report's notes; they show in
+the arguments dump too. The arguments the worker acts on:
 
     model        num_layers hidden_size ffn_hidden_size num_attention_heads group_query_attention
                  num_query_groups seq_length max_position_embeddings vocab_size
@@ -47,67 +48,9 @@ from dataclasses import dataclass
 
 import torch
 
+from ckpt_bench.backends.megatron.arguments import MEGATRON_DEFAULTS
 from ckpt_bench.backends.megatron.rules import check, check_worker_limits
 from ckpt_bench.core.errors import ConfigError
-
-MEGATRON_DEFAULTS = {
-    "num_layers": 2,
-    "hidden_size": 64,
-    "ffn_hidden_size": None,
-    "num_attention_heads": 4,
-    "group_query_attention": False,
-    "num_query_groups": None,
-    "seq_length": 64,
-    "max_position_embeddings": None,
-    "vocab_size": 1024,
-    "make_vocab_size_divisible_by": 128,
-    "position_embedding_type": "learned_absolute",
-    "rotary_percent": 1.0,
-    "rotary_base": 10000,
-    "normalization": "LayerNorm",
-    "norm_epsilon": 1e-5,
-    "swiglu": False,
-    "untie_embeddings_and_output_weights": False,
-    "add_bias_linear": True,
-    "hidden_dropout": 0.1,
-    "attention_dropout": 0.1,
-    "init_method_std": 0.02,
-    "num_experts": None,
-    "moe_router_topk": 2,
-    "moe_grouped_gemm": False,
-    "bf16": False,
-    "fp16": False,
-    "tensor_model_parallel_size": 1,
-    "pipeline_model_parallel_size": 1,
-    "expert_model_parallel_size": 1,
-    "context_parallel_size": 1,
-    "sequence_parallel": False,
-    "micro_batch_size": 2,
-    "global_batch_size": None,
-    "train_iters": 6,
-    "seed": 1234,
-    "log_interval": 1,
-    "optimizer": "adam",
-    "lr": 1e-4,
-    "weight_decay": 0.01,
-    "adam_beta1": 0.9,
-    "adam_beta2": 0.999,
-    "adam_eps": 1e-8,
-    "sgd_momentum": 0.9,
-    "clip_grad": 1.0,
-    "use_distributed_optimizer": False,
-    "accumulate_allreduce_grads_in_fp32": False,
-    "save": None,
-    "load": None,
-    "save_interval": None,
-    "ckpt_format": "torch_dist",
-    "async_save": False,
-    "use_persistent_ckpt_worker": False,
-    "ckpt_fully_parallel_save": True,
-    "ckpt_fully_parallel_load": False,
-    "ckpt_assume_constant_structure": False,
-    "dist_ckpt_optim_fully_reshardable": False,
-}
 
 
 class SpecError(ValueError):

@@ -1,0 +1,103 @@
+"""Nothing silently ignored, memory checked up front (issue 20, items 1 and 2): trainer arguments are
+checked against Megatron-LM's own names, and a model the host cannot hold is refused in a second."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from helpers import ROOT, assert_one_line_error, launch
+
+from ckpt_bench.backends.megatron import arguments, memory
+from ckpt_bench.cli.launch import parse_argv
+from ckpt_bench.core.errors import ConfigError
+from ckpt_bench.launcher import registry, resources
+
+
+def plan(*argv: str):
+    values, given = parse_argv(list(argv))
+    config, _emit = registry.build_launch(values, given, os.environ)
+    return registry.runner_for(config).plan(config)
+
+
+def test_a_mistyped_set_key_is_refused_with_the_closest_names():
+    with pytest.raises(ConfigError, match=r"--set num_layer=3: num_layer is not a Megatron-LM argument; "
+                                          r"did you mean num_layers"):
+        plan("--set", "num_layer=3")
+
+
+def test_a_mistyped_experiment_key_is_refused_naming_the_file(tmp_path):
+    experiment = tmp_path / "exp.yaml"
+    experiment.write_text("modules:\n  pre_trainer:\n    config: pre_trainer.yaml\n    model: tiny_gpt.yaml\n"
+                          "    overrides:\n      hiden_size: 128\n")
+    with pytest.raises(ConfigError, match=rf"{experiment}.*hiden_size is not a Megatron-LM argument; did you mean "
+                                          r"hidden_size"):
+        plan("--config", str(experiment))
+
+
+def test_a_megatron_lm_argument_the_worker_ignores_is_accepted_and_noted():
+    notes = plan("--set", "lr_decay_style=cosine", "--set", "num_layers=3").notes
+    assert any("does not act on" in note and "lr_decay_style='cosine'" in note and "num_layers" not in note
+               for note in notes), notes
+    # Our own presets' settings are not the user's: the default run has no such note.
+    assert not any("does not act on" in note for note in plan().notes)
+
+
+def test_primus_reads_keys_of_its_own(tmp_path):
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "examples" / "run_pretrain.sh").write_text("")
+    plan("--framework", "primus", "--primus-path", str(tmp_path), "--set", "primus_only_setting=1")
+
+
+def test_lightning_set_keys_name_the_closest_setting():
+    with pytest.raises(ConfigError, match="--set nhidd: not a Lightning setting; did you mean nhid"):
+        plan("--backend", "lightning", "--set", "nhidd=2")
+
+
+def test_every_key_of_the_shipped_experiments_is_known():
+    for experiment in [*(ROOT / "configs").glob("*.yaml"), ROOT / "ckpt_bench" / "configs" / "tiny_gpt.yaml"]:
+        from ckpt_bench.core.experiment import load_experiment
+
+        arguments.check_known({key: str(experiment) for key in load_experiment(experiment).args})
+
+
+def test_parameters_match_the_model_megatron_core_builds():
+    """Counted once on the real GPTModel (megatron-core's local spec, see memory.parameters) for the
+    default model, a llama-like one (SwiGLU, RMSNorm, GQA, rope, untied, no biases) and an MoE one."""
+    base = dict(arguments.MEGATRON_DEFAULTS)
+    llama = {**base, "num_layers": 3, "hidden_size": 128, "swiglu": True, "normalization": "RMSNorm",
+             "add_bias_linear": False, "group_query_attention": True, "num_query_groups": 2,
+             "position_embedding_type": "rope", "untie_embeddings_and_output_weights": True}
+    moe = {**base, "num_experts": 4}
+    assert [sum(memory.parameters(args)) for args in (base, llama, moe)] == [169728, 1000320, 368776]
+
+
+def test_rank_memory_follows_precision_sharding_and_staging():
+    args = {**arguments.MEGATRON_DEFAULTS, "bf16": True, "use_distributed_optimizer": True, "async_save": True}
+    sizes = {"tp": 1, "pp": 1, "ep": 1, "cp": 1, "dp": 4}
+    params = sum(memory.parameters(args))
+    on_gpu = memory.rank_memory(args, sizes, on_gpus=True)
+    assert (on_gpu.weights, on_gpu.gradients) == (2 * params, 2 * params)
+    assert on_gpu.optimizer == 12 * params // 4  # fp32 main + Adam's moments, sharded over DP
+    assert on_gpu.async_staging == 14 * params // 4  # the rank's quarter of weights + optimizer
+    assert memory.rank_memory(args, sizes, on_gpus=False).async_staging == 0  # already in host memory
+
+
+def test_the_7b_example_is_refused_in_a_second_on_this_host(tmp_path):
+    """configs/llama2_7B.yaml on a CPU host with less than ~100 GiB: one line before anything starts."""
+    if resources.visible_gpus() or resources.available_memory() > 120 * 2**30:
+        pytest.skip("this host could hold it")
+    started = time.monotonic()
+    line = assert_one_line_error(launch("--config", "configs/llama2_7B.yaml", runs_dir=tmp_path / "runs"),
+                                 "6.74B parameters")
+    assert "GiB is available" in line
+    assert time.monotonic() - started < 3  # the interpreter's start included; the check itself is ~0.1 s
+    assert not (tmp_path / "runs").exists()
+
+
+def test_lightning_refuses_a_model_the_host_cannot_hold():
+    if resources.available_memory() > 600 * 2**30:
+        pytest.skip("this host could hold it")
+    with pytest.raises(ConfigError, match="13.02B parameters in float32 .* GiB is available"):
+        plan("--backend", "lightning", "--model", "llama2-13b", "--accelerator", "cpu")
