@@ -6,12 +6,16 @@ figure moves. The repetitions are ordinary runs, one after another, in one folde
 
     <runs-dir>/<stamp>-<runner>-repeat<N>/       (or <runs-dir>/<run-id>/ in a multi-node run)
         rep-1/ ... rep-N/                        each a complete run directory with its report
-        report.json                              repeat_stats, each repetition's headline figures,
-                                                 and the medians as the top-level figures
+        report.json, report.html                 the series: every repetition's saves and loads, their
+                                                 stats, repeat_stats, and the medians as the top-level figures
 
-`repeat_stats` has, for each of REPEATED_METRICS, {n, median, min, max, cv} over the repetitions that
-completed (cv = sample standard deviation / mean), and a note names every figure whose cv exceeds
-10 %. A repetition that fails or is interrupted ends the series; the report says so.
+One report for the whole series, read like any other: `saves` and `loads` are every repetition's, each
+tagged with its `repetition`; `stats` and the advice count the first save of every repetition apart
+(each is a fresh process: report.metrics); each repetition's figure is its steady save (the median of
+its saves after the first) and its load, and `repeat_stats` has for each of REPEATED_METRICS {n, median,
+min, max, cv} over the repetitions that completed (cv = sample standard deviation / mean); the top-level
+figures are those medians, and `load` the repetition's load nearest to the median. A note names every
+figure whose cv exceeds 10 %. A repetition that fails or is interrupted ends the series; the report says so.
 """
 
 from __future__ import annotations
@@ -25,34 +29,36 @@ from ckpt_bench.launcher import nodes
 from ckpt_bench.launcher.base import Backend
 from ckpt_bench.launcher.config import LaunchConfig
 from ckpt_bench.launcher.lifecycle import RunResult, execute
+from ckpt_bench.present.html import write_run_html
+from ckpt_bench.report.advice import add_advice
 from ckpt_bench.report.assembly import to_json
-from ckpt_bench.report.metrics import HEADLINE_KEYS
+from ckpt_bench.report.metrics import HEADLINE, save_stats
 
-# Per repetition, its report's top-level figure (the last complete save; the load).
-REPEATED_METRICS = HEADLINE_KEYS
+# Per repetition, its steady save figures and its load (report.metrics.Metric.steady).
+REPEATED_METRICS = HEADLINE
 NOISY_CV = 0.10
 
 
-def spread(values: list[float]) -> dict:
-    """{n, median, min, max, cv} of `values` (cv None below 2 values or with a zero mean)."""
+def spread(values: list[float], digits: int) -> dict:
+    """{n, median, min, max, cv} of `values`, rounded to `digits` (cv None below 2 values or with a zero mean)."""
     mean = statistics.fmean(values)
     cv = statistics.stdev(values) / mean if len(values) > 1 and mean else None
-    return {"n": len(values), "median": statistics.median(values), "min": min(values), "max": max(values),
-            "cv": None if cv is None else round(cv, 4)}
+    return {"n": len(values), "median": round(statistics.median(values), digits), "min": round(min(values), digits),
+            "max": round(max(values), digits), "cv": None if cv is None else round(cv, 4)}
 
 
 def repeat_stats(reports: list[dict]) -> tuple[dict, list[str]]:
     """`repeat_stats` over the reports of the repetitions that completed, and notes on noisy figures."""
     stats, notes = {}, []
     for metric in REPEATED_METRICS:
-        values = [r[metric] for r in reports if isinstance(r.get(metric), (int, float))]
+        values = [metric.steady(r) for r in reports if isinstance(metric.steady(r), (int, float))]
         if not values:
-            stats[metric] = None
+            stats[metric.key] = None
             continue
-        stats[metric] = spread(values)
-        cv = stats[metric]["cv"]
+        stats[metric.key] = spread(values, metric.digits + 1)
+        cv = stats[metric.key]["cv"]
         if cv is not None and cv > NOISY_CV:
-            notes.append(f"{metric} varies by {100 * cv:.0f}% (cv) over {len(values)} repetitions: quote the "
+            notes.append(f"{metric.key} varies by {100 * cv:.0f}% (cv) over {len(values)} repetitions: quote the "
                          "median, and look at the storage's own variation (--storage-baseline)")
     return stats, notes
 
@@ -78,9 +84,21 @@ def execute_repeated(runner: Backend, launch: LaunchConfig) -> RunResult:
             break
     if not nodes.is_leader(launch.topology):
         return results[-1]
-    report = combined_report(folder, launch.repeat, [result.report for result in results])
+    report = add_advice(combined_report(folder, launch.repeat, [result.report for result in results]), launch,
+                        strict=False)
     folder.report_path.write_text(to_json(report) + "\n")
+    write_run_html(folder.path, report)
     return RunResult(folder, report)
+
+
+def _tagged(reports: list[dict], key: str) -> list[dict]:
+    """Every repetition's `saves` (or loads), each tagged with its repetition."""
+    records = []
+    for index, report in enumerate(reports, start=1):
+        own = report.get(key) if key == "saves" else report.get("loads") or ([report["load"]] if report.get("load")
+                                                                             else [])
+        records += [{**record, "repetition": index} for record in own or []]
+    return records
 
 
 def combined_report(folder: RunDir, planned: int, reports: list[dict]) -> dict:
@@ -94,18 +112,30 @@ def combined_report(folder: RunDir, planned: int, reports: list[dict]) -> dict:
            "repetitions": [r["run"]["dir"] for r in reports]}
     if status == "interrupted":
         run["interrupted"] = last["run"]["interrupted"]
-    headline = {metric: (stats.get(metric) or {}).get("median") for metric in REPEATED_METRICS}
+    headline = {metric.key: (stats.get(metric.key) or {}).get("median") for metric in REPEATED_METRICS}
+    saves, loads = _tagged(reports, "saves"), _tagged(reports, "loads")
+    median_load = headline.get("load_time")
+    load = min((x for x in loads if isinstance(x.get("time"), (int, float))), default=None,
+               key=lambda x: abs(x["time"] - median_load)) if median_load is not None else None
     return {
-        **{key: value for key, value in (completed or reports)[0].items() if key not in ("run", "notes")},
+        **{key: value for key, value in (completed or reports)[0].items() if key not in ("run", "notes", "advice")},
         **headline,
+        "accurate": not any(save.get("overlapped") for save in saves),
+        "num_saved": sum(1 for save in saves if save.get("complete")),
+        "saves": saves,
+        "stats": save_stats(saves),
+        "load": load,
+        "loads": loads,
         "verified": all(r.get("verified") is not False for r in reports),
         "repeat_stats": stats,
         "repeats": [
             {"repetition": index, "dir": r["run"]["dir"], "status": r["run"]["status"],
-             **{metric: r.get(metric) for metric in REPEATED_METRICS}}
+             **{metric.key: metric.steady(r) for metric in REPEATED_METRICS}}
             for index, r in enumerate(reports, start=1)
         ],
-        "notes": [f"top-level {', '.join(REPEATED_METRICS)} are medians over {len(completed)} completed "
-                  f"repetition(s) in fresh processes; saves, load and stats are the first repetition's", *notes],
+        "notes": [f"a series of {len(reports)} repetition(s), each in fresh processes: saves and loads are every "
+                  "repetition's; each repetition's figure is its steady save (the median of its saves after its "
+                  f"first) and its load, and the top-level figures are their medians over {len(completed)} "
+                  "completed repetition(s)", *notes],
         "run": run,
     }

@@ -10,51 +10,75 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from ckpt_bench.core.errors import ReportError
 from ckpt_bench.core.rundir import RunDir, sweep_results_file
 from ckpt_bench.present.rows import number
-from ckpt_bench.report.metrics import HEADLINE_KEYS
+from ckpt_bench.report.metrics import HEADLINE_KEYS, STEADY, first_save_apart, fsync, steady_median
 
-# (metric, where it is in the report: a dotted path), in table order.
-METRICS = (
-    ("world_size", "world_size"),
-    ("ckpt_format", "ckpt_format"),
-    ("async_save", "async_save"),
-    ("num_saved", "num_saved"),
-    ("accurate", "accurate"),
-    ("verified", "verified"),
-    ("save_block_time", "save_block_time"),
-    ("save_total_time", "save_total_time"),
-    ("save_bandwidth_in_mbps", "save_bandwidth_in_mbps"),
-    ("block_time_median", "stats.block_time.median"),
-    ("total_time_median", "stats.total_time.median"),
-    ("bandwidth_median", "stats.bandwidth.median"),
-    ("iter_folder_size", "iter_folder_size"),
-    ("load_time", "load_time"),
-    ("load_bandwidth_in_mbps", "load_bandwidth_in_mbps"),
-    ("save_fraction_of_peak", "save_fraction_of_peak"),
-    ("load_fraction_of_peak", "load_fraction_of_peak"),
-    ("training_save_impact_time", "training.save_impact_time"),
-    ("training_save_impact_percent", "training.save_impact_percent"),
-    ("checkpoint_cost_s", "advice.checkpoint_cost_s"),
-    ("restart_cost_s", "advice.restart_cost_s"),
-    ("daly_interval_s", "advice.daly_interval_s"),
-    ("goodput_at_optimum", "advice.goodput_at_optimum"),
-    ("goodput_at_configured", "advice.goodput_at_configured"),
+
+def _at(path: str) -> Callable[[dict], object]:
+    """The value at a dotted path of a report (None where a key is missing)."""
+    def get(report: dict):
+        value = report
+        for key in path.split("."):
+            if not isinstance(value, dict):
+                return None
+            value = value.get(key)
+        return value
+    return get
+
+
+def _steady(figure: str) -> Callable[[dict], object]:
+    return lambda report: steady_median(report, figure)
+
+
+def _first(figure: str) -> Callable[[dict], object]:
+    return lambda report: (first_save_apart(report) or {}).get(figure)
+
+
+# (metric, how to read it from a report), in table order. The steady figures are report.metrics' one
+# definition (the median of the saves after the first), as in the summary, sweeps and the advice.
+METRICS: tuple[tuple[str, Callable[[dict], object]], ...] = (
+    ("world_size", _at("world_size")),
+    ("ckpt_format", _at("ckpt_format")),
+    ("async_save", _at("async_save")),
+    ("fsync", fsync),
+    ("num_saved", _at("num_saved")),
+    ("accurate", _at("accurate")),
+    ("verified", _at("verified")),
+    ("save_block_time", _at("save_block_time")),
+    ("save_total_time", _at("save_total_time")),
+    ("save_bandwidth_in_mbps", _at("save_bandwidth_in_mbps")),
+    ("steady_block_time", _steady("block_time")),
+    ("steady_total_time", _steady("total_time")),
+    ("steady_bandwidth", _steady("bandwidth")),
+    ("first_save_total_time", _first("total_time")),
+    ("iter_folder_size", _at("iter_folder_size")),
+    ("load_time", _at("load_time")),
+    ("load_bandwidth_in_mbps", _at("load_bandwidth_in_mbps")),
+    ("save_fraction_of_peak", _at("save_fraction_of_peak")),
+    ("load_fraction_of_peak", _at("load_fraction_of_peak")),
+    ("training_save_impact_time", _at("training.save_impact_time")),
+    ("training_save_impact_percent", _at("training.save_impact_percent")),
+    ("checkpoint_cost_s", _at("advice.checkpoint_cost_s")),
+    ("restart_cost_s", _at("advice.restart_cost_s")),
+    ("daly_interval_s", _at("advice.daly_interval_s")),
+    ("goodput_at_optimum", _at("advice.goodput_at_optimum")),
+    ("goodput_at_configured", _at("advice.goodput_at_configured")),
 )
 # Always shown, even when no source has them (the rest only when one source does).
-CORE = (*HEADLINE_KEYS, "verified")
-
-
-def _get(report: dict, path: str):
-    value = report
-    for key in path.split("."):
-        if not isinstance(value, dict):
-            return None
-        value = value.get(key)
-    return value
+CORE = (*HEADLINE_KEYS, "verified", "fsync")
+# What a metric's name does not say by itself.
+MEANINGS = {
+    "fsync": "a save counted as complete only once fsynced (no: page cache only; none: object storage)",
+    "steady_block_time": STEADY, "steady_total_time": STEADY, "steady_bandwidth": STEADY,
+    "first_save_total_time": "the first save, counted apart (one-off start-up)",
+    "save_block_time": "the last complete save", "save_total_time": "the last complete save",
+    "save_bandwidth_in_mbps": "the last complete save",
+}
 
 
 def _is_report(data) -> bool:
@@ -118,11 +142,12 @@ def compare(sources: list[dict]) -> dict:
     if len(sources) < 2:
         raise ReportError("--compare needs at least two reports (run directories, report.json files or sweep "
                           "directories)")
-    values = [{name: _get(s["report"], path) for name, path in METRICS} for s in sources]
+    values = [{name: get(s["report"]) for name, get in METRICS} for s in sources]
     metrics = [name for name, _ in METRICS if name in CORE or any(v[name] is not None for v in values)]
     return {
         "baseline": sources[0]["label"],
         "metrics": metrics,
+        "meanings": {name: MEANINGS[name] for name in metrics if name in MEANINGS},
         "sources": [
             {"label": source["label"], "path": source["path"],
              "metrics": {name: figures[name] for name in metrics},

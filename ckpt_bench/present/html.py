@@ -27,8 +27,9 @@ from pathlib import Path
 from ckpt_bench.core.events import event_files, read_event_files
 from ckpt_bench.core.rundir import SWEEP_RESULTS_FILES, sweep_results_file
 from ckpt_bench.present import rows as p
+from ckpt_bench.report.advice import per_save_training_cost
 from ckpt_bench.report.engine import CONFIG_KEYS, Operation, pair
-from ckpt_bench.report.metrics import HEADLINE
+from ckpt_bench.report.metrics import HEADLINE, STEADY, steady_median
 
 REPORT_HTML = "report.html"
 SWEEP_HTML = "sweep_report.html"
@@ -41,6 +42,7 @@ BACKGROUND_COLOR = "#f1948a"  # the rest of the save: written in the background
 LOAD_COLOR = "#2471a3"
 TOTAL_COLOR = "#2e4053"
 BASELINE_COLOR = "#117a65"
+FIRST_SAVE_COLOR = "#e6b0aa"  # the first save, counted apart
 PALETTE = ("#2471a3", "#c0392b", "#117a65", "#af601a", "#7d3c98", "#2e4053", "#b7950b", "#1abc9c")
 MAX_TIMELINE_OPERATIONS = 4000  # bars drawn at most; a longer run shows its first operations
 
@@ -283,7 +285,9 @@ def plot_operations(operations: list[dict]) -> str | None:
 def plot_bandwidth(report: dict) -> str | None:
     saves = report.get("saves") or []
     loads = report.get("loads") or ([report["load"]] if report.get("load") else [])
-    bars = [(f"save {_label(s.get('iteration'))}", s.get("bandwidth"), BLOCK_COLOR) for s in saves]
+    first = _first_save_index(report)
+    bars = [(f"save {_label(s.get('iteration'))}", s.get("bandwidth"), FIRST_SAVE_COLOR if i == first else BLOCK_COLOR)
+            for i, s in enumerate(saves)]
     repeated = len({x.get("iteration") for x in loads}) < len(loads)
     bars += [(f"load {_label(x.get('iteration'))}" + (f" #{i}" if repeated else ""), x.get("bandwidth"),
               LOAD_COLOR) for i, x in enumerate(loads, 1)]
@@ -294,6 +298,16 @@ def plot_bandwidth(report: dict) -> str | None:
     axes.bar([label for label, _, _ in bars], [p.number(v) or 0.0 for _, v, _ in bars],
              color=[color for _, _, color in bars], width=0.6)
     top = max(p.number(v) or 0.0 for _, v, _ in bars)
+    if first is not None:
+        from matplotlib.patches import Patch
+
+        axes.legend(handles=[Patch(color=FIRST_SAVE_COLOR, label=f"first save: {p.first_save_reason(report)[0]}, "
+                                                                  "counted apart")])
+        axes.add_artist(axes.get_legend())
+        steady = steady_median(report, "bandwidth")
+        if steady is not None:
+            axes.axhline(steady, color=BLOCK_COLOR, linestyle=":", linewidth=1.4,
+                         label=f"steady save ({STEADY}): {steady:,.1f} MiB/s")
     for direction, style in (("write", "-"), ("read", "--")):
         baseline = p.baseline_mibps(report, direction)
         if baseline is not None:
@@ -301,11 +315,23 @@ def plot_bandwidth(report: dict) -> str | None:
             axes.axhline(baseline, color=BASELINE_COLOR, linestyle=style, linewidth=1.6,
                          label=f"storage baseline, {direction}: {baseline:,.1f} MiB/s")
     _style(axes, "Bandwidth per save and load", "", "MiB/s")
-    if axes.get_legend_handles_labels()[0]:  # above the bars and lines, never on them
-        axes.set_ylim(0, top * 1.3)
-        axes.legend(frameon=False, fontsize=9, loc="upper left", ncols=2)
+    handles = axes.get_legend_handles_labels()[0]
+    if first is not None:
+        handles = [*axes.get_legend().legend_handles, *handles]
+        axes.get_legend().remove()
+    if handles:  # above the bars and lines, never on them
+        axes.set_ylim(0, top * 1.35)
+        axes.legend(handles=handles, frameon=False, fontsize=9, loc="upper left", ncols=2)
     _rotate(axes, len(bars))
     return _svg(figure)
+
+
+def _first_save_index(report: dict) -> int | None:
+    """Where in `saves` the first save is, when it is counted apart and was unusually slow."""
+    for index, save in enumerate(report.get("saves") or []):
+        if save.get("complete"):
+            return index if any(r.startswith("first save") for r in p.save_remarks(report, save)) else None
+    return None
 
 
 def _rotate(axes, count: int) -> None:
@@ -349,27 +375,56 @@ def plot_spread(report: dict, operations: list[dict]) -> str | None:
                               xytext=(4, 2), fontsize=8, color="#566573")
     axes.set_xticks(range(len(saves)), [f"save {_label(s.get('iteration'))}" for s in saves])
     axes.set_xlim(-0.6, len(saves) - 0.4)
-    axes.set_ylim(bottom=0)
-    _style(axes, "Per-rank spread: fastest to slowest rank (label: the slowest rank)", "", "seconds")
+    times = [v for s in saves for key in ("block_time_per_rank", "total_time_per_rank")
+             for v in ((s.get(key) or {}).get("min"), (s.get(key) or {}).get("max")) if p.number(v)]
+    logarithmic = bool(times) and max(times) > 10 * min(times)
+    if logarithmic:  # one slow save (the first's start-up) would flatten every other save to the floor
+        from matplotlib.ticker import FuncFormatter
+
+        axes.set_yscale("log")
+        axes.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    else:
+        axes.set_ylim(bottom=0)
+    scale = " (log scale: the saves differ by more than 10x)" if logarithmic else ""
+    _style(axes, f"Per-rank spread: fastest to slowest rank{scale} (label: the slowest rank)", "", "seconds")
     from matplotlib.lines import Line2D
 
-    axes.legend(handles=[Line2D([], [], color=BLOCK_COLOR, linewidth=2.2, label="block time"),
-                         Line2D([], [], color=TOTAL_COLOR, linewidth=2.2, label="total time")],
-                frameon=False, fontsize=9, loc="lower right")
+    parts = ((BLOCK_COLOR, "block time, a rank"), (TOTAL_COLOR, "total time, a rank"))
+    axes.legend(handles=[Line2D([], [], color=color, marker="o", linestyle="none", markersize=5, label=label)
+                         for color, label in parts],
+                frameon=False, fontsize=9, loc="upper right")
     _rotate(axes, len(saves))
     return _svg(figure)
 
 
 def plot_memory(report: dict) -> str | None:
-    saves = [s for s in report.get("saves") or [] if p.peak_rss(s) is not None]
-    if not saves:
+    """Peak RSS per save and load, against what the rank holds of the checkpoint (its bytes / the ranks):
+    how much memory a save needs beyond the state it writes."""
+    loads = report.get("loads") or ([report["load"]] if report.get("load") else [])
+    bars = [(f"save {_label(s.get('iteration'))}", s, PALETTE[4]) for s in report.get("saves") or []]
+    bars += [(f"load {_label(x.get('iteration'))}" + (f" ({i})" if len(loads) > 1 else ""), x, LOAD_COLOR)
+             for i, x in enumerate(loads, 1)]
+    bars = [(label, p.peak_rss(record), record, color) for label, record, color in bars if p.peak_rss(record)]
+    if not bars:
         return None
-    figure = _figure(11, 3.0 + _bottom(len(saves)) - 0.45, bottom=_bottom(len(saves)))
+    figure = _figure(11, 3.0 + _bottom(len(bars)) - 0.45, bottom=_bottom(len(bars)))
     axes = figure.add_subplot()
-    axes.bar([f"save {_label(s.get('iteration'))}" for s in saves], [p.peak_rss(s) / p.MIB for s in saves],
-             color=PALETTE[4], width=0.6)
-    _style(axes, "Peak resident memory per save (saves[].peak_rss_bytes)", "", "MiB")
-    _rotate(axes, len(saves))
+    axes.bar([label for label, *_ in bars], [rss / p.MIB for _, rss, _, _ in bars],
+             color=[color for *_, color in bars], width=0.6)
+    shares = [record["bytes"] / record["ranks"] / p.MIB for _, _, record, _ in bars
+              if p.number(record.get("bytes")) and record.get("ranks")]
+    if shares:
+        share = max(shares)
+        axes.axhline(share, color=TOTAL_COLOR, linestyle="--", linewidth=1.4,
+                     label=f"a rank's share of the checkpoint: {share:,.1f} MiB")
+        highest = max(rss for _, rss, _, _ in bars) / p.MIB
+        axes.set_ylim(0, max(highest, share) * 1.3)
+        axes.legend(frameon=False, fontsize=9, loc="upper left")
+        title = f"Peak resident memory of the highest rank: up to {highest / share:.1f}x its share of the checkpoint"
+    else:
+        title = "Peak resident memory of the highest rank per save and load"
+    _style(axes, title, "", "MiB")
+    _rotate(axes, len(bars))
     return _svg(figure)
 
 
@@ -454,7 +509,7 @@ def render_report(report: dict, operations: list[dict] | None = None, source: st
                f"world size {report.get('world_size') or '?'}")
     meta = " · ".join(x for x in (_e(source or run.get("dir") or ""), _e(run.get("status") or ""), verdict) if x)
     columns = p.save_columns(report)
-    rows = p.save_rows(report) + [r + [p.NONE] * (len(columns) - len(r)) for r in p.load_rows(report)]
+    rows = p.save_rows(report) + p.load_rows(report)
     sections = [("summary", "Summary",
                  _pairs_table(p.headline_rows(report), "summary-table")
                  + _grid_table(columns, rows, "saves-table"))]
@@ -486,7 +541,10 @@ def render_report(report: dict, operations: list[dict] | None = None, source: st
         "No per-rank times.")))
     memory = plot_memory(report)
     if memory is not None:
-        sections.append(("memory", "Memory", _figure_html(memory, "Peak RSS during each save.", "")))
+        sections.append(("memory", "Memory", _figure_html(
+            memory, "Peak RSS of the highest rank from each operation's start to its end (the kernel's high-water "
+                    "mark; a writer in another process is not in it), against the checkpoint's bytes / its ranks.",
+            "")))
     preflight = report.get("preflight") or report.get("comms")  # a --preflight pass, or a comms run's sweep
     if isinstance(preflight, dict):
         table = _grid_table(["collective", "size", "time (us)", "algbw (GB/s)", "busbw (GB/s)"],
@@ -499,19 +557,30 @@ def render_report(report: dict, operations: list[dict] | None = None, source: st
             "No preflight results.") + table))
     training = report.get("training")
     if isinstance(training, dict):
-        flat = {k: v for k, v in training.items() if k != "around_saves"}
-        content = _pairs_table(_flat(flat), "training-table")
+        content = _pairs_table(p.training_rows(training), "training-table")
         if training.get("around_saves"):
-            content += _grid_table(["iteration", "iteration time s (with the save)", "next iteration s"],
+            costs = per_save_training_cost(training)
+            content += _grid_table(["iteration", "iteration time s (with the save)", "next iteration s",
+                                    "cost of this save s", "why unusual"],
                                    [[p.fmt(r.get("iteration")), p.fmt(r.get("iteration_time"), 4),
-                                     p.fmt(r.get("next_iteration_time"), 4)] for r in training["around_saves"]])
+                                     p.fmt(r.get("next_iteration_time"), 4), p.fmt(costs.get(r.get("iteration")), 4),
+                                     "first save: counted apart by the advice" if i == 0 else ""]
+                                    for i, r in enumerate(training["around_saves"])])
         sections.append(("training", "Training impact", content))
     if report.get("repeat_stats"):
         stats = report["repeat_stats"]
-        sections.append(("repeats", "Repeats", _grid_table(
-            ["figure", "n", "median", "min", "max", "cv"],
-            [[k, *(p.fmt((v or {}).get(x)) for x in ("n", "median", "min", "max", "cv"))] for k, v in stats.items()],
-            "repeats-table")))
+        rows = [[f"steady {m.label}" if m.steady_figure else m.label,
+                 *(p.fmt((stats.get(m.key) or {}).get(x), m.digits) for x in ("n", "median", "min", "max")),
+                 p.percent((stats.get(m.key) or {}).get("cv"), 1)] for m in HEADLINE]
+        per_repetition = [[str(r["repetition"]), r["status"], *(p.fmt(m.steady(r), m.digits) for m in HEADLINE)]
+                          for r in report.get("repeats") or []]
+        sections.append(("repeats", "Repeats", _grid_table(["figure", "n", "median", "min", "max", "cv"], rows,
+                                                           "repeats-table")
+                         + _grid_table(["repetition", "status", *(f"steady {m.column}" if m.steady_figure
+                                                                  else m.column for m in HEADLINE)],
+                                       per_repetition, "repetitions-table")
+                         + '<p class="hint">Each repetition in fresh processes; its figure is its steady save (the '
+                           "median of its saves after its first) and its load.</p>"))
     config = {key: report.get(key) for key in CONFIG_KEYS}
     config.update(report.get("config") or {})
     sections.append(("configuration", "Configuration", _pairs_table(_flat(config), "config-table")
@@ -537,6 +606,7 @@ def plot_sweep_parameter(results: dict, parameter: str) -> str | None:
     """Every metric against one swept parameter; one line per combination of the other parameters."""
     lists = (results.get("sweep") or {}).get("sweep", {})
     values = [str(v) for v in lists.get(parameter, [])]
+    numeric = all(p.number(v) is not None for v in lists.get(parameter, []))
     others = [k for k in lists if k != parameter]
     jobs = [j for j in results.get("jobs") or [] if j.get("report")]
     if not jobs:
@@ -551,16 +621,16 @@ def plot_sweep_parameter(results: dict, parameter: str) -> str | None:
     axes_list = figure.subplots(2, 3).flatten()
     for axes, metric in zip(axes_list, HEADLINE, strict=False):
         for index, (name, members) in enumerate(series.items()):
-            points = sorted(((values.index(str(j["params"].get(parameter))), j["report"].get(metric.key))
-                             for j in members if p.number(j["report"].get(metric.key)) is not None
+            points = sorted(((values.index(str(j["params"].get(parameter))), metric.steady(j["report"]))
+                             for j in members if p.number(metric.steady(j["report"])) is not None
                              and str(j["params"].get(parameter)) in values), key=lambda xy: xy[0])
-            if points:
-                axes.plot([x for x, _ in points], [y for _, y in points], marker="o", markersize=4,
-                          color=PALETTE[index % len(PALETTE)], label=name)
+            if points:  # a line only between numbers: torch_dist -> torch is no trend
+                axes.plot([x for x, _ in points], [y for _, y in points], marker="o", markersize=5,
+                          linestyle="-" if numeric else "none", color=PALETTE[index % len(PALETTE)], label=name)
         axes.set_xticks(range(len(values)), values)
         axes.set_xlim(-0.4, len(values) - 0.6)
         axes.set_ylim(bottom=0)
-        _style(axes, metric.label, parameter, "")
+        _style(axes, f"steady {metric.label}" if metric.steady_figure else metric.label, parameter, "")
     legend_axes = axes_list[-1]
     legend_axes.axis("off")
     handles, labels = axes_list[0].get_legend_handles_labels()
@@ -582,8 +652,9 @@ def render_sweep(results: dict) -> str:
     sections = []
     for parameter in lists:
         sections.append((f"by-{_slug(parameter)}", f"Metrics by {parameter}", _figure_html(
-            plot_sweep_parameter(results, parameter), f"Each metric against {parameter}; one line per combination "
-                                                      "of the other swept parameters.", "No job has a report yet.")))
+            plot_sweep_parameter(results, parameter), f"Each metric against {parameter}; one colour per combination "
+                                                      "of the other swept parameters (lines only between numeric "
+                                                      "values).", "No job has a report yet.")))
     columns = [*p.sweep_columns(results), "report"]
     rows = []
     for job, row in zip(results.get("jobs") or [], p.sweep_rows(results), strict=True):

@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 from ckpt_bench.core.units import MIB
+from ckpt_bench.report import metrics
 from ckpt_bench.report.metrics import HEADLINE
 
 NONE = "-"
@@ -104,66 +105,191 @@ def baseline_mibps(report: dict, direction: str) -> float | None:
     return None
 
 
-def _stats_line(stats: dict | None, key: str, render) -> str:
-    figures = (stats or {}).get(key) or {}
-    if not figures:
-        return NONE
-    return f"median {render(figures.get('median'))} (min {render(figures.get('min'))}, max " \
-           f"{render(figures.get('max'))}, n={figures.get('n')})"
+def _range(figures: dict, render, digits: int) -> str:
+    """'median (min-max)' of a stats entry, or the one value."""
+    if figures.get("n", 0) > 1:
+        return f"{render(figures.get('median'))} ({fmt(figures.get('min'), digits)}-{fmt(figures.get('max'), digits)})"
+    return render(figures.get("median"))
+
+
+def first_save_reason(report: dict) -> tuple[str, str]:
+    """Why a process's first save costs more, as far as we know: (a few words, the full sentence)."""
+    config = report.get("config") or {}
+    if report.get("ckpt_format") == "torch_dist":
+        reason = ("megatron-core starts its writer's helper process (a spawn-context Manager that imports torch) "
+                  "on a process's first save")
+        if config.get("ckpt_assume_constant_structure"):
+            reason += " and plans the save (later saves reuse the cached plan)"
+        return "megatron-core's writer start-up", reason + "; every later save skips it"
+    return "one-off set-up", "a process's first save pays one-off set-up (imports, allocations, planning)"
+
+
+def save_remarks(report: dict, save: dict) -> list[str]:
+    """What we know about a save's figures that a reader would otherwise misread, in a few words each."""
+    remarks = []
+    first = metrics.first_save_apart(report)
+    if first is not None and any(save is other for other in metrics.first_saves(report.get("saves") or [])):
+        steady = metrics.steady_stats(report)
+        slower = [key for key in ("block_time", "total_time")
+                  if number(save.get(key)) and number((steady.get(key) or {}).get("median"))
+                  and save[key] >= 1.5 * steady[key]["median"]]
+        if slower:
+            remarks.append(f"first save: {first_save_reason(report)[0]} (counted apart)")
+    if save.get("overlapped"):
+        remarks.append("overlapped the previous save (an async save started before that one was written)")
+    if number(save.get("wait_for_previous")) and save["wait_for_previous"] >= 0.01:
+        remarks.append(f"waited {seconds(save['wait_for_previous'])} for the previous save's write")
+    spread = save.get("block_time_per_rank") or {}
+    if number(spread.get("max")) and number(spread.get("min")) is not None and \
+            spread["max"] - spread["min"] > max(0.05, spread["max"] / 2):
+        remarks.append(f"ranks differ: rank {spread.get('max_rank')} blocked {seconds(spread['max'])}, rank "
+                       f"{spread.get('min_rank')} {seconds(spread['min'])}")
+    return remarks
+
+
+def fsync_words(report: dict) -> str:
+    """Whether "complete" meant durable: the first thing to check before comparing two save times."""
+    fsync = metrics.fsync(report)
+    return {True: "yes (a save is complete once on disk)",
+            False: "no (complete once in the page cache: compare only with other unsynced saves)",
+            None: "n/a (object storage: complete once the upload is acknowledged)"}.get(fsync, NONE)
 
 
 def headline_rows(report: dict) -> list[tuple[str, str]]:
     """The report in a few lines: (label, value)."""
     run = report.get("run") or {}
     saves = report.get("saves") or []
-    stats = report.get("stats") or {}
-    later = stats.get("excluding_first") or stats
     last = [part for part in (f"block {seconds(report.get('save_block_time'))}",
                               f"total {seconds(report.get('save_total_time'))}",
                               mibps(report.get("save_bandwidth_in_mbps")), mib(report.get("iter_folder_size")))
             if not part.endswith(NONE)]
+    overlapped = sum(1 for save in saves if save.get("overlapped"))
     rows = [
         ("status", f"{run['status']} ({run.get('backend') or NONE})" if run.get("status") else "from logs"),
         ("format", f"{fmt(report.get('ckpt_format'))}, async save: {fmt(report.get('async_save'))}"),
+        ("fsync", fsync_words(report)),
         ("world size", f"{fmt(report.get('world_size'))} (data parallel {fmt(report.get('data_parallel_size'))})"),
-        ("saves complete", f"{fmt(report.get('num_saved'))} of {len(saves)}, accurate (no overlap): "
-                           f"{fmt(report.get('accurate'))}"),
-        ("last save", ", ".join(last) or NONE),
+        ("saves complete", f"{fmt(report.get('num_saved'))} of {len(saves)}; "
+                           + (f"{overlapped} overlapped the previous one (accurate: no)" if overlapped
+                              else "none overlapped another (accurate: yes)")),
     ]
-    after = " (after the first)" if stats.get("excluding_first") else ""
-    for key, label, render in (("total_time", "save total time", seconds), ("bandwidth", "save bandwidth", mibps)):
-        if (later or {}).get(key):
-            rows.append((label + after, _stats_line(later, key, render)))
+    first = metrics.first_save_apart(report)
+    if first is not None:
+        rows.append(("first save", f"iteration {fmt(first.get('iteration'))}: block "
+                                   f"{seconds(first.get('block_time'))}, total {seconds(first.get('total_time'))}, "
+                                   f"{mibps(first.get('bandwidth'))} -- counted apart: {first_save_reason(report)[1]}"))
+    steady = metrics.steady_stats(report)
+    count = (steady.get("total_time") or steady.get("block_time") or {}).get("n")
+    parts = [f"{word} {_range(steady[key], render, digits)}" for key, word, render, digits in
+             (("block_time", "block", seconds, 3), ("total_time", "total", seconds, 3), ("bandwidth", "", mibps, 1))
+             if steady.get(key)]
+    if parts and first is not None:
+        rows.append((f"steady save (n={count})", f"{metrics.STEADY}: " + ", ".join(part.strip() for part in parts)))
+    elif parts:
+        rows.append(("save", ", ".join(part.strip() for part in parts)))
+    if report.get("repeat_stats"):
+        rows.append(("repetitions", repetition_words(report)))
+    else:
+        rows.append(("last save", ", ".join(last) or NONE))
     load = report.get("load")
     if load:
-        slowest = (load.get("time_per_rank") or {}).get("max_rank")
-        rows.append(("load", f"{seconds(load.get('time'))}, {mibps(load.get('bandwidth'))}, cache "
-                             f"{fmt(load.get('cache'))}, slowest rank {fmt(slowest)}"))
+        slowest = slowest_rank(load)
+        which = f", slowest rank {slowest}" if slowest != NONE else ""
+        rows.append(("load", f"{seconds(load.get('time'))}, {mibps(load.get('bandwidth'))}, "
+                             f"{_cache_words(report, load)}{which}"))
     verified = report.get("verified")
     rows.append(("verified", "not checked" if verified is None else fmt(verified)))
     write, read = baseline_mibps(report, "write"), baseline_mibps(report, "read")
     if report.get("storage_baseline") is not None:
         tool = report["storage_baseline"].get("tool") if isinstance(report["storage_baseline"], dict) else None
         rows.append(("storage baseline", f"write {mibps(write)}, read {mibps(read)}" + (f" ({tool})" if tool else "")))
-    for key, label in (("save_fraction_of_peak", "save fraction of peak"),
+    for key, label in (("save_fraction_of_peak", "save fraction of peak (steady)"),
                        ("load_fraction_of_peak", "load fraction of peak")):
         if report.get(key) is not None:
             rows.append((label, percent(report[key], 1)))
     training = report.get("training")
     if isinstance(training, dict) and training.get("save_impact_time") is not None:
-        rows.append(("training impact", f"{seconds(training.get('save_impact_time'))} for "
-                                        f"{fmt(training.get('saves'))} saves "
-                                        f"({fmt(training.get('save_impact_percent'), 1)} %)"))
+        rows.append(("training impact", training_impact_words(training)))
     resolution = fmt(report.get("time_resolution_s"))
     rows.append(("time source", f"{fmt(report.get('time_source'))} (resolution {resolution} s)"))
     return rows
+
+
+def repetition_words(report: dict) -> str:
+    """A --repeat series in one line: each figure's median over the repetitions, its range and its cv."""
+    parts = []
+    for metric in HEADLINE:
+        figures = (report.get("repeat_stats") or {}).get(metric.key)
+        if not figures:
+            continue
+        cv = "" if figures.get("cv") is None else f", cv {100 * figures['cv']:.0f} %"
+        parts.append(f"{'steady ' if metric.steady_figure else ''}{metric.label.rsplit(' (', 1)[0]} "
+                     f"{fmt(figures['median'], metric.digits)} {metric.unit} ({fmt(figures['min'], metric.digits)}-"
+                     f"{fmt(figures['max'], metric.digits)}{cv})")
+    count = len(report.get("repeats") or [])
+    return f"{count} in fresh processes, medians over them: " + "; ".join(parts)
+
+
+def training_impact_words(training: dict) -> str:
+    """What the saves cost the training loop, said in full: of what, against what."""
+    without = training.get("time_without_saves", training.get("fit_time_without_saves"))
+    return (f"+{seconds(training.get('save_impact_time'))} of training time for {fmt(training.get('saves'))} saves "
+            f"(+{fmt(training.get('save_impact_percent'), 1)} % over {seconds(without)} without saves; the first "
+            "save's one-off start-up included)")
+
+
+# The training section's keys as a person reads them (Megatron's --training-impact, Lightning's
+# --steps-per-save).
+TRAINING_LABELS = {
+    "iterations": "iterations (each of the two loops)",
+    "train_steps": "steps (each of the two fits)",
+    "steps_per_save": "a save every N steps",
+    "saves": "saves",
+    "async_save": "async saves",
+    "time_without_saves": "training time without saves",
+    "time_with_saves": "training time with saves",
+    "fit_time_without_saves": "fit time without saves",
+    "fit_time_with_saves": "fit time with saves",
+    "save_impact_time": "cost of the saves (with - without)",
+    "save_impact_percent": "cost of the saves, % of the time without",
+    "iteration_time_without_saves_median": "median iteration without saves",
+    "timing": "how it was timed",
+}
+
+
+def training_rows(training: dict) -> list[tuple[str, str]]:
+    """The training section (`around_saves` apart: a table of its own), labelled in words."""
+    rows = []
+    for key, value in training.items():
+        if key == "around_saves":
+            continue
+        shown = seconds(value) if "time" in key and key != "timing" else \
+            f"{fmt(value, 1)} %" if "percent" in key and number(value) is not None else fmt(value)
+        rows.append((TRAINING_LABELS.get(key, key.replace("_", " ")), shown))
+    return rows
+
+
+def _cache_words(report: dict, load: dict) -> str:
+    if load.get("cache") == "cold" and metrics.fsync(report) is None:
+        return "read from the object store"
+    return {"cold": "cold (evicted from the page cache first)", "warm": "warm (page cache)"}.get(
+        load.get("cache"), f"cache {fmt(load.get('cache'))}")
+
+
+def slowest_rank(record: dict) -> str:
+    """The rank whose time a save's or load's figure is, when more than one rank reported one: a log's
+    (min, max) timer gives the slowest time of all ranks, but not which rank it was."""
+    spread = record.get("total_time_per_rank") or record.get("block_time_per_rank") or record.get("time_per_rank")
+    if not spread or (record.get("ranks") or 0) < 2:
+        return NONE
+    return fmt(spread.get("max_rank"))
 
 
 def save_columns(report: dict) -> list[str]:
     columns = ["iteration", "block s", "total s", "MiB/s", "size MiB", "slowest rank", "complete"]
     if any(peak_rss(s) is not None for s in report.get("saves") or []):
         columns.append("peak RSS MiB")
-    return columns
+    return [*columns, "why unusual"]
 
 
 def save_rows(report: dict) -> list[list[str]]:
@@ -171,30 +297,39 @@ def save_rows(report: dict) -> list[list[str]]:
     memory = "peak RSS MiB" in save_columns(report)
     rows = []
     for save in report.get("saves") or []:
-        slowest = (save.get("total_time_per_rank") or save.get("block_time_per_rank") or {}).get("max_rank")
-        row = [fmt(save.get("iteration")), fmt(save.get("block_time")), fmt(save.get("total_time")),
+        slowest = slowest_rank(save)
+        row = [_which(save), fmt(save.get("block_time")), fmt(save.get("total_time")),
                fmt(save.get("bandwidth"), 1),
                NONE if number(save.get("bytes")) is None else f"{save['bytes'] / MIB:,.1f}",
-               fmt(slowest), fmt(save.get("complete")) + (" (overlapped)" if save.get("overlapped") else "")]
+               slowest, fmt(save.get("complete"))]
         if memory:
             rss = peak_rss(save)
             row.append(NONE if rss is None else f"{rss / MIB:,.1f}")
-        rows.append(row)
+        rows.append([*row, "; ".join(save_remarks(report, save))])
     return rows
 
 
+def _which(record: dict) -> str:
+    """A save's or load's iteration, and its repetition in a --repeat series."""
+    iteration = fmt(record.get("iteration"))
+    return f"{iteration} (rep {record['repetition']})" if "repetition" in record else iteration
+
+
 def load_rows(report: dict) -> list[list[str]]:
-    """One row per load, in `save_columns` (the peak RSS column too, when the saves have one)."""
+    """One row per load, in `save_columns`; loads of one checkpoint numbered by call (Lightning's load calls)."""
     memory = "peak RSS MiB" in save_columns(report)
+    loads = report.get("loads") or ([report["load"]] if report.get("load") else [])
+    repeated = len({load.get("iteration") for load in loads}) < len(loads)
     rows = []
-    for load in report.get("loads") or ([report["load"]] if report.get("load") else []):
-        row = [f"load {fmt(load.get('iteration'))}", NONE, fmt(load.get("time")), fmt(load.get("bandwidth"), 1),
+    for call, load in enumerate(loads, start=1):
+        label = f"load {_which(load)}" + (f" (call {call})" if repeated and "repetition" not in load else "")
+        row = [label, NONE, fmt(load.get("time")), fmt(load.get("bandwidth"), 1),
                NONE if number(load.get("bytes")) is None else f"{load['bytes'] / MIB:,.1f}",
-               fmt((load.get("time_per_rank") or {}).get("max_rank")), fmt(load.get("complete"))]
+               slowest_rank(load), fmt(load.get("complete"))]
         if memory:
             rss = peak_rss(load)
             row.append(NONE if rss is None else f"{rss / MIB:,.1f}")
-        rows.append(row)
+        rows.append([*row, _cache_words(report, load)])
     return rows
 
 
@@ -252,8 +387,10 @@ def where_rows(report: dict) -> list[tuple[str, str]]:
 # --- sweeps ----------------------------------------------------------------------------------------
 
 def sweep_columns(results: dict) -> list[str]:
-    return ["job", "status", *(results.get("sweep") or {}).get("sweep", {}), *(m.column for m in HEADLINE),
-            "verified"]
+    """Saves by their steady figure (report.metrics), loads as measured, and whether saves were fsynced:
+    what two jobs can be compared on."""
+    return ["job", "status", *(results.get("sweep") or {}).get("sweep", {}),
+            *(f"steady {m.column}" if m.steady_figure else m.column for m in HEADLINE), "fsync", "verified"]
 
 
 def sweep_rows(results: dict) -> list[list[str]]:
@@ -262,6 +399,6 @@ def sweep_rows(results: dict) -> list[list[str]]:
     for job in results.get("jobs") or []:
         report = job.get("report") or {}
         rows.append([str(job.get("index")), str(job.get("status")), *(fmt(job["params"].get(k)) for k in lists),
-                     *(fmt(report.get(m.key), m.digits) for m in HEADLINE),
-                     fmt(report.get("verified"))])
+                     *(fmt(m.steady(report), m.digits) for m in HEADLINE),
+                     fmt(metrics.fsync(report)) if report else NONE, fmt(report.get("verified"))])
     return rows

@@ -56,9 +56,7 @@ def report_renderables(report: dict) -> list[RenderableType]:
     rows = p.save_rows(report)
     loads = p.load_rows(report)
     if rows or loads:
-        width = len(columns)
-        parts.append(_grid("Saves and load (seconds; slowest rank: the longest total time)",
-                           columns, rows + [row + [p.NONE] * (width - len(row)) for row in loads]))
+        parts.append(_grid("Saves and load (seconds; slowest rank: the longest total time)", columns, rows + loads))
     parts.append(_pairs("Summary", p.headline_rows(report)))
     advice = report.get("advice")
     if isinstance(advice, dict):
@@ -120,12 +118,13 @@ def print_sweep(summary: dict, results: dict, file: TextIO | None = None) -> Non
 
 
 def print_comparison(comparison: dict, file: TextIO | None = None) -> None:
-    """`ckpt_report.py --compare`: every headline metric side by side, with its ratio to the first."""
+    """`ckpt_report.py --compare`: every headline metric side by side, each column named by its source,
+    with its ratio to the first."""
     sources = comparison["sources"]
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("metric", no_wrap=True)
-    for index in range(1, len(sources) + 1):
-        table.add_column(str(index), justify="right", no_wrap=True)
+    for source in sources:
+        table.add_column(source["label"], justify="right", overflow="fold")
     for metric in comparison["metrics"]:
         row = [metric]
         for index, source in enumerate(sources):
@@ -134,8 +133,11 @@ def print_comparison(comparison: dict, file: TextIO | None = None) -> None:
             row.append(value if index == 0 or ratio is None else f"{value}\nx{ratio:.2f}")
         table.add_row(*row)
     out = console(file)
-    out.print(_titled("Comparison (under each value: its ratio to source 1's)", table))
-    _print_paths(out, [(f"{index}: {source['label']}", source["path"]) for index, source in enumerate(sources, 1)])
+    out.print(_titled(f"Comparison (under each value: its ratio to {sources[0]['label']}'s)", table))
+    meanings = comparison.get("meanings") or {}
+    if meanings:
+        out.print(Text("\n".join(f"  {name}: {meaning}" for name, meaning in meanings.items())))
+    _print_paths(out, [(source["label"], source["path"]) for source in sources])
 
 
 PREVIEW_RANKS_SHOWN = 16

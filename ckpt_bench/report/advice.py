@@ -13,7 +13,7 @@ Poisson process (exponential times between failures, rate 1/M) that can strike d
 save and during a restart; each failure loses the work since the last checkpoint, then costs R. With
 M -> infinity goodput -> tau / (tau + C); with C -> 0 it tends to e^(-R/M).
 
-Limits (also in the README): failures are not exponential in practice (infant mortality, correlated
+Limits (also in docs/advice.md): failures are not exponential in practice (infant mortality, correlated
 failures); C and R are taken as constant, measured at this scale (the what-if table keeps them for
 larger jobs: weak scaling, storage bandwidth growing with the job); an async save's checkpoint only
 counts once written, which this model does not charge (the work lost on a failure grows by up to the
@@ -29,6 +29,7 @@ from typing import ClassVar
 
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.options import Flag, Options
+from ckpt_bench.report.metrics import STEADY, steady_saves
 
 HOUR_S = 3600.0
 # Relaunch and initialisation before the load starts: the scheduler's requeue, process and container
@@ -121,28 +122,39 @@ def _median(values) -> float | None:
     return statistics.median(values) if values else None
 
 
+def per_save_training_cost(training: dict) -> dict[int, float]:
+    """{iteration: seconds} each save cost the training loop, from `training.around_saves` (Megatron's
+    --training-impact): the saving iteration's time and the next one's (an async save's write competes
+    with it), each beyond the median iteration without saves. The next iteration counts only when it
+    saves nothing itself; {} when the section has no per-save times."""
+    typical = training.get("iteration_time_without_saves_median")
+    around = training.get("around_saves") or []
+    if not isinstance(typical, (int, float)) or not around:
+        return {}
+    saving = {row.get("iteration") for row in around}
+    costs = {}
+    for row in around:
+        cost = row["iteration_time"] - typical
+        if isinstance(row.get("next_iteration_time"), (int, float)) and row["iteration"] + 1 not in saving:
+            cost += row["next_iteration_time"] - typical
+        costs[row["iteration"]] = cost
+    return costs
+
+
 def checkpoint_cost(report: dict) -> tuple[float | None, str, list[str]]:
     """(C in seconds, where it came from, notes). Sync saves: the save's total time. Async saves: the
-    training-visible cost when measured, else the block time. The first save of a process pays one-off
-    costs, so the median excludes it when there are later saves."""
+    training-visible cost when measured, else the block time. Every source is the steady figure
+    (`report.metrics`: the median of the saves after the first, whose one-off start-up a long job pays once)."""
     notes: list[str] = []
     saves = [s for s in report.get("saves") or [] if s.get("complete")]
-    later = saves[1:] if len(saves) > 1 else saves
-    which = "median over the saves after the first" if len(saves) > 1 else "the one complete save"
+    later = steady_saves(saves)
+    which = STEADY if len(saves) > 1 else "the one complete save"
     if not saves:
         return None, "no complete save", ["no complete save: there is no checkpoint cost to advise from"]
     if report.get("async_save") is not True:
         return _median(s.get("total_time") for s in later), f"save total time ({which}; synchronous saves)", notes
-    per_save = _median(s.get("save_impact_time") for s in later)
     training = report.get("training") if isinstance(report.get("training"), dict) else {}
-    impact, count = training.get("save_impact_time"), training.get("saves")
-    source = None
-    if per_save is not None:
-        source = f"saves[].save_impact_time ({which}): the training-visible cost of each async save"
-    elif isinstance(impact, (int, float)) and isinstance(count, int) and count > 0:
-        per_save = impact / count
-        source = ("training.save_impact_time / training.saves: the training-visible cost of the async saves, "
-                  "measured with and without saves")
+    per_save, source = _measured_cost(later, saves, training, which)
     if per_save is not None and per_save > 0:
         return per_save, source, notes
     if per_save is not None:
@@ -152,6 +164,30 @@ def checkpoint_cost(report: dict) -> tuple[float | None, str, list[str]]:
     return block, (f"save block time ({which}; async saves): the training-visible cost was not measured "
                    "(--training-impact, Lightning --steps-per-save), so the background write's interference "
                    "with training is not counted"), notes
+
+
+def _measured_cost(later: list[dict], saves: list[dict], training: dict, which: str) -> tuple[float | None, str]:
+    """An async save's training-visible cost, steady, from the finest measurement the report has."""
+    per_save = _median(s.get("save_impact_time") for s in later)
+    if per_save is not None:
+        return per_save, f"saves[].save_impact_time ({which}): the training-visible cost of each async save"
+    steady = {save.get("iteration") for save in later}
+    around = per_save_training_cost(training)
+    if around and steady & set(around):
+        return (_median(cost for iteration, cost in around.items() if iteration in steady),
+                f"training.around_saves ({which}): each save's iteration and the next beyond the median iteration "
+                "without saves, the training-visible cost of each async save")
+    impact, count = training.get("save_impact_time"), training.get("saves")
+    if not (isinstance(impact, (int, float)) and isinstance(count, int) and count > 0):
+        return None, ""
+    if len(saves) < 2:
+        return impact / count, "training.save_impact_time / training.saves: the training-visible cost of the async save"
+    # The loop's total cost holds the first save's one-off start-up: take out what its blocking part
+    # cost beyond a steady save's (what the loop cannot say per save).
+    first_extra = max(0.0, (saves[0].get("block_time") or 0.0) - (_median(s.get("block_time") for s in later) or 0.0))
+    return ((impact - first_extra) / count,
+            f"(training.save_impact_time - the first save's block time beyond the {STEADY}) / training.saves: "
+            "the training-visible cost of a steady async save, measured with and without saves")
 
 
 def iteration_time(report: dict) -> tuple[float | None, str | None]:
@@ -242,14 +278,17 @@ def advise(report: dict, options: AdviceOptions) -> dict:
             configured_s = configured * per_iteration
             advice.update(configured_interval_s=_round(configured_s),
                           goodput_at_configured=_round(goodput(configured_s, cost, restart, mtbf), 4))
-        total = _median(s.get("total_time") for s in (report.get("saves") or []) if s.get("complete"))
+        total = _median(s.get("total_time") for s in steady_saves(report.get("saves") or []))
         if report.get("async_save") is True and total is not None and daly < total:
             notes.append(f"the optimum ({daly:.3g} s) is shorter than an async save's total time ({total:.3g} s): "
                          "saves would overlap; checkpoint no more often than every save's total time")
         if cost >= 2 * mtbf:
             notes.append("the checkpoint costs more than twice the MTBF: Daly's interval is the MTBF itself, and "
                          "the job makes little progress")
-        if per_iteration is None:
+        if per_iteration is None and report.get("run") is None:
+            notes.append("the report of a log has no iteration time (its per-iteration lines are not read): the "
+                         "intervals are in seconds only")
+        elif per_iteration is None:
             notes.append("no iteration time was measured (Megatron --training-impact, Lightning --steps-per-save): "
                          "the intervals are in seconds only")
     if options.gpu_mttf_hours is not None:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 
 from ckpt_bench.core.events import OVERLAPS_PREVIOUS, RESOLUTION_S, CheckpointEvent, EventKind, TimeSource
 from ckpt_bench.core.units import MIB
+from ckpt_bench.report.metrics import save_stats, steady_median
 
 # Configuration keys of the Primus checkpoint tool's report, in its order. They come from the run's
 # resolved config (our launcher) or from a log's arguments dump (ckpt_report.py).
@@ -251,19 +252,6 @@ def _mib_per_s(nbytes: int | None, seconds: float | None) -> float | None:
     return round(nbytes / MIB / seconds, 2)
 
 
-def _stats(values: list[float], digits: int = 3) -> dict | None:
-    if not values:
-        return None
-    return {
-        "n": len(values),
-        "min": round(min(values), digits),
-        "median": round(statistics.median(values), digits),
-        "mean": round(statistics.fmean(values), digits),
-        "max": round(max(values), digits),
-        "stdev": round(statistics.stdev(values), digits) if len(values) > 1 else None,
-    }
-
-
 class ReportBuilder:
     """Collects events (streamed: memory grows with the number of saves, not of events) and
     builds the report dict."""
@@ -353,7 +341,7 @@ class ReportBuilder:
                 "save_bandwidth_in_mbps": last["bandwidth"] if last else None,
                 "load_bandwidth_in_mbps": load["bandwidth"] if load else None,
                 "saves": saves,
-                "stats": _save_stats(complete),
+                "stats": save_stats(complete),
                 "load": load,
                 "loads": loads if len(loads) > 1 else None,
                 "verified": verification.get("verified") if verification else None,
@@ -438,27 +426,6 @@ def _first_time(checkpoint: _Checkpoint) -> tuple:
     return (min(walls) if walls else 0, min(seqs) if seqs else 0)
 
 
-def _save_stats(complete: list[dict]) -> dict | None:
-    if not complete:
-        return None
-
-    def over(saves: list[dict]) -> dict:
-        return {
-            "block_time": _stats([s["block_time"] for s in saves if s["block_time"] is not None]),
-            "total_time": _stats([s["total_time"] for s in saves if s["total_time"] is not None]),
-            "bandwidth": _stats([s["bandwidth"] for s in saves if s["bandwidth"] is not None], 2),
-        }
-
-    first = complete[0]
-    return {
-        **over(complete),
-        # The first save of a process pays one-off costs (e.g. megatron-core's async writer
-        # process start-up), so it is shown apart and the rest summarised without it.
-        "first_save": {k: first[k] for k in ("iteration", "block_time", "total_time", "bandwidth")},
-        "excluding_first": over(complete[1:]) if len(complete) > 1 else None,
-    }
-
-
 def _time_source(events: list[CheckpointEvent]) -> dict:
     sources = sorted({e.source for e in events if e.source != TimeSource.NONE}, key=lambda s: s.value)
     resolutions = [RESOLUTION_S[s] for s in sources if RESOLUTION_S[s] is not None]
@@ -493,20 +460,18 @@ def build_report(events: Iterable[CheckpointEvent], **kwargs) -> dict:
 
 def fractions_of_peak(report: dict, baseline: dict | None) -> dict:
     """`save_fraction_of_peak` and `load_fraction_of_peak`: what the saves and loads reached over what the
-    storage itself did with their I/O shape (ckpt_bench.storage.baseline). A save's figure is the median
-    bandwidth of the saves after the first (steady state; the first when it is the only one), over the
-    baseline's write bandwidth; a load's is the median over the loads, over the baseline's cold read.
+    storage itself did with their I/O shape (ckpt_bench.storage.baseline). A save's figure is the steady
+    bandwidth (report.metrics: the median of the saves after the first), over the baseline's write
+    bandwidth; a load's is the median over the loads, over the baseline's cold read.
     None where either side is missing."""
 
     def ratio(value, peak) -> float | None:
         return round(value / peak, 3) if value is not None and peak else None
 
-    stats = report.get("stats") or {}
-    steady = (stats.get("excluding_first") or stats).get("bandwidth") or {}
     loads = [record.get("bandwidth") for record in (report.get("loads") or [report.get("load") or {}])]
     loads = [value for value in loads if value is not None]
     baseline = baseline or {}
     return {
-        "save_fraction_of_peak": ratio(steady.get("median"), baseline.get("write_bandwidth")),
+        "save_fraction_of_peak": ratio(steady_median(report, "bandwidth"), baseline.get("write_bandwidth")),
         "load_fraction_of_peak": ratio(statistics.median(loads) if loads else None, baseline.get("read_bandwidth")),
     }
