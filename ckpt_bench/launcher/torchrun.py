@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ckpt_bench.launcher import oom
+
 # torchrun's --tee prefixes every line with `[<role><local_rank>]:`.
 _TEE_PREFIX = re.compile(r"^\[default(\d+)\]:(.*)$")
 # The failure summary torchrun prints: `rank       : 1 (local_rank: 1)` / `exitcode   : 3 (pid: ...)`,
@@ -81,6 +83,7 @@ class RankFailure:
     exit_code: int | None
     log_tail: str = ""
     first: bool = False  # torchrun's root cause: the first failure it observed
+    killed_by: str | None = None  # who sent a root cause's SIGKILL, as far as we know (ckpt_bench.launcher.oom)
 
     @property
     def signal(self) -> str | None:
@@ -94,7 +97,7 @@ class RankFailure:
         return "stopped by torchrun after the first failure" if self.signal in ("SIGTERM", "SIGKILL") else "failed"
 
     def describe(self) -> str:
-        how = f"killed by {self.signal}" if self.signal else f"exit code {self.exit_code}"
+        how = self.killed_by or (f"killed by {self.signal}" if self.signal else f"exit code {self.exit_code}")
         return f"rank {self.rank} failed ({self.cause}; {how})"
 
 
@@ -122,7 +125,7 @@ class PassResult:
             "cause": self.cause,
             "failed_ranks": [
                 {"rank": f.rank, "local_rank": f.local_rank, "exit_code": f.exit_code, "signal": f.signal,
-                 "cause": f.cause}
+                 "cause": f.cause, **({"killed_by": f.killed_by} if f.killed_by else {})}
                 for f in self.failures
             ],
             "log_dir": str(self.log_dir),
@@ -205,6 +208,7 @@ def run_command(
     failures: list[RankFailure] = []
     pending: dict | None = None
     root_cause = False
+    oom_kills_before = oom.oom_kills()
     with (
         open(log_dir / "console.log", "w", encoding="utf-8") as console,
         subprocess.Popen(
@@ -237,6 +241,9 @@ def run_command(
                 pending = None
         exit_code = process.wait()
     failures.sort(key=lambda failure: not failure.first)  # the cause first, then who was stopped for it
+    for failure in failures:
+        if failure.first and failure.signal == "SIGKILL":
+            failure.killed_by = oom.sigkill_cause(oom_kills_before, oom.oom_kills())
     for failure in failures:
         failure.log_tail = _tail(_rank_log(log_dir, failure.local_rank, "stderr")) or _tail(
             _rank_log(log_dir, failure.local_rank, "stdout")

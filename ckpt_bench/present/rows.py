@@ -171,7 +171,8 @@ def headline_rows(report: dict) -> list[tuple[str, str]]:
         ("world size", f"{fmt(report.get('world_size'))} (data parallel {fmt(report.get('data_parallel_size'))})"),
         ("saves complete", f"{fmt(report.get('num_saved'))} of {len(saves)}; "
                            + (f"{overlapped} overlapped the previous one (accurate: no)" if overlapped
-                              else "none overlapped another (accurate: yes)")),
+                              else "none overlapped another (accurate: yes)") if saves
+         else "none: the run ended before its first save (see the notes)"),
     ]
     first = metrics.first_save_apart(report)
     if first is not None:

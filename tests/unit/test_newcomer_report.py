@@ -129,6 +129,12 @@ def test_a_repeat_series_is_one_report_read_like_any_other(tmp_path):
     assert page.tables["repeats-table"] == 1 + 5 and page.tables["repetitions-table"] == 1 + 2
 
 
+def test_a_run_without_saves_does_not_claim_accurate_ones():
+    failed = {**_report(FIRST_SLOW), "saves": [], "stats": None, "num_saved": 0, "load": None,
+              "run": {"status": "failed", "backend": "megatron"}}
+    assert ("saves complete", "none: the run ended before its first save (see the notes)") in rows.headline_rows(failed)
+
+
 def test_labels_say_of_what():
     training = {"iterations": 8, "saves": 3, "async_save": True, "time_without_saves": 2.261,
                 "time_with_saves": 15.229, "save_impact_time": 12.968, "save_impact_percent": 574.0,

@@ -101,3 +101,32 @@ def test_lightning_refuses_a_model_the_host_cannot_hold():
         pytest.skip("this host could hold it")
     with pytest.raises(ConfigError, match="13.02B parameters in float32 .* GiB is available"):
         plan("--backend", "lightning", "--model", "llama2-13b", "--accelerator", "cpu")
+
+
+TORCHRUN_SUMMARY = """
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-01-01_00:00:00
+  host      : vm
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 4242)
+"""
+
+
+@pytest.mark.parametrize("counts,cause", [
+    ((3, 4), "killed by the kernel's OOM killer (its oom_kill count rose by 1 during the pass)"),
+    ((None, None), "killed by SIGKILL, likely the kernel's OOM killer"),
+    ((3, 3), "not the kernel's OOM killer"),
+])
+def test_a_rank_killed_by_sigkill_is_named_as_far_as_the_host_can_tell(tmp_path, monkeypatch, counts, cause):
+    import sys
+
+    from ckpt_bench.launcher import oom, torchrun
+
+    readings = iter(counts)
+    monkeypatch.setattr(oom, "oom_kills", lambda: next(readings))
+    script = f"import sys; print({TORCHRUN_SUMMARY!r}); sys.exit(1)"
+    result = torchrun.run_command("save", [sys.executable, "-c", script], tmp_path / "logs", lambda line: False)
+    [failure] = result.failures
+    assert failure.signal == "SIGKILL" and cause in failure.describe()
+    assert cause in result.summary()["failed_ranks"][0]["killed_by"]
