@@ -101,9 +101,7 @@ def _measurement_labels(report: dict, facts: dict) -> dict:
                         False: "files were not fsynced: a save is complete once written to the page cache",
                         None: "not applicable (object storage: an upload is durable once acknowledged)"}[fsync],
         "load_cache": facts.get("load_cache"),
-        "load_cache_means": "cold: the checkpoint was evicted from the page cache (fsync + posix_fadvise "
-                            "DONTNEED) before each load" if facts.get("load_cache") == "cold" else
-                            "warm: loads may have read from the page cache",
+        "load_cache_means": _load_cache_means(facts.get("load_cache"), fsync),
         "storage_baseline": (f"measured with {baseline.get('tool')} after the benchmark, same I/O shape "
                              f"(median of {len(baseline.get('rounds') or [None])} round(s)): {baseline.get('method')}"
                              if isinstance(baseline, dict) else "asked for but not measured: see the notes"
@@ -114,6 +112,29 @@ def _measurement_labels(report: dict, facts: dict) -> dict:
                   "shown; peak_device_bytes: "
                   "the CUDA allocator's peak over the same span",
     }
+
+
+def _load_cache_means(cache: str | None, fsync: bool | None) -> str:
+    if cache == "cold" and fsync is None:  # object storage: nothing of it is cached on this host
+        return "cold: every load read the checkpoint from the object store"
+    if cache == "cold":
+        return "cold: the checkpoint was evicted from the page cache (fsync + posix_fadvise DONTNEED) before each load"
+    return "warm: loads may have read from the page cache"
+
+
+def stored_report(path: str | Path) -> dict | None:
+    """The report a run left, when `path` is its report.json or a folder holding one but no events to
+    rebuild it from (a --repeat series); None otherwise."""
+    path = Path(path)
+    if path.is_dir() and (path / "report.json").is_file() and not (path / RUN_FILE).is_file():
+        path = path / "report.json"
+    if not (path.is_file() and path.suffix == ".json"):
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and "saves" in data else None
 
 
 def _name_failure_causes(report: dict, failed_passes: list[dict]) -> None:
@@ -149,6 +170,9 @@ def log_report_and_operations(paths: list[str | Path], ckpt_dir: str | Path | No
         raise ReportError("give a log file, a log folder or a run directory")
     if ckpt_dir is not None and not Path(ckpt_dir).is_dir():
         raise ReportError(f"--ckpt-dir {ckpt_dir} is not a folder")
+    stored = stored_report(paths[0]) if len(paths) == 1 and ckpt_dir is None else None
+    if stored is not None:  # a report.json, or a --repeat series' folder: the report it holds
+        return stored, None
     sources = [resolve(p) for p in paths]
     if any(isinstance(s, RunSource) for s in sources):
         if len(sources) > 1:

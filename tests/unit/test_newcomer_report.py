@@ -190,3 +190,24 @@ def test_charts_that_can_be_read(monkeypatch):
 def test_steady_is_the_only_save_when_there_is_one(saves, steady):
     assert metrics.steady_median(_report(saves), "total_time") == steady
     assert json.loads(json.dumps(save_stats(saves)))["first_save"]["iteration"] == 2
+
+
+def test_ckpt_report_reads_a_repeat_series_and_a_report_json(tmp_path):
+    from helpers import ckpt_report
+
+    from ckpt_bench.core.rundir import RunDir
+    from ckpt_bench.report.assembly import to_json
+
+    series = combined_report(RunDir(tmp_path), 1, [_report(FIRST_SLOW, run={"status": "ok", "dir": "rep-1"})])
+    (tmp_path / "report.json").write_text(to_json(series))
+    for path in (tmp_path, tmp_path / "report.json"):
+        result = ckpt_report(path, "--format", "json")
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["repeat_stats"]["save_total_time"]["median"] == 0.6
+
+
+def test_an_s3_load_is_not_said_to_be_evicted_from_the_page_cache():
+    from ckpt_bench.report.assembly import _load_cache_means
+
+    assert _load_cache_means("cold", None) == "cold: every load read the checkpoint from the object store"
+    assert "posix_fadvise" in _load_cache_means("cold", True)
