@@ -62,7 +62,7 @@ from ckpt_bench.launcher import registry
 from ckpt_bench.launcher.repeat import run
 from ckpt_bench.present.html import SWEEP_HTML, write_sweep_html
 from ckpt_bench.report.assembly import to_json
-from ckpt_bench.report.metrics import HEADLINE_KEYS
+from ckpt_bench.report.metrics import HEADLINE_KEYS, STEADY_FIGURES, fsync, steady_median
 from ckpt_bench.storage import remove_checkpoints
 from ckpt_bench.sweep.peers import translation_for
 from ckpt_bench.sweep.peers.outputs import Outputs
@@ -324,13 +324,14 @@ def write_results(root: Path, sweep: Sweep, started: str) -> dict:
     write_sweep_html(root, results)
     with open(root / CSV_FILE, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["job", "status", *sweep.lists, *CSV_METRICS, "save_bandwidth_median", "report", "error"])
+        writer.writerow(["job", "status", *sweep.lists, *CSV_METRICS,
+                         *(f"steady_save_{figure}" for figure in STEADY_FIGURES), "fsync", "report", "error"])
         for job, record in zip(sweep.jobs, jobs, strict=True):
             report = record["report"] or {}
-            median = (((report.get("stats") or {}).get("bandwidth")) or {}).get("median")
             writer.writerow([
                 job.index, record["status"], *job.params.values(), *(report.get(k) for k in CSV_METRICS),
-                median, record.get("report_file"), record.get("error"),
+                *(steady_median(report, figure) for figure in STEADY_FIGURES), fsync(report) if report else None,
+                record.get("report_file"), record.get("error"),
             ])
     sweep.outputs.sweep_done(root, results)
     return results

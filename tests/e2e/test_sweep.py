@@ -44,6 +44,9 @@ def test_sweep_runs_every_job_and_resumes(tmp_path, s3_endpoint):
     rows = list(csv.DictReader(open(root / "results.csv")))
     assert [r["status"] for r in rows] == ["ok", "ok", "failed"]
     assert float(rows[0]["save_bandwidth_in_mbps"]) > 0 and rows[1]["save_dir"].startswith("s3://")
+    # Jobs compare on the steady save (one save each: that one) and say whether it was fsynced (S3: neither).
+    assert float(rows[0]["steady_save_bandwidth"]) == float(rows[0]["save_bandwidth_in_mbps"])
+    assert (rows[0]["fsync"], rows[1]["fsync"]) == ("True", "")
 
     # An interrupted sweep: job 1 was running when it was killed. --resume reruns it (and the failed
     # job) and leaves job 0 alone.
