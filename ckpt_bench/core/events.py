@@ -47,6 +47,7 @@ class TimeSource(str, Enum):
     NEMO_CLOCK = "nemo-clock"  # NeMo's `Start time: <epoch>.mmms`, `Save duration: s.mmms`, 1 ms
     TORCHTITAN_TIMESTAMP = "torchtitan-timestamp"  # `YYYY-MM-DD HH:MM:SS,mmm` of Python logging, 1 ms
     TORCHTITAN_TIMER = "torchtitan-timer"  # torchtitan's `... in 12.34 seconds`, 10 ms
+    DEEPSPEED_TIMESTAMP = "deepspeed-timestamp"  # `[YYYY-MM-DD HH:MM:SS,mmm]` of DeepSpeed's logger, 1 ms
     NONE = "none"  # the source holds no time for this event
 
 
@@ -59,6 +60,7 @@ RESOLUTION_S = {
     TimeSource.NEMO_CLOCK: 1e-3,
     TimeSource.TORCHTITAN_TIMESTAMP: 1e-3,
     TimeSource.TORCHTITAN_TIMER: 1e-2,
+    TimeSource.DEEPSPEED_TIMESTAMP: 1e-3,
     TimeSource.NONE: None,
 }
 

@@ -16,26 +16,31 @@ import json
 import math
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 from ckpt_bench.core.checkpoint_dir import iter_dir_name, iteration_folder_sizes
 from ckpt_bench.core.errors import ReportError
 from ckpt_bench.core.events import CheckpointEvent, event_files, read_event_files
 from ckpt_bench.core.rundir import MEASUREMENTS_FILE, RUN_FILE, RunDir
-from ckpt_bench.report.engine import CONFIG_KEYS, Operation, ReportBuilder, fractions_of_peak
+from ckpt_bench.report.engine import CONFIG_KEYS, SEMANTICS, Operation, ReportBuilder, fractions_of_peak
 from ckpt_bench.report.mlperf import mlperf_section
 from ckpt_bench.report.parsers.session import DUMP, LogSession
-from ckpt_bench.report.parsers.sources import NoEvents, RunSource, cannot_read, resolve
+from ckpt_bench.report.parsers.sources import LogFolder, LogSource, NoEvents, RunSource, cannot_read, resolve
 from ckpt_bench.worker import integrity
 
 
-def run_report(run_dir: str | os.PathLike, ckpt_dir: str | os.PathLike | None = None) -> dict:
-    """The report of one of our runs, from its run directory alone (or with `ckpt_dir` re-measured)."""
+def run_report(run_dir: str | os.PathLike, ckpt_dir: str | os.PathLike | None = None,
+               facts: dict | None = None) -> dict:
+    """The report of one of our runs, from its run directory alone (or with `ckpt_dir` re-measured). The
+    launcher gives the run `facts` it holds (its disk may have refused run.json)."""
     run = RunDir(run_dir)
-    try:
-        facts = run.read_run()
-    except (OSError, ValueError) as error:
-        raise ReportError(f"cannot read {run.path / RUN_FILE}: {error}") from error
+    if facts is None:
+        try:
+            facts = run.read_run()
+        except (OSError, ValueError) as error:
+            raise ReportError(f"cannot read {run.path / RUN_FILE}: {error}") from error
     if ckpt_dir is not None:
         folder_sizes = _measure(ckpt_dir)
     else:
@@ -43,10 +48,18 @@ def run_report(run_dir: str | os.PathLike, ckpt_dir: str | os.PathLike | None = 
     passes = facts.get("passes", [])
     failed = [p for p in passes if not p["ok"]]
 
+    launcher = facts.get("launcher") or {}
+    notes = list(facts.get("notes") or [])
+    if launcher.get("finished") is False:  # run.json as set up, never completed: the launcher died (or runs)
+        notes.append(f"the launcher (pid {launcher.get('pid')} on {launcher.get('host')}) did not finish this run: "
+                     "it was killed, or is still running; what follows is what the events recorded until then")
+
     def run_section(status: str) -> dict:
         section = {"dir": str(run.path), "backend": facts.get("backend"), "status": status, "passes": passes}
         if facts.get("interrupted"):  # Ctrl-C or SIGTERM (ckpt_bench.launcher.interrupts): that is the status
             section.update(status="interrupted", interrupted=facts["interrupted"])
+        elif launcher.get("finished") is False:
+            section.update(status="incomplete", launcher=launcher)
         return section
 
     if facts.get("checkpoints") is False:
@@ -55,7 +68,7 @@ def run_report(run_dir: str | os.PathLike, ckpt_dir: str | os.PathLike | None = 
             "comms": run.comms_results("comms"),
             "config": facts.get("run_info"),
             "environment": facts.get("environment"),
-            "notes": facts.get("notes") or [],
+            "notes": notes,
             "run": run_section("failed" if failed else "ok"),
         }
     load_ran = any(p["name"] == "load" for p in passes)
@@ -69,7 +82,7 @@ def run_report(run_dir: str | os.PathLike, ckpt_dir: str | os.PathLike | None = 
         verification=verification,
         environment=facts.get("environment"),
         load_cache=facts.get("load_cache"),
-        notes=facts.get("notes"),
+        notes=notes,
     )
     checkpoint_bytes = (facts.get("run_info") or {}).get("mlperf_checkpoint_bytes")
     if checkpoint_bytes is not None:  # a workload run: MLPerf Storage's figures too, from the same events
@@ -86,8 +99,9 @@ def run_report(run_dir: str | os.PathLike, ckpt_dir: str | os.PathLike | None = 
         report["not_cleaned_up"] = facts["not_cleaned_up"]
     _name_failure_causes(report, failed)
     report["measurement"] = _measurement_labels(report, facts)
-    verified = report["verified"] is not False
-    report["run"] = run_section("ok" if not failed and verified else ("failed" if failed else "verification-failed"))
+    # A mismatch is the verdict whatever else failed: the load pass of ranks that exit 3 (a mismatch) fails too.
+    mismatch = bool((report.get("verification") or {}).get("mismatched"))
+    report["run"] = run_section("verification-failed" if mismatch else "failed" if failed else "ok")
     return report
 
 
@@ -165,7 +179,10 @@ def log_report(paths: list[str | Path], ckpt_dir: str | Path | None = None) -> d
 def log_report_and_operations(paths: list[str | Path], ckpt_dir: str | Path | None = None,
                               ) -> tuple[dict, list[Operation] | None]:
     """`log_report`, and the paired operations it was built from (for report.html's timeline: the logs
-    are read once); None for a run directory, whose events are on disk."""
+    are read once); None for a run directory, whose events are on disk, and for logs of several runs.
+
+    Logs that are not one job's (`_jobs`) are reported as runs apart: `{"runs": [report, ...], "notes":
+    [why]}`, each report with its `sources`. The logs of one job give its report as they always did."""
     if not paths:
         raise ReportError("give a log file, a log folder or a run directory")
     if ckpt_dir is not None and not Path(ckpt_dir).is_dir():
@@ -173,24 +190,104 @@ def log_report_and_operations(paths: list[str | Path], ckpt_dir: str | Path | No
     stored = stored_report(paths[0]) if len(paths) == 1 and ckpt_dir is None else None
     if stored is not None:  # a report.json, or a --repeat series' folder: the report it holds
         return stored, None
-    sources = [resolve(p) for p in paths]
-    if any(isinstance(s, RunSource) for s in sources):
-        if len(sources) > 1:
+    resolved = [resolve(p) for p in paths]
+    if any(isinstance(s, RunSource) for s in resolved):
+        if len(resolved) > 1:
             raise ReportError("a run directory is reported on its own: give it as the only PATH")
-        return run_report(sources[0].path, ckpt_dir=ckpt_dir), None
-
-    session = LogSession()
-    builder = ReportBuilder().add_all(session.events(sources))
-    if not builder.has_events:
-        unread = f" ({session.skipped} unreadable lines skipped)" if session.skipped else ""
+        return run_report(resolved[0].path, ckpt_dir=ckpt_dir), None
+    sources = [source for r in resolved for source in (r.sources if isinstance(r, LogFolder) else [r])]
+    folder_notes = [note for r in resolved if isinstance(r, LogFolder) for note in r.notes]
+    jobs = _jobs(sources)
+    reported = [job for job in jobs if job.builder.has_events or job.builder.orphans()]
+    if not reported:
+        skipped = sum(job.session.skipped for job in jobs)
+        unread = f" ({skipped} unreadable lines skipped)" if skipped else ""
         raise NoEvents(f"no checkpoint save or load found in {', '.join(str(p) for p in paths)}{unread}")
-    notes = session.notes + _config_notes(session)
+    silent = [str(source.path) for job in jobs if job not in reported for source in job.sources]
+    if silent:
+        folder_notes.append(f"no checkpoint save or load in {', '.join(silent)}")
+    if len(reported) == 1:
+        (job,) = reported
+        return _job_report(job, ckpt_dir, folder_notes), job.builder.operations()
+    runs = [{**_job_report(job, ckpt_dir, []), "sources": [str(s.path) for s in job.sources]} for job in reported]
+    why = [job.split for job in reported if job.split]
+    return {"runs": runs, "notes": [f"these logs are {len(runs)} runs, reported apart", *why, *folder_notes]}, None
+
+
+@dataclass
+class _Job:
+    """Logs read as one job's (a run and its restarts): their events, what they said beside them."""
+
+    sources: list[LogSource]
+    session: LogSession
+    builder: ReportBuilder = field(default_factory=ReportBuilder)
+    spans: list[tuple[int, int]] = field(default_factory=list)  # each log's first and last time of day
+    split: str | None = None  # why its first log is not one of an earlier job's
+
+    def conflicts(self, source: LogSource, session: LogSession, span: tuple[int, int] | None) -> list[str]:
+        """Why a log (its source, session and span of times) is not this job's: nothing when it may be."""
+        why = [f"{source.parser_class.format} log vs {self.sources[0].parser_class.format}"
+               ] if source.parser_class.format != self.sources[0].parser_class.format else []
+        why += [f"{key} {session.run_info[key]} vs {self.session.run_info[key]}" for key in JOB_KEYS
+                if session.run_info.get(key) is not None and self.session.run_info.get(key) is not None
+                and session.run_info[key] != self.session.run_info[key]]
+        if span is not None and any(span[0] < end and start < span[1] for start, end in self.spans):
+            why.append("their times overlap")
+        return why
+
+
+# What tells two jobs apart when their logs say it: a restart of a job keeps them.
+JOB_KEYS = ("world_size", "data_parallel_size", "tensor_model_parallel_size", "pipeline_model_parallel_size",
+            "context_parallel_size", "expert_model_parallel_size", "num_layers", "hidden_size", "ckpt_format", "save")
+
+
+def _jobs(sources: list[LogSource]) -> list[_Job]:
+    """The logs grouped into jobs. One log is one job, read as it streams. Of several, each joins the first
+    job it may belong to (the same format; the same world size, parallel layout, model and checkpoint
+    folder as far as the logs say; times that do not overlap), in order, else starts a job of its own. A
+    log that says nothing of a run (no event, no configuration) is a job of its own, reported as such."""
+    if len(sources) == 1:
+        job = _Job(sources, LogSession())
+        job.builder.add_all(job.session.events(sources))
+        return [job]
+    jobs: list[_Job] = []
+    silent: list[_Job] = []  # logs of no run (a README in a folder of logs)
+    seq = 0
+    for source in sources:
+        session = LogSession(seq)
+        events = list(session.events([source]))
+        seq = session.seq
+        if not events and not session.run_info:
+            silent.append(_Job([source], session))
+            continue
+        walls = [event.wall_ns for event in events if event.wall_ns is not None]
+        span = (min(walls), max(walls)) if walls else None
+        conflicts = [(job, job.conflicts(source, session, span)) for job in jobs]
+        job = next((job for job, why in conflicts if not why), None)
+        if job is None:
+            job = _Job([], LogSession())
+            if conflicts:
+                job.split = f"{source.path} is not a log of " + "; ".join(
+                    f"run {index} ({', '.join(why)})" for index, (_, why) in enumerate(conflicts, 1))
+            jobs.append(job)
+        job.sources.append(source)
+        job.session.merge(session)
+        job.builder.add_all(events)
+        if span is not None:
+            job.spans.append(span)
+    return jobs + silent
+
+
+def _job_report(job: _Job, ckpt_dir: str | Path | None, extra_notes: list[str]) -> dict:
+    """The report of one job's logs."""
+    session = job.session
+    notes = session.notes + extra_notes + _config_notes(session)
     folder_sizes = None
     if ckpt_dir is not None:
         folder_sizes = _measure(ckpt_dir)
         notes.append(f"sizes and bandwidth from the iter_* folders in {ckpt_dir}")
     notes.append("environment is null: a log does not describe the machine it ran on")
-    report = builder.build(run_info=session.run_info, folder_sizes=folder_sizes, notes=notes)
+    report = job.builder.build(run_info=session.run_info, folder_sizes=folder_sizes, notes=notes)
     if folder_sizes is not None:
         for save in report["saves"]:
             if save["complete"] and save["iteration"] not in folder_sizes:
@@ -198,7 +295,37 @@ def log_report_and_operations(paths: list[str | Path], ckpt_dir: str | Path | No
                     f"no {iter_dir_name(save['iteration'])} folder in {ckpt_dir}: "
                     "that save's size and bandwidth are left out"
                 )
-    return report, builder.operations()
+    report["notes"] += _semantics_notes(report["saves"])
+    orphans = job.builder.orphans()
+    if orphans:
+        report["unmatched_ends"] = [_unmatched(event) for event in orphans]
+        report["notes"].append(f"{len(orphans)} end line{'s' * (len(orphans) > 1)} of a save or load whose start is "
+                               "not in the log (it begins mid-save, or its start lines were cut): unmatched_ends, "
+                               "never counted as saves")
+    return report
+
+
+def _semantics_notes(saves: list[dict]) -> list[str]:
+    """In words, what the source's figures measure where they are not the whole save (`source_semantics`)."""
+    notes = []
+    for figure in ("block_time", "total_time"):
+        by_meaning: dict[str, list] = {}
+        for save in saves:
+            meaning = (save.get("source_semantics") or {}).get(figure)
+            if meaning is not None and meaning != "durable":
+                by_meaning.setdefault(meaning, []).append(save["iteration"])
+        for meaning, iterations in by_meaning.items():
+            notes.append(f"{figure} of the save{'s' * (len(iterations) > 1)} at iteration{'s' * (len(iterations) > 1)} "
+                         f"{', '.join(map(str, iterations))} is the source's '{meaning}' figure: {SEMANTICS[meaning]}")
+    return notes
+
+
+def _unmatched(event: CheckpointEvent) -> dict:
+    """An end event without its start, as the report lists it (its time as the log wrote it)."""
+    at = None if event.wall_ns is None else datetime.fromtimestamp(event.wall_ns / 1e9, timezone.utc)
+    return {"kind": event.kind.value, "rank": event.rank, "iteration": event.iteration, "path": event.path,
+            "time": at.replace(tzinfo=None).isoformat(timespec="milliseconds") if at else None,
+            "time_source": event.source.value}
 
 
 def _measure(ckpt_dir: str | os.PathLike) -> dict[int, int]:

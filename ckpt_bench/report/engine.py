@@ -50,6 +50,18 @@ CONFIG_KEYS = (
 
 UNITS = {"time": "s", "size": "bytes", "bandwidth": "MiB/s (bytes / 2**20 / s)"}
 
+# `extra` key of a SAVE_BLOCK_END or SAVE_END a log parser emits: what the source's figure for that phase
+# measures, one of SEMANTICS. A save's record names them as `source_semantics` (block_time, total_time).
+MEASURES = "measures"
+SEMANTICS = {
+    "durable": "until the checkpoint was complete on storage (the whole save)",
+    "call": "the save call only (for an async save: staging and scheduling; the write goes on in the background)",
+    "schedule": "until the async save was handed to its background writer, not until it was durable",
+    "staging": "until the state was copied for the background write, not until it was durable",
+    "durable_or_staging": "the whole save if checkpointing was synchronous, the staging only if it was async "
+                          "(the source does not say which)",
+}
+
 
 @dataclass
 class Operation:
@@ -271,6 +283,10 @@ class ReportBuilder:
     def has_events(self) -> bool:
         return any(t.operations for t in self._timelines.values())
 
+    def orphans(self) -> list[CheckpointEvent]:
+        """End events whose start is not among the events (a log that begins mid-save), per rank in order."""
+        return [event for timeline in self._timelines.values() for event in timeline.orphans]
+
     def operations(self) -> list[Operation]:
         """Every rank's operations, each rank's in the order it started them, ranks in order of arrival."""
         return [op for timeline in self._timelines.values() for op in timeline.operations]
@@ -399,6 +415,9 @@ class ReportBuilder:
                 "wait_for_previous": _seconds(max(waits)) if waits else None,
             }
         )
+        semantics = _source_semantics(ops)
+        if semantics is not None:
+            record["source_semantics"] = semantics
         return record
 
     def _load_record(
@@ -417,6 +436,16 @@ class ReportBuilder:
             }
         )
         return record
+
+
+def _source_semantics(ops: list[Operation]) -> dict | None:
+    """What the source's figures of a save measure (`MEASURES` of its end events), None when no event says."""
+    semantics = {
+        figure: next((e.extra[MEASURES] for op in ops for e in [getattr(op, phase)] if e and MEASURES in e.extra),
+                     None)
+        for figure, phase in (("block_time", "block_end"), ("total_time", "end"))
+    }
+    return semantics if any(semantics.values()) else None
 
 
 def _first_time(checkpoint: _Checkpoint) -> tuple:

@@ -16,7 +16,8 @@ import pytest
 from helpers import LOGS
 
 from ckpt_bench.report.engine import build_report
-from ckpt_bench.report.parsers import primus, srun
+from ckpt_bench.report.parsers import deepspeed, nemo, primus
+from ckpt_bench.report.parsers.deepspeed import DeepSpeedParser
 from ckpt_bench.report.parsers.lines import (
     ANSI,
     MEGATRON,
@@ -28,12 +29,15 @@ from ckpt_bench.report.parsers.lines import (
     scan_lines,
 )
 from ckpt_bench.report.parsers.megatron import MegatronParser
+from ckpt_bench.report.parsers.nemo import NemoParser
 from ckpt_bench.report.parsers.primus import PrimusParser
 from ckpt_bench.report.parsers.srun import SrunMegatronParser
 
 PRIMUS = dataclasses.replace(primus.GRAMMAR, context=None)  # the definition has no context lines
+# Megatron's grammar serves srun's labels and every launcher's prefix (`launchers`).
 GRAMMARS = {"megatron": (MEGATRON, MegatronParser), "primus": (PRIMUS, PrimusParser),
-            "srun": (srun.GRAMMAR, SrunMegatronParser)}
+            "srun": (MEGATRON, SrunMegatronParser), "nemo-run": (nemo.GRAMMAR, NemoParser),
+            "deepspeed": (deepspeed.GRAMMAR, DeepSpeedParser)}
 BLOCKS = (16, 61, 256, 4096, 8 << 20)
 
 
@@ -96,6 +100,7 @@ def _records(rng: random.Random) -> list[list[str]]:
     """Records: each a list of lines, the first beginning the record (the others indented)."""
     i = rng.choice([100, 200, 300])
     stamp = f"[2025-06-01 10:00:0{rng.randrange(10)}.000000] "
+    ds = f"[2025-06-01 10:00:0{rng.randrange(10)},{rng.randrange(1000):03d}] [INFO] [logging.py:96:log_dist] "
     entries = [
         f"    save-checkpoint ................................: ({rng.randrange(9)}00.00, 1200.00)",
         "    forward-backward ...............................: (900.00, 950.00)",
@@ -122,6 +127,15 @@ def _records(rng: random.Random) -> list[list[str]]:
         ["building dataset: rank 3 ready", "  rank 3: shard 1 of 4"],
         [" loading distributed checkpoint from /ckpt at iteration 100"],
         ["  successfully loaded checkpoint from /ckpt [ t 1/1, p 1/1 ] at iteration 100"],
+        [f"{ds}[Rank 0] [Torch] Checkpoint global_step{i} is about to be saved!"],
+        [f"{ds}[Torch] Checkpoint global_step{i} is ready now!"],
+        [f"{ds}[Torch] Loading checkpoint from /ckpt/global_step{i}/mp_rank_00_model_states.pt..."],
+        [f"{ds}[Torch] Loaded checkpoint from /ckpt/global_step{i}/mp_rank_00_model_states.pt."],
+        [f"time (ms) | save-checkpoint: {rng.randrange(9000)}.25 | forward: 3.00"],
+        [f"[NeMo I 2025-06-01 10:00:0{rng.randrange(10)} nemo_logging:393] Global Checkpoint Save : Rank: 0 : "
+         f"Iteration: {i} : Start time: 1748772000.000s : Save duration: 1.500s"],
+        ["[2025-06-01 10:00:01,000] [INFO] [ft_launcher1@node] [default] Worker group FAILED. 3/3 attempts left; "
+         "will restart worker group"],
     ]
 
 
@@ -136,6 +150,11 @@ def _srun(rng: random.Random, record: list[str]) -> list[str]:
     return [f"{task}: {line}" for line in record]
 
 
+def _nemo_run(rng: random.Random, record: list[str]) -> list[str]:
+    prefix = rng.choice(["pretrain_ft/0 [default0]:", "pretrain_ft/0 [default3]:[rank3]: ", "[rank1]:"])
+    return [prefix + line for line in record]
+
+
 def random_log(rng: random.Random, style: str) -> bytes:
     lines = []
     for _ in range(rng.randrange(1, 60)):
@@ -144,6 +163,8 @@ def random_log(rng: random.Random, style: str) -> bytes:
             record = _primus(rng, record)
         elif style == "srun":
             record = _srun(rng, record)
+        elif style == "nemo-run":
+            record = _nemo_run(rng, record)
         lines += record
     if rng.random() < 0.3:
         index = rng.randrange(len(lines))

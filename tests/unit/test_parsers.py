@@ -275,7 +275,7 @@ def test_filter_keeps_only_what_a_report_needs():
 def test_bad_paths(tmp_path):
     with pytest.raises(ReportError, match="no such file"):
         log_report([tmp_path / "missing.log"])
-    with pytest.raises(ReportError, match="neither a log file"):
+    with pytest.raises(ReportError, match="holds no log file"):
         log_report([tmp_path])
     empty = tmp_path / "empty.log"
     empty.write_text("")

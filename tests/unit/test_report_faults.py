@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import LOGS, ckpt_report
+from helpers import LOGS, ROOT, assert_one_line_error, ckpt_report
 
 from ckpt_bench.core.errors import ReportError
 from ckpt_bench.core.events import CheckpointEvent, EventKind, TimeSource
@@ -164,3 +167,63 @@ def test_a_rotated_gz_cut_short_loses_only_its_own_end(tmp_path):
     assert [s["iteration"] for s in report["saves"]] == [200, 300, 400]  # debug.log, after the cut, is read
     assert any(n.startswith(f"{rank0 / 'debug.log.1.gz'} is cut short (truncated .gz): read up to line ")
                for n in report["notes"])
+
+
+# -- inputs that must not cost the machine (issue 22) -------------------------------------------------------
+
+
+def _peak_rss_mib(*args) -> tuple[subprocess.CompletedProcess, float]:
+    """`ckpt_report.py ARGS` run to its end, and its own peak RSS (MiB, from wait4)."""
+    with open(os.devnull, "rb") as stdin:
+        process = subprocess.Popen([sys.executable, str(ROOT / "ckpt_report.py"), *map(str, args)], stdin=stdin,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    stdout = process.stdout.read()
+    stderr = process.stderr.read()
+    _, status, usage = os.wait4(process.pid, 0)
+    result = subprocess.CompletedProcess(args, os.waitstatus_to_exitcode(status), stdout.decode(), stderr.decode())
+    return result, usage.ru_maxrss / 1024
+
+
+def test_a_file_without_newlines_costs_the_buffer_not_its_size(tmp_path):
+    path = tmp_path / "one-line.log"
+    with open(path, "wb") as file:  # 96 MiB, one line: the old reading held it whole, three times over
+        file.write(b"saving checkpoint at iteration 5 to /c ")
+        for _ in range(96):
+            file.write(b"x" * (1 << 20))
+        file.write(b"\n  successfully saved checkpoint from iteration 5 to /c\n")
+    result, peak = _peak_rss_mib(path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert [(s["iteration"], s["complete"]) for s in report["saves"]] == [(5, True)]
+    assert f"{path}: 1 line longer than 64 KiB was read up to 64 KiB, the rest skipped" in report["notes"]
+    assert peak < 96, peak  # the interpreter, the 8 MiB buffer and the 64 KiB a parser reads
+
+
+def test_a_long_line_is_cut_and_counted_in_gzip_too(tmp_path):
+    text = (b"saving checkpoint at iteration 5 to /c " + b"x" * (9 << 20) + b"\n"
+            b"  successfully saved checkpoint from iteration 5 to /c\n" + b"y" * (70 << 10) + b" checkpoint\n")
+    path = tmp_path / "stdout.log.gz"
+    path.write_bytes(gzip.compress(text))
+    report = log_report([path])
+    assert saves(report) == [(5, True, None, None)]
+    assert f"{path}: 2 lines longer than 64 KiB were read up to 64 KiB, the rest skipped" in report["notes"]
+    assert len(report["save"]) < 64 << 10
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo"])
+def test_devices_and_fifos_are_refused_without_waiting(tmp_path, kind):
+    if kind == "device":
+        path = Path("/dev/zero")
+    else:
+        path = tmp_path / "pipe"
+        os.mkfifo(path)  # nobody writes it: opening it would wait forever
+    result = ckpt_report(path, timeout=30)
+    assert_one_line_error(result, f"{path} is not a regular file (a device, a FIFO or a socket)")
+
+
+def test_a_fifo_in_a_folder_of_logs_is_left_out(tmp_path):
+    os.mkfifo(tmp_path / "pipe")
+    shutil.copy(SYNC, tmp_path / "stdout.log")
+    report = log_report([tmp_path])
+    assert saves(report) == [(200, True, 4.5, 4.5), (300, True, 3.5, 3.5)]
+    assert f"{tmp_path}: not read: {tmp_path / 'pipe'} (not a regular file)" in report["notes"]

@@ -10,10 +10,15 @@ the `ckpt_bench.core.events` vocabulary, so `ckpt_bench.report.engine` builds th
   Megatron's grammar, and to torchtitan's for Primus's torchtitan backend).
 * `nemo.NemoParser`: NeMo 2 / BioNeMo logs (`[NeMo I 2025-05-15 23:42:47 nemo_logging:393] ...`).
 * `torchtitan.TorchtitanParser`: torchtitan logs (`[titan] 2025-05-15 23:42:47,123 - root - INFO - ...`).
-* `sources`: what a PATH is (sniffed with `PARSERS`) and which files to read.
+* `deepspeed.DeepSpeedParser`: Megatron-DeepSpeed and DeepSpeed logs (`[2023-08-15 07:22:31,767] [INFO]
+  [logging.py:96:log_dist] [Rank 0] [Torch] Checkpoint global_step2500 is about to be saved!`).
+* `launchers`: what launchers put before a rank's lines (srun, nemo-run, torchrun, torch's excepthook),
+  stripped in one place for every format (`LogFormat.feed`), and their own lines (ft_launcher).
+* `sources`: what a PATH is (sniffed with `PARSERS`: by a format's header or by its checkpoint wording,
+  so a snippet is read too) and which files to read.
 * `session`: logs in order -> one stream of events (`events_of`), and what they say beside events.
 
-A new format is a module with its parser class, and one line in `PARSERS`.
+A new format is a module with its parser class (a `launchers.LogFormat`), and one line in `PARSERS`.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Protocol
 
 from ckpt_bench.core.events import CheckpointEvent
 from ckpt_bench.report.parsers.arguments import ArgumentsDump
+from ckpt_bench.report.parsers.deepspeed import DeepSpeedParser
 from ckpt_bench.report.parsers.lines import Grammar, Line
 from ckpt_bench.report.parsers.megatron import MegatronParser
 from ckpt_bench.report.parsers.nemo import NemoParser
@@ -56,9 +62,10 @@ class LogParser(Protocol):
         """The lines worth feeding, in order; `notes` gets what was damaged (a `.gz` cut short)."""
 
     def feed(self, line: str, seq: int) -> list[CheckpointEvent]:
-        """Events the line completes; `seq` orders them (a line counter over all logs). A line that
-        cannot be read (a date that does not exist) raises ValueError or OverflowError, having
-        changed nothing that would give its events to another save or load."""
+        """Events the line (as the file holds it, a launcher's prefix included) completes; `seq` orders
+        them (a line counter over all logs). A line that cannot be read (a date that does not exist)
+        raises ValueError or OverflowError, having changed nothing that would give its events to another
+        save or load."""
 
     def finish(self) -> list[CheckpointEvent]:
         """Events the end of the log implies: saves still open never finished."""
@@ -73,4 +80,5 @@ class LogParser(Protocol):
 
 
 # Sniffed in this order; the last one takes any file.
-PARSERS: tuple[type[LogParser], ...] = (PrimusParser, NemoParser, TorchtitanParser, SrunMegatronParser, MegatronParser)
+PARSERS: tuple[type[LogParser], ...] = (PrimusParser, NemoParser, TorchtitanParser, DeepSpeedParser, SrunMegatronParser,
+                                        MegatronParser)

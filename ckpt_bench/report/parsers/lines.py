@@ -23,6 +23,10 @@ What a format keeps is its `Grammar`:
 reading, and the two keep the same lines but for timer headers whose block holds nothing kept (and
 context lines, which the definition does not have). `tests/unit/test_log_scan.py` holds them to it.
 
+Long lines: a line is read up to its first `MAX_LINE` bytes (the rest of it is skipped, never held), and
+a parser reads at most the first `MAX_TEXT` bytes of a line it gets; the notes count the lines cut. A
+file without newlines (or a binary file) thus costs the buffer, never memory in proportion to its size.
+
 Damaged files: a `.gz` cut short (a copy interrupted, a disk full) gives the lines before the cut
 and a note saying where it is; data that is not gzip, or is corrupt inside, is an `OSError` naming the
 file, as for a file that cannot be opened.
@@ -44,11 +48,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from ckpt_bench.report.parsers.launchers import PREFIX_BYTES
+
 ANSI = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]")
 ARGUMENTS_START = b"--- arguments ---"  # Megatron's `-------- arguments --------` (3+ dashes, as the parser reads it)
 ARGUMENTS_END = b"end of arguments"
 _BUFFER = 1 << 20
 BLOCK = 8 << 20  # bytes searched at once
+MAX_LINE = BLOCK  # a longer line is cut to its first MAX_LINE bytes, the rest skipped
+MAX_TEXT = 64 << 10  # a parser reads at most the first MAX_TEXT bytes of a line
+HEAD_BYTES = 1 << 20  # a file's first lines (sniffing) come from at most its first MiB
 _MAX_CARRY = 1 << 20  # how far a timer header is looked for, or carried over a block boundary
 _COLON_END = re.compile(rb":[ \t\r\x0b\x0c]*(?:\n|\Z)")  # a line whose last non-blank character is `:`
 
@@ -99,22 +108,54 @@ def _next_record(start: re.Pattern[bytes]) -> re.Pattern[bytes]:
 
 
 def read_lines(path: str | os.PathLike, notes: list[str]) -> Iterator[bytes]:
-    """The raw lines of a file (gzip-compressed when its name ends in `.gz`); `notes` gets where a
-    `.gz` cut short ends. For a file's first lines (sniffing) and for `locate`: `scan_lines` reads
-    the lines a report needs."""
-    if not str(path).endswith(".gz"):
-        with open(path, "rb", buffering=_BUFFER) as plain:
-            yield from plain
-        return
+    """The raw lines of a file (gzip-compressed when its name ends in `.gz`), each cut to `MAX_LINE`
+    bytes; `notes` gets where a `.gz` cut short ends. For the definition of the lines kept
+    (`candidate_lines`): `scan_lines` reads the lines a report needs."""
     number = 0
-    with gzip.open(path, "rb") as compressed:
+    with _open(path) as file:
         try:
-            for number, line in enumerate(compressed, 1):  # noqa: B007 - `number` says where a cut is
+            while line := file.readline(MAX_LINE):
+                number += 1
+                if len(line) == MAX_LINE and not line.endswith(b"\n"):
+                    _skip_line(file)
                 yield line
         except EOFError:
             notes.append(_cut_note(path, number))
         except (gzip.BadGzipFile, zlib.error) as error:
             raise _not_gzip(path, error) from error
+
+
+def head(path: str | os.PathLike, size: int = HEAD_BYTES) -> bytes:
+    """A file's first `size` bytes (decompressed for a `.gz`; of a `.gz` cut short, what came out before the
+    cut): bounded whatever the file holds."""
+    data = bytearray()
+    with _open(path) as file:
+        try:
+            while len(data) < size and (chunk := file.read1(size - len(data))):
+                data += chunk
+        except EOFError:
+            pass
+        except (gzip.BadGzipFile, zlib.error) as error:
+            raise _not_gzip(path, error) from error
+    return bytes(data)
+
+
+def head_lines(path: str | os.PathLike, count: int) -> list[str]:
+    """The first `count` lines of a file within its first `HEAD_BYTES` (what formats are sniffed by), ANSI
+    colour codes removed: bounded whatever the file holds (a file without newlines, a binary file)."""
+    return [ANSI.sub(b"", raw).decode("utf-8", "replace").rstrip("\r") for raw in head(path).split(b"\n")[:count]]
+
+
+def _open(path: str | os.PathLike):
+    if str(path).endswith(".gz"):
+        return gzip.open(path, "rb")
+    return open(path, "rb", buffering=_BUFFER)  # noqa: SIM115 - the caller's `with`
+
+
+def _skip_line(file) -> None:
+    """Reads a buffered file past the end of the current line (a line cut to MAX_LINE)."""
+    while (chunk := file.readline(_BUFFER)) and not chunk.endswith(b"\n"):
+        pass
 
 
 def _cut_note(path, lines: int) -> str:
@@ -129,19 +170,23 @@ def locate(files: list[Path], number: int | Position) -> tuple[Path, int]:
     """File and line in it of line `number` of `files` read as one stream (or of a `Position`). Reads
     the files again to count their lines: for a note, not for every line."""
     if isinstance(number, Position):
-        path, lines, size = files[number.file], 0, 0
-        for raw in read_lines(path, []):
-            if size >= number.offset:
-                break
-            size += len(raw)
-            lines += 1
-        return path, lines + number.lines + 1
+        return files[number.file], _newlines(files[number.file], number.offset) + number.lines + 1
     for path in files[:-1]:
         count = sum(1 for _ in read_lines(path, []))
         if number <= count:
             return path, number
         number -= count
     return files[-1], number
+
+
+def _newlines(path: Path, limit: int) -> int:
+    """How many newlines the first `limit` bytes of a file hold."""
+    count = 0
+    with _open(path) as file:
+        while limit > 0 and (chunk := file.read(min(limit, _BUFFER))):
+            count += chunk.count(b"\n")
+            limit -= len(chunk)
+    return count
 
 
 # -- the definition, line by line ------------------------------------------------------------------
@@ -173,17 +218,18 @@ def candidate_lines(
             continue
         elif not (b"rank" in raw or raw.rstrip().endswith(b":")):
             continue  # another timer's entry: its block goes on, but the line cannot matter
-        yield number, raw.decode("utf-8", "replace").rstrip("\r\n")
+        yield number, raw[:MAX_TEXT].decode("utf-8", "replace").rstrip("\r\n")
 
 
 def is_indented(raw: bytes) -> bool:
     return raw[:1] in (b" ", b"\t")
 
 
-# Megatron-LM's stdout: a record's continuation lines are indented (a timer's entries).
+# Megatron-LM's stdout: a record's continuation lines are indented (a timer's entries), behind a
+# launcher's prefix if any (`launchers`: srun's label, torchrun's `[default0]:`).
 MEGATRON = Grammar(
-    keywords=(b"checkpoint", ARGUMENTS_START, b"without --use-persistent-ckpt-worker"),
-    record_start=re.compile(rb"[^ \t]"),
+    keywords=(b"checkpoint", ARGUMENTS_START, b"without --use-persistent-ckpt-worker", b"using world size: "),
+    record_start=re.compile(rb"(?!" + PREFIX_BYTES + rb"[ \t])"),
     headers=(b"across ranks (ms)",),
 )
 
@@ -213,21 +259,23 @@ class OneFileFormat:
 
 
 class _Blocks:
-    """A file's blocks of whole lines: `buf[:end]`, the last line without its newline only at the end
-    of the file. The caller says how far it used each (`keep`): the next block starts there; when it
-    used nothing (a record it keeps for the next block fills the block), the next block is larger."""
+    """A file's blocks of whole lines: `buf[:end]`, the last line without its newline only at the end of the
+    file or when it is cut (`MAX_LINE`). The caller says how far it used each (`keep`): the next block
+    starts there; when it used nothing (a record it keeps for the next block fills the block), the next
+    block is larger, up to `MAX_LINE`."""
 
     def __init__(self, path: Path, buffer: bytearray):
         self.path, self.buffer = path, buffer
         self.keep = 0  # where the next block starts, in the block just given
         self.offset = 0  # where the block just given starts in the file (its decompressed bytes)
         self.cut_short: int | None = None  # lines read of a `.gz` cut short
+        self.cut = 0  # lines cut to MAX_LINE
 
-    def __iter__(self) -> Iterator[tuple[bytes | bytearray, int, bool]]:
-        """(buffer, end, last) per block."""
+    def __iter__(self) -> Iterator[tuple[bytes | bytearray, int, bool, bool]]:
+        """(buffer, end, last, whether the block is one line cut to MAX_LINE) per block."""
         return self._gzip() if str(self.path).endswith(".gz") else self._plain()
 
-    def _plain(self) -> Iterator[tuple[bytearray, int, bool]]:
+    def _plain(self) -> Iterator[tuple[bytearray, int, bool, bool]]:
         with open(self.path, "rb", buffering=0) as file:
             while True:
                 buf = self.buffer
@@ -236,19 +284,27 @@ class _Blocks:
                     return
                 last = size < len(buf)
                 end = size if last else buf.rfind(b"\n", 0, size) + 1
+                cut = not end and len(buf) >= MAX_LINE  # one line longer than MAX_LINE: its start is read
+                if cut:
+                    end = MAX_LINE
                 used = 0
                 if end:
                     self.keep = end
-                    yield buf, end, last
+                    yield buf, end, last, cut
                     if last:
                         return
-                    used = self.keep
+                    used = end if cut else self.keep
+                if cut:
+                    self.cut += 1
+                    file.seek(used - size, os.SEEK_CUR)
+                    self.offset += used + _skip_rest(file)
+                    continue
                 if not used:  # a line longer than the buffer, or a kept record filling it
-                    self.buffer = bytearray(2 * len(buf))
+                    self.buffer = bytearray(min(2 * len(buf), max(MAX_LINE, len(buf))))
                 file.seek(used - size, os.SEEK_CUR)  # read again what was not used
                 self.offset += used
 
-    def _gzip(self) -> Iterator[tuple[bytes, int, bool]]:
+    def _gzip(self) -> Iterator[tuple[bytes, int, bool, bool]]:
         rest, lines, want = b"", 0, len(self.buffer)
         with gzip.open(self.path, "rb") as compressed:
             while True:
@@ -267,20 +323,58 @@ class _Blocks:
                     raise _not_gzip(self.path, error) from error
                 block = b"".join(parts)
                 end = len(block) if last else block.rfind(b"\n") + 1
+                long_line = not end and want >= MAX_LINE
+                if long_line:
+                    end = MAX_LINE
                 used = 0
                 if end:
                     self.keep = end
-                    yield block, end, last
-                    used = self.keep
+                    yield block, end, last, long_line
+                    used = end if long_line else self.keep
                 if last:
                     if cut:
                         self.cut_short = lines + block.count(b"\n") + (not block.endswith(b"\n"))
                     return
+                if long_line:
+                    self.cut += 1
+                    try:
+                        skipped, rest = _skip_rest_compressed(compressed)
+                    except EOFError:
+                        self.cut_short = lines + 1
+                        return
+                    except (gzip.BadGzipFile, zlib.error) as error:
+                        raise _not_gzip(self.path, error) from error
+                    self.offset += len(block) + skipped
+                    lines += 1
+                    continue
                 if not used:
-                    want *= 2
+                    want = min(2 * want, max(MAX_LINE, want))
                 lines += block.count(b"\n", 0, used)
                 rest = block[used:]
                 self.offset += used
+
+
+def _skip_rest(file) -> int:
+    """Reads a raw file past the end of the current line (a line cut to MAX_LINE); the bytes skipped."""
+    skipped = 0
+    while chunk := file.read(_BUFFER):
+        newline = chunk.find(b"\n")
+        if newline >= 0:
+            file.seek(newline + 1 - len(chunk), os.SEEK_CUR)
+            return skipped + newline + 1
+        skipped += len(chunk)
+    return skipped
+
+
+def _skip_rest_compressed(compressed: gzip.GzipFile) -> tuple[int, bytes]:
+    """`_skip_rest` for a `.gz`: the bytes skipped, and those read after the newline."""
+    skipped = 0
+    while chunk := compressed.read1(_BUFFER):
+        newline = chunk.find(b"\n")
+        if newline >= 0:
+            return skipped + newline + 1, chunk[newline + 1:]
+        skipped += len(chunk)
+    return skipped, b""
 
 
 def _fill(file, buf: bytearray) -> int:
@@ -302,14 +396,15 @@ class _Scan:
         self.follow = False  # the last kept line's record may go on
         self.in_arguments = False
         self.buffer = bytearray(block)
+        self.long_lines = 0  # kept lines of the file being read cut to MAX_TEXT (not cut to MAX_LINE)
 
     def file(self, path: Path, index: int, notes: list[str]) -> Iterator[tuple[Position, str]]:
         blocks = _Blocks(path, self.buffer)
-        for raw, end, last in blocks:
+        for raw, end, last, cut in blocks:
             buf, stripped = raw, False
             if raw.find(b"\x1b", 0, end) >= 0:  # ANSI colours: removed before anything is searched
                 buf, stripped = ANSI.sub(b"", raw[:end]), True
-            block = _Block(self, buf, len(buf) if stripped else end, last, index, blocks.offset, stripped)
+            block = _Block(self, buf, len(buf) if stripped else end, last, index, blocks.offset, stripped, cut)
             yield from block.lines()
             keep = block.keep
             if stripped:  # back to a position in the file's bytes
@@ -318,6 +413,10 @@ class _Scan:
         self.buffer = blocks.buffer
         if blocks.cut_short is not None:
             notes.append(_cut_note(path, blocks.cut_short))
+        long_lines, self.long_lines = blocks.cut + self.long_lines, 0
+        if long_lines:
+            notes.append(f"{path}: {long_lines} line{'s' * (long_lines > 1)} longer than {MAX_TEXT >> 10} KiB "
+                         f"{'were' if long_lines > 1 else 'was'} read up to {MAX_TEXT >> 10} KiB, the rest skipped")
 
 
 def _nth_line_start(raw: bytes | bytearray, lines: int) -> int:
@@ -332,8 +431,8 @@ class _Block:
     """One block of a stream: finds its kept lines (positions are in `buf`)."""
 
     def __init__(self, scan: _Scan, buf: bytes | bytearray, end: int, last: bool, file: int, offset: int,
-                 stripped: bool):
-        self.scan, self.buf, self.end, self.last = scan, buf, end, last
+                 stripped: bool, cut: bool):
+        self.scan, self.buf, self.end, self.last, self.cut = scan, buf, end, last, cut
         self.grammar = scan.grammar
         self.file, self.offset, self.stripped = file, offset, stripped
         self.keep = end
@@ -380,7 +479,10 @@ class _Block:
 
     def text(self, start: int, stop: int) -> tuple[Position, str]:
         self._done = stop
-        return self.where(start), self.buf[start:stop].decode("utf-8", "replace").rstrip("\r\n")
+        if stop - start > MAX_TEXT and not (self.cut and stop == self.end):  # a cut line is counted once
+            self.scan.long_lines += 1
+        return self.where(start), self.buf[start:start + min(stop - start, MAX_TEXT)].decode(
+            "utf-8", "replace").rstrip("\r\n")
 
     # -- the rules ------------------------------------------------------------------------------
 

@@ -24,6 +24,16 @@ and the timers printed after a save or load, in the three styles of `megatron.co
         save-checkpoint ......: (12.00, 15.00)      save-checkpoint ......: 15.00      save-checkpoint:
                                                                                           rank  0: 12.00
 
+and the one-line form of Megatron-LM before 2022 (and of Megatron-DeepSpeed), printed by the last rank:
+
+    time (ms) | save-checkpoint: 57514.53
+    time (ms) | model-and-optimizer-setup: 2744.35 | train/valid/test-data-iterators-setup: 815.33
+
+`using world size: 8, data-parallel size: 2, ...` (`data-parallel-size` before 2022) gives the world
+and data-parallel sizes when no arguments dump does. A `load-checkpoint` timer is printed whether a
+checkpoint was loaded or not (`WARNING: could not find the metadata file ...` / `will not load any
+checkpoints and will start from random`): it times a load only after a load line.
+
 Which rank, which clock:
 
 * Save and load lines come from rank 0 (`print_rank_0`) and show rank 0's view, so their events
@@ -36,12 +46,14 @@ Which rank, which clock:
   emitted for a phase whose two ends are not both timestamped; the report engine merges it into the
   line's event.
 * The `save-checkpoint` timer (`save-checkpoint-non-persistent` for a non-persistent save) is the
-  whole save when the save is synchronous. For an async save (a `scheduled an async checkpoint save`
-  line, or `async_save True` in the arguments) it is the blocking part only, and the save is
-  complete when the `successfully saved` line appears. Megatron-LM turns async saves of distributed
-  checkpoints off without `--use-persistent-ckpt-worker`, with a warning: after it, saves are
-  synchronous whatever the arguments say, and the notes say so (as when the arguments ask for async
-  saves and no save was scheduled async).
+  whole save when the save is synchronous (`durable`). For an async save (a `scheduled an async
+  checkpoint save` line, or `async_save True` in the arguments) it is printed once the save is
+  scheduled, not when it is durable (NVIDIA/Megatron-LM#1763): the blocking part only (`schedule`), and
+  the save is complete when the `successfully saved` line appears. The names a later Megatron-LM may
+  give it then (`save-checkpoint-async-request`, `...-non-persistent-async-request`) say so themselves.
+  Megatron-LM turns async saves of distributed checkpoints off without `--use-persistent-ckpt-worker`,
+  with a warning: after it, saves are synchronous whatever the arguments say, and the notes say so (as
+  when the arguments ask for async saves and no save was scheduled async).
 * A timer goes to the oldest save of this process still waiting for one: with 1 s Primus times the
   next save may sort before the previous save's timer. A new process (arguments dump, checkpoint
   load) or the end of the log closes the saves still open as failed-to-finish, so a save killed
@@ -55,7 +67,9 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 
 from ckpt_bench.core.events import OVERLAPS_PREVIOUS, CheckpointEvent, EventKind, TimeSource
+from ckpt_bench.report.engine import MEASURES
 from ckpt_bench.report.parsers.arguments import ArgumentsDump
+from ckpt_bench.report.parsers.launchers import LogFormat
 from ckpt_bench.report.parsers.lines import MEGATRON, Grammar, OneFileFormat, megatron_time_ns
 
 RANK = 0  # the rank that prints Megatron's save/load lines
@@ -90,7 +104,11 @@ TIMER_ENTRY = re.compile(
 )
 TIMER_NAME = re.compile(r"^\s+(?P<name>\S+):\s*$")
 TIMER_RANK = re.compile(r"^\s+rank\s+(?P<rank>\d+): (?P<value>[\d.]+)\s*$")
-SAVE_TIMERS = ("save-checkpoint", "save-checkpoint-non-persistent")
+OLD_TIMERS = re.compile(r"^time \(ms\)(?P<items>(?: \| [\w./-]+: [\d.]+)+)\s*$")
+OLD_TIMER = re.compile(r" \| (?P<name>[\w./-]+): (?P<value>[\d.]+)")
+SCHEDULE_TIMERS = ("save-checkpoint-async-request", "save-checkpoint-non-persistent-async-request")
+SAVE_TIMERS = ("save-checkpoint", "save-checkpoint-non-persistent", *SCHEDULE_TIMERS)
+WORLD = re.compile(r"using world size: (?P<world>\d+), data-parallel[- ]size: (?P<data>\d+)")
 SAVE_LINES = "the save lines"  # where configuration seen in save lines comes from, for the notes
 LOAD_TIMER = "load-checkpoint"
 
@@ -116,7 +134,7 @@ class _TimerBlock:
     target: _Operation | None = None
 
 
-class MegatronParser(OneFileFormat):
+class MegatronParser(LogFormat, OneFileFormat):
     """Megatron stdout: feed lines, get events. Also the message parser inside `PrimusParser`."""
 
     format = "megatron-stdout"
@@ -142,8 +160,8 @@ class MegatronParser(OneFileFormat):
         prefix, so this is the fallback format."""
         return True
 
-    def feed(self, line: str, seq: int) -> list[CheckpointEvent]:
-        return self.feed_message(line, seq)
+    def feed_line(self, message: str, seq: int, rank: int | None) -> list[CheckpointEvent]:
+        return self.feed_message(message, seq)
 
     def finish(self) -> list[CheckpointEvent]:
         return self._close_process("the log ends before this save finished (run stopped mid-save)", self._seq)
@@ -192,9 +210,15 @@ class MegatronParser(OneFileFormat):
             return self._close_process("a new process started before this save finished", seq)
         elif ASYNC_OFF_WARNING in message:
             self._async_off = seq
+        elif match := WORLD.search(message):
+            where = "the world-size line"
+            self.observed["world_size"] = (int(match["world"]), where)
+            self.observed["data_parallel_size"] = (int(match["data"]), where)
         return []
 
     def _checkpoint_line(self, message: str, seq: int, prefix_ns: int | None) -> list[CheckpointEvent]:
+        if match := OLD_TIMERS.match(message):
+            return self._old_timers(match, seq)
         if match := SAVE_START.search(message):
             return self._save_start(match, seq, prefix_ns)
         if match := SAVE_SCHEDULED.search(message):
@@ -227,7 +251,7 @@ class MegatronParser(OneFileFormat):
         return [start]
 
     def _save_scheduled(self, match: re.Match, seq: int, prefix_ns: int | None) -> list[CheckpointEvent]:
-        block_end = _event(EventKind.SAVE_BLOCK_END, match, seq, prefix_ns)
+        block_end = _event(EventKind.SAVE_BLOCK_END, match, seq, prefix_ns, extra={MEASURES: "schedule"})
         save = self._open.get(block_end.iteration)
         self.observed["async_save"] = (True, SAVE_LINES)
         self._scheduled += 1
@@ -239,7 +263,7 @@ class MegatronParser(OneFileFormat):
         return [block_end]
 
     def _save_done(self, match: re.Match, seq: int, prefix_ns: int | None) -> list[CheckpointEvent]:
-        end = _event(EventKind.SAVE_END, match, seq, prefix_ns)
+        end = _event(EventKind.SAVE_END, match, seq, prefix_ns, extra={MEASURES: "durable"})
         save = self._open.pop(end.iteration, None)
         if save is None:
             return [end]
@@ -277,7 +301,11 @@ class MegatronParser(OneFileFormat):
     def _load_start(self, match: re.Match, seq: int, prefix_ns: int | None) -> list[CheckpointEvent]:
         kind = match["kind"].strip()
         extra = {"kind": kind} if kind else {}
-        start = _event(EventKind.LOAD_START, match, seq, prefix_ns, extra=extra)
+        return self.open_load(_event(EventKind.LOAD_START, match, seq, prefix_ns, extra=extra), seq)
+
+    def open_load(self, start: CheckpointEvent, seq: int) -> list[CheckpointEvent]:
+        """A load starts (its line, or a line of the engine below Megatron: DeepSpeed's): a new process, so
+        its saves still open never finish; the load's end and timer will go to it."""
         events = self._close_process("a new process started before this save finished", seq)
         self._load = _Operation(start)
         return [*events, start]
@@ -306,9 +334,19 @@ class MegatronParser(OneFileFormat):
             return []
         return None
 
+    def _old_timers(self, match: re.Match, seq: int) -> list[CheckpointEvent]:
+        """`time (ms) | name: value | ...`: each a timer block of one entry, the last rank's time."""
+        events = []
+        for item in OLD_TIMER.finditer(match["items"]):
+            block = _TimerBlock(item["name"], self._timer_target(item["name"]))
+            events += self._apply_timer(block, RANK, _ms_to_ns(item["value"]), seq)
+        return events
+
     def _timer_target(self, name: str) -> _Operation | None:
         if name in SAVE_TIMERS and self._untimed:
-            return self._untimed.popleft()
+            save = self._untimed.popleft()
+            save.asynchronous |= name in SCHEDULE_TIMERS
+            return save
         if name == LOAD_TIMER and self._load is not None:
             load, self._load = self._load, None
             return load
@@ -324,20 +362,22 @@ class MegatronParser(OneFileFormat):
         if rank not in op.ranks:
             op.ranks.add(rank)
             events.append(replace(op.start, rank=rank, seq=seq))
+        extra = {"timer": block.name}
         if op.start.kind == EventKind.LOAD_START:
             kinds = (EventKind.LOAD_END,)
         elif op.asynchronous:
             kinds = (EventKind.SAVE_BLOCK_END,)  # an async save's timer covers the blocking part
+            extra[MEASURES] = "schedule"
         else:
             kinds = (EventKind.SAVE_BLOCK_END, EventKind.SAVE_END)
+            extra[MEASURES] = "durable"
         for kind in kinds:
             if rank == RANK and kind in op.stamped:
                 continue  # both ends carry Megatron timestamps: they are the better clock
             events.append(
                 CheckpointEvent(
                     kind, rank=rank, iteration=op.iteration, path=op.start.path,
-                    elapsed_ns=elapsed_ns, source=TimeSource.MEGATRON_TIMER, seq=seq,
-                    extra={"timer": block.name},
+                    elapsed_ns=elapsed_ns, source=TimeSource.MEGATRON_TIMER, seq=seq, extra=extra,
                 )
             )
         if op.asynchronous and op.end is not None and rank != RANK:

@@ -13,6 +13,20 @@ prefix before it (nemo_run's `job/0 [default0]:`). The checkpoint lines (`nemo/l
     Pending async checkpoint saves. Finalizing them synchronously now
     Global Checkpoint Load : Rank : 0 : Start time : 1771350000.120s : Time spent in load_checkpoint: 12.500s
 
+Around them, lines of Lightning and of the launchers (nemo-run's and torchrun's prefixes are stripped
+as every launcher's, `launchers`):
+
+    All distributed processes registered. Starting with 8 processes    (Lightning; BioNeMo on torchelastic:
+                                                                         `Initializing distributed: GLOBAL_RANK: 1,
+                                                                         MEMBER: 2/2`): the world size
+    Restoring states from the checkpoint path at /ckpt/model--step=39-last   (a resume: a load, with the
+    Restored all states from the checkpoint at /ckpt/model--step=39-last       `Global Checkpoint Load` between)
+    Doing selective restore from RestoreConfig(path='nemo2_evo2_1b_8k', ... load_optim_state=False ...)
+    Preemption detected, saving checkpoint and exiting                  (nemo/lightning/pytorch/callbacks/
+    Async checkpointing detected, waiting for it to complete             preemption.py)
+    [2025-08-12 09:03:36,590] [INFO] [ft_launcher2841@node] [default] Worker group FAILED. 3/3 attempts left;
+        will restart worker group                                       (ft_launcher: the processes are gone)
+
 Megatron-Bridge (born nemo-lm) prints Megatron-LM's wording (`saving checkpoint at iteration ...`,
 timers, arguments): a line that is not one of NeMo's checkpoint lines is read by Megatron's grammar
 (`MegatronParser`), with or without the NeMo prefix, so a log that mixes the two reads whole.
@@ -24,10 +38,18 @@ timers, arguments): a line that is not one of NeMo's checkpoint lines is read by
   iteration N and step N+1; the report uses the iteration.
 * ModelCheckpoint may save one iteration twice, a top-k copy and a `-last` copy, to two paths: each
   is a save of its own (two writes), paired with its end by its path, never by the iteration alone.
+* What the figures measure (`source_semantics`): `Save duration` is the save call only, the whole
+  save (`durable`) when it is synchronous, the staging and scheduling (`call`) when a `Scheduled`
+  line follows; the end of an async save is `durable`. A preemption save blocks until it is durable
+  (training has stopped, the process waits for it and exits): its block time runs to its end line.
 * `Async finalization time took X s` is printed by every poll for finished async saves while one is
   pending, also when nothing finished: training waits for each. The notes sum up the polls that
-  finalized a save apart from the others, and the synchronous finalization at the end of training
-  (`Pending async checkpoint saves`).
+  finalized a save apart from the others, and the two blocking waits: the synchronous finalization at
+  the end of training (`Pending async checkpoint saves`: one wait for every save still being written,
+  counted once, not per save) and a preemption save's (`Async checkpointing detected`).
+* An end line whose save's start is not in the log (it begins mid-save, or its start lines were cut)
+  is an unmatched end, never a save; a restore, or a worker group restarted by the launcher, ends the
+  process whose async saves are still being written: they never finish.
 
 Clocks: durations (`Save duration`, `Time spent in load_checkpoint`) are NeMo's own, 1 ms. A time of
 day comes from the line prefix only (1 s, the machine's local time): the start of a save is its line's
@@ -46,6 +68,9 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from ckpt_bench.core.events import OVERLAPS_PREVIOUS, CheckpointEvent, EventKind, TimeSource
+from ckpt_bench.report.engine import MEASURES
+from ckpt_bench.report.parsers.launchers import KEYWORDS as LAUNCHER_KEYWORDS
+from ckpt_bench.report.parsers.launchers import Launcher, LogFormat
 from ckpt_bench.report.parsers.lines import MEGATRON, Grammar, OneFileFormat, megatron_time_ns
 from ckpt_bench.report.parsers.megatron import MegatronParser
 
@@ -60,8 +85,18 @@ FINALIZE_TIME = re.compile(r"Async finalization time took (?P<seconds>" + _NUMBE
 PENDING = "Pending async checkpoint saves. Finalizing them synchronously now"
 LOAD = re.compile(r"Global Checkpoint Load : Rank : (?P<rank>\d+) : Start time : " + _NUMBER
                   + r"s : Time spent in load_checkpoint: (?P<duration>" + _NUMBER + r")s")
+RESTORING = re.compile(r"Restoring states from the checkpoint path at (?P<path>\S+)")
+RESTORED = "Restored all states from the checkpoint at "
+SELECTIVE = re.compile(r"Doing selective restore from RestoreConfig\(path='(?P<path>[^']*)'(?P<config>[^)]*)\)")
+PREEMPTION = "Preemption detected, saving checkpoint and exiting"
+WAITING = "Async checkpointing detected, waiting for it to complete"
+WORLD = re.compile(r"Starting with (?P<world>\d+) processes|Initializing distributed: GLOBAL_RANK: \d+, "
+                   r"MEMBER: \d+/(?P<members>\d+)")
+STEP = re.compile(r"step=(\d+)")
 
-GRAMMAR = Grammar(keywords=(*MEGATRON.keywords, b"Global Checkpoint ", b"Async finalization time"),
+GRAMMAR = Grammar(keywords=(*MEGATRON.keywords, b"Global Checkpoint ", b"Async finalization time",
+                            b"distributed processes registered", b"Initializing distributed: ", b"selective restore",
+                            *LAUNCHER_KEYWORDS),
                   record_start=MEGATRON.record_start, headers=MEGATRON.headers)
 WHERE = "NeMo's checkpoint lines"
 
@@ -75,9 +110,10 @@ class _Save:
     path: str | None = None
     asynchronous: bool = False
     overlaps: bool = False
+    preemption: bool = False  # saved on preemption: training has stopped, it blocks until durable
 
 
-class NemoParser(OneFileFormat):
+class NemoParser(LogFormat, OneFileFormat):
     """NeMo log lines (any prefix before `[NeMo ...]`) -> events."""
 
     format = "nemo"
@@ -91,8 +127,16 @@ class NemoParser(OneFileFormat):
         self._writing: list[_Save] = []  # async saves scheduled, not finished
         self._done: deque[_Save] = deque(maxlen=64)  # finished saves, for their late second end line
         self._finished_since_poll = 0
-        self._polls: dict[str, list[float]] = {"finalized": [], "idle": [], "at_end": []}
-        self._pending_at_end: int | None = None
+        self._polls: dict[str, list[float]] = {"finalized": [], "idle": [], "at_end": [], "preemption": []}
+        self._pending_at_end: int | None = None  # saves being written when training ended
+        self._unmatched_at_end = 0  # ends finalized then whose save's start is not in the log
+        self._preempting = False  # preemption detected: the next save is the preemption save
+        self._waiting = False  # a preemption save is being waited for: the next poll is that wait
+        self._preemption_saves: list[int | None] = []
+        self._restoring: str | None = None  # a resume's checkpoint, until its load is read
+        self._selective: list[str] = []  # selective restores, for the notes
+        self._orphans: deque[str] = deque(maxlen=64)  # paths of ends without their save
+        self.launcher = Launcher()
         self._two_numberings = False
         self._copies: dict[int | None, set[str]] = {}
         self._async_seen = False
@@ -100,13 +144,15 @@ class NemoParser(OneFileFormat):
 
     @classmethod
     def sniff(cls, first_lines: list[str]) -> bool:
-        return any(PREFIX.search(line) for line in first_lines)
+        """NeMo's logger prefix, or (a snippet) one of NeMo's checkpoint lines."""
+        return any(PREFIX.search(line) or SAVE.search(line) or LOAD.search(line) or FINALIZED.search(line)
+                   for line in first_lines)
 
-    def feed(self, line: str, seq: int) -> list[CheckpointEvent]:
+    def feed_line(self, line: str, seq: int, rank: int | None) -> list[CheckpointEvent]:
         self._seq = seq
         match = PREFIX.search(line)
         if match is None:
-            return self.megatron.feed_message(line, seq)
+            return self._bare(line, seq)
         message = match["message"]
         if "Checkpoint" in message:
             if found := SAVE.search(message):
@@ -127,9 +173,37 @@ class NemoParser(OneFileFormat):
         elif PENDING in message:
             self._pending_at_end = len(self._writing)
             return []
+        elif PREEMPTION in message:
+            self._preempting = True
+            return []
+        elif WAITING in message:
+            self._waiting = True
+            return []
+        elif found := SELECTIVE.search(message):
+            self._restoring = found["path"]
+            weights_only = "load_optim_state=False" in found["config"]
+            self._selective.append(found["path"] + " (model weights only)" * weights_only)
+            return []
         return self.megatron.feed_message(message, seq)
 
+    def _bare(self, line: str, seq: int) -> list[CheckpointEvent]:
+        """A line without NeMo's prefix: Lightning's, a launcher's, or Megatron-LM's wording."""
+        if self.launcher.read(line):
+            return self._close_process(seq, "the launcher restarted the worker group before this async save finished")
+        if found := RESTORING.search(line):
+            self._restoring = found["path"]
+            return self._close_process(seq, "a new process started before this async save finished")
+        if RESTORED in line:
+            return self._restored(seq)
+        if found := WORLD.search(line):
+            self.observed["world_size"] = (int(found["world"] or found["members"]), "Lightning's or torchelastic's "
+                                           "start-up lines")
+            return []
+        return self.megatron.feed_message(line, seq)
+
     def finish(self) -> list[CheckpointEvent]:
+        if self.launcher.world_size is not None:  # unless Lightning's or torchelastic's lines said it
+            self.observed.setdefault("world_size", (self.launcher.world_size, "the launcher's launch configuration"))
         events = self.megatron.finish() + self._resolve_latest(self._seq, ending=True)
         for save in self._writing:
             events += self._events(save, self._seq, error="the log ends before this async save finished "
@@ -159,7 +233,10 @@ class NemoParser(OneFileFormat):
                 writing.starts[rank] = start
                 return []
         events = self._resolve_latest(seq)
-        self._latest = _Save(iteration, {rank: start}, overlaps=bool(self._writing))
+        self._latest = _Save(iteration, {rank: start}, overlaps=bool(self._writing), preemption=self._preempting)
+        if self._preempting:
+            self._preemption_saves.append(iteration)
+            self._preempting = False
         return events
 
     def _scheduled(self, path: str) -> None:
@@ -195,8 +272,13 @@ class NemoParser(OneFileFormat):
                 return events
             # A path written another way than in its `Scheduled` line: the oldest save of the iteration.
             save = next((s for s in self._writing if s.iteration == iteration), None)
-            if save is None:
-                return events  # the log begins mid-save
+            if save is None:  # the log begins mid-save, or its start lines were cut: an end without its save
+                if path in self._orphans:
+                    return events  # its other end line
+                self._orphans.append(path)
+                self._unmatched_at_end += self._pending_at_end is not None
+                return events + [CheckpointEvent(EventKind.SAVE_END, rank=0, iteration=iteration, path=path,
+                                                 wall_ns=prefix_ns, source=TimeSource.NEMO_PREFIX, seq=seq)]
         if numbered_by_step and save.iteration == iteration:
             self._two_numberings = True
         self._writing.remove(save)
@@ -205,7 +287,10 @@ class NemoParser(OneFileFormat):
         return events + self._events(save, seq, wall_ns=prefix_ns)
 
     def _poll(self, seconds: float) -> None:
-        if self._pending_at_end is not None:
+        if self._waiting:  # the wait for a preemption save, not a poll
+            self._polls["preemption"].append(seconds)
+            self._waiting = False
+        elif self._pending_at_end is not None:
             self._polls["at_end"].append(seconds)
         elif self._finished_since_poll:
             self._polls["finalized"].append(seconds)
@@ -231,33 +316,62 @@ class NemoParser(OneFileFormat):
             extra = {OVERLAPS_PREVIOUS: True} if save.overlaps else {}
             events.append(CheckpointEvent(EventKind.SAVE_START, wall_ns=start_ns, source=TimeSource.NEMO_PREFIX,
                                           seq=seq, extra=extra, **common))
-            events.append(CheckpointEvent(EventKind.SAVE_BLOCK_END, elapsed_ns=duration,
-                                          source=TimeSource.NEMO_CLOCK, seq=seq, **common))
+            durable = {MEASURES: "durable"}
+            if save.preemption and wall_ns is not None:  # training has stopped: it blocks until durable
+                events.append(CheckpointEvent(EventKind.SAVE_BLOCK_END, wall_ns=wall_ns, source=TimeSource.NEMO_PREFIX,
+                                              seq=end_seq, extra=durable, **common))
+            else:
+                events.append(CheckpointEvent(EventKind.SAVE_BLOCK_END, elapsed_ns=duration,
+                                              source=TimeSource.NEMO_CLOCK, seq=seq,
+                                              extra={MEASURES: "call" if save.asynchronous else "durable"}, **common))
             if end_seq is None:
                 events.append(CheckpointEvent(EventKind.SAVE_END, elapsed_ns=duration,
-                                              source=TimeSource.NEMO_CLOCK, seq=seq, **common))
+                                              source=TimeSource.NEMO_CLOCK, seq=seq, extra=durable, **common))
             elif error is not None:
                 events.append(CheckpointEvent(EventKind.SAVE_END, source=TimeSource.NONE, seq=end_seq, error=error,
                                               **common))
             else:
                 events.append(CheckpointEvent(EventKind.SAVE_END, wall_ns=wall_ns, source=TimeSource.NEMO_PREFIX,
-                                              seq=end_seq, **common))
+                                              seq=end_seq, extra=durable, **common))
         return events
 
     # -- loads ----------------------------------------------------------------------------------
 
-    def _load(self, match: re.Match, seq: int, prefix_ns: int) -> list[CheckpointEvent]:
-        """A restore: a new process, so the saves of the one before that never finished never will."""
-        rank, duration = int(match["rank"]), _seconds_ns(match["duration"])
+    def _close_process(self, seq: int, why: str) -> list[CheckpointEvent]:
+        """The process that wrote the saves still open is gone: they never finish."""
         events = self._resolve_latest(seq)
         for save in self._writing:
-            events += self._events(save, seq, error="a new process started before this async save finished")
+            events += self._events(save, seq, error=why)
         self._writing.clear()
-        return events + [
+        return events
+
+    def _load(self, match: re.Match, seq: int, prefix_ns: int) -> list[CheckpointEvent]:
+        """A restore (of the checkpoint a `Restoring states` or selective-restore line named): a new
+        process, so the saves of the one before that never finished never will."""
+        rank, duration = int(match["rank"]), _seconds_ns(match["duration"])
+        common = self._restore_target()
+        return self._close_process(seq, "a new process started before this async save finished") + [
             CheckpointEvent(EventKind.LOAD_START, rank=rank, wall_ns=prefix_ns - duration,
-                            source=TimeSource.NEMO_PREFIX, seq=seq),
-            CheckpointEvent(EventKind.LOAD_END, rank=rank, elapsed_ns=duration, source=TimeSource.NEMO_CLOCK, seq=seq),
+                            source=TimeSource.NEMO_PREFIX, seq=seq, **common),
+            CheckpointEvent(EventKind.LOAD_END, rank=rank, elapsed_ns=duration, source=TimeSource.NEMO_CLOCK, seq=seq,
+                            **common),
         ]
+
+    def _restored(self, seq: int) -> list[CheckpointEvent]:
+        """Lightning's end of a resume: a load of its own when NeMo logged none (untimed)."""
+        if self._restoring is None:
+            return []  # its load was read (`Global Checkpoint Load`), or its start is not in the log
+        common = {"rank": 0, **self._restore_target()}
+        return [CheckpointEvent(EventKind.LOAD_START, source=TimeSource.NONE, seq=seq, **common),
+                CheckpointEvent(EventKind.LOAD_END, source=TimeSource.NONE, seq=seq, **common)]
+
+    def _restore_target(self) -> dict:
+        """The path and iteration (`step=N` in the path) of the restore being read; none when not said."""
+        path, self._restoring = self._restoring, None
+        if path is None:
+            return {}
+        step = STEP.findall(path)
+        return {"path": path, "iteration": int(step[-1]) if step else None}
 
     # -- notes ----------------------------------------------------------------------------------
 
@@ -284,9 +398,19 @@ class NemoParser(OneFileFormat):
             notes.append(text + "; ".join(parts))
         if self._pending_at_end is not None:
             took = f": that took {sum(at_end):.3f} s" if at_end else ""
-            notes.append(f"{self._pending_at_end} async save{'s were' if self._pending_at_end != 1 else ' was'} still "
-                         f"being written at the end of training and finalized synchronously{took}")
-        return notes
+            pending = self._pending_at_end + self._unmatched_at_end
+            unmatched = f" ({self._unmatched_at_end} of them unmatched ends)" if self._unmatched_at_end else ""
+            notes.append(f"{pending} async save{'s were' if pending != 1 else ' was'} still being written at the end "
+                         f"of training{unmatched} and finalized synchronously{took}")
+        for iteration in self._preemption_saves:
+            waited = self._polls["preemption"]
+            wait = (f"; NeMo waited {sum(waited):.3f} s for it to finalize ('Async checkpointing detected, waiting "
+                    "for it to complete')") if waited else ""
+            notes.append(f"the save at iteration {iteration} was saved on preemption ('Preemption detected, saving "
+                         f"checkpoint and exiting'): training had stopped, so it blocked until it was durable{wait}")
+        notes += [f"the load of {path} was a selective restore: a fine-tune's initialization, not a resume"
+                  for path in self._selective]
+        return notes + self.launcher.notes
 
 
 def _span(values: list[float]) -> str:

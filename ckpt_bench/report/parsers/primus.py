@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ckpt_bench.core.events import CheckpointEvent, TimeSource
+from ckpt_bench.report.parsers.launchers import LogFormat
 from ckpt_bench.report.parsers.lines import ARGUMENTS_START, Grammar, Line, primus_time_ns, scan_lines
 from ckpt_bench.report.parsers.megatron import MegatronParser
 from ckpt_bench.report.parsers.torchtitan import Clock, TorchtitanMessages
@@ -60,7 +61,7 @@ def continues(raw: bytes) -> bool:
     return _PREFIX_BYTES.match(raw) is None
 
 
-class PrimusParser:
+class PrimusParser(LogFormat):
     """Primus file or console lines (any ranks, interleaved) -> events, via `MegatronParser`."""
 
     format = "primus"
@@ -86,20 +87,20 @@ class PrimusParser:
         self._stamp: tuple[str, str] | None = None
         self._prefix_ns: int | None = None
 
-    def feed(self, line: str, seq: int) -> list[CheckpointEvent]:
-        match = PREFIX.match(line)
+    def feed_line(self, message: str, seq: int, rank: int | None) -> list[CheckpointEvent]:
+        match = PREFIX.match(message)
         if match is None:  # a continuation line: same record, same time
-            return self.megatron.feed_message(line, seq, self._prefix_ns)
+            return self.megatron.feed_message(message, seq, self._prefix_ns)
         stamp = (match["day"], match["clock"])
         if stamp != self._stamp:
             self._stamp, self._prefix_ns = stamp, primus_time_ns(*stamp)
         if match["role"] == "rank":
             self.megatron.observed["world_size"] = (int(match["world"]), "the Primus line prefix")
-        message = LOCATION.sub("", match["message"], count=1)
-        events = self.megatron.feed_message(message, seq, self._prefix_ns)
-        if "checkpoint" in message or "step:" in message:  # what torchtitan's messages can be
-            rank = int(match["rank"]) if match["role"] == "rank" else 0
-            events += self.torchtitan.feed(message, seq, rank, Clock(self._prefix_ns, TimeSource.PRIMUS_PREFIX))
+        text = LOCATION.sub("", match["message"], count=1)
+        events = self.megatron.feed_message(text, seq, self._prefix_ns)
+        if "checkpoint" in text or "step:" in text:  # what torchtitan's messages can be
+            writer = int(match["rank"]) if match["role"] == "rank" else 0
+            events += self.torchtitan.feed(text, seq, writer, Clock(self._prefix_ns, TimeSource.PRIMUS_PREFIX))
         return events
 
     def finish(self) -> list[CheckpointEvent]:

@@ -22,10 +22,10 @@ DUMP = "arguments dump"
 class LogSession:
     """Parses log sources in order; collects their configuration (`run_info`, and where each key
     came from in `provenance`), how many arguments dumps they hold, how many lines were skipped,
-    and notes."""
+    and notes. `seq`: the lines read before (the logs before these, read by another session)."""
 
-    def __init__(self) -> None:
-        self.seq = 0
+    def __init__(self, seq: int = 0) -> None:
+        self.seq = seq
         self.skipped = 0
         self.run_info: dict = {}
         self.provenance: dict[str, str] = {}
@@ -35,6 +35,16 @@ class LogSession:
     def events(self, sources: Iterable[LogSource]) -> Iterator[CheckpointEvent]:
         for source in sources:
             yield from self._parse(source)
+
+    def merge(self, later: LogSession) -> None:
+        """Takes in what `later`, the session of logs read after this one's, collected: as if this session
+        had read them too (so logs can be parsed one by one, then reported together)."""
+        self.seq = later.seq
+        self.skipped += later.skipped
+        self.dumps += later.dumps
+        self.notes.extend(note for note in later.notes if note not in self.notes)
+        self.run_info.update(later.run_info)
+        self.provenance.update(later.provenance)
 
     def _parse(self, source: LogSource) -> Iterator[CheckpointEvent]:
         parser = source.parser_class()

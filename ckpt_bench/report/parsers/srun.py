@@ -7,35 +7,27 @@
 
 Slurm pads the task number to the width of the largest one (` 0: ` beside `13: `). With one task per
 GPU the task is the rank: rank 0 prints the save lines and the arguments dump, the last rank the
-timers. The label is stripped and the message read by Megatron's grammar (`MegatronParser`), so the
-clocks are Megatron's: its timestamps (1 us), else its timers (10 us as printed).
-
-A record's continuation lines are the lines of the same task with indented text (a timer's entries
-below its header). A timer block is read as Slurm passes it on: a task's one write, its lines one after
-another. Lines without a label (srun's own messages) are read as they are.
+timers. The label is a launcher prefix, stripped as every launcher's is (`launchers`), and the message
+read by Megatron's grammar (`MegatronParser`), so the clocks are Megatron's: its timestamps (1 us), else
+its timers (10 us as printed). A record's continuation lines are those whose text after the label is
+indented (a timer's entries below its header): a timer block is read as Slurm passes it on, a task's
+one write, its lines one after another. This format only names such logs in the report.
 """
 
 from __future__ import annotations
 
 import re
 
-from ckpt_bench.core.events import CheckpointEvent
-from ckpt_bench.report.parsers.lines import MEGATRON, Grammar
+from ckpt_bench.report.parsers.launchers import SRUN_LABEL
 from ckpt_bench.report.parsers.megatron import MegatronParser
 
-LABEL = re.compile(r"^[ \t]*\d+: ")
-GRAMMAR = Grammar(
-    keywords=MEGATRON.keywords,
-    record_start=re.compile(rb"(?![ \t]*\d+: [ \t])"),  # any line but a label followed by indented text
-    headers=MEGATRON.headers,
-)
+LABEL = re.compile(SRUN_LABEL)
 
 
 class SrunMegatronParser(MegatronParser):
-    """Megatron stdout with a task label on every line -> events, via Megatron's grammar."""
+    """Megatron stdout with a task label on every line."""
 
     format = "megatron-srun-label"
-    grammar = GRAMMAR
 
     @classmethod
     def sniff(cls, first_lines: list[str]) -> bool:
@@ -43,6 +35,3 @@ class SrunMegatronParser(MegatronParser):
         lines = [line for line in first_lines if line.strip()]
         labelled = sum(1 for line in lines if LABEL.match(line))
         return labelled >= 2 and labelled >= 0.8 * len(lines)
-
-    def feed(self, line: str, seq: int) -> list[CheckpointEvent]:
-        return self.feed_message(LABEL.sub("", line, count=1), seq)

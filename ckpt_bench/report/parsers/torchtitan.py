@@ -38,11 +38,13 @@ one wording covers "saving the checkpoint (or staging if async is enabled)", and
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ckpt_bench.core.events import CheckpointEvent, EventKind, TimeSource
+from ckpt_bench.report.engine import MEASURES
 from ckpt_bench.report.parsers.arguments import ArgumentsDump
+from ckpt_bench.report.parsers.launchers import LogFormat
 from ckpt_bench.report.parsers.lines import Grammar, OneFileFormat, megatron_time_ns
 
 _SECONDS = r"(?P<seconds>\d+(?:\.\d+)?)"
@@ -60,12 +62,12 @@ LOAD_DONE = re.compile(r"^Finished loading the checkpoint in " + _SECONDS + r" s
 STEP = re.compile(r"(?:^|\s)(?:validate )?step:\s*(?P<step>\d+)")
 STEP_DIR = re.compile(r"step-(\d+)")
 
-LINE = re.compile(
-    r"(?:\[titan\] )?(?P<stamp>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(?P<ms>\d{3}) - \S+ - [A-Z]+ - (?P<message>.*)$"
-)
-RANK = re.compile(r"^\[(?:rank|default)(?P<rank>\d+)\]:")
-SNIFF = re.compile(r"\[titan\] \d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} - |"
-                   r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} - root - INFO - Starting job: ")
+_LOGGING = r"(?P<stamp>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(?P<ms>\d{3}) - \S+ - [A-Z]+ - "  # Python logging's
+LINE = re.compile(r"(?:\[titan\] )?" + _LOGGING + r"(?P<message>.*)$")
+# A torchtitan log: its tag, its first line, or (a snippet) its checkpoint wording in Python logging's lines.
+SNIFF = re.compile(r"\[titan\] \d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} - |" + _LOGGING
+                   + r"(?:Starting job: |Saving a (?:full|model)|(?:Finished )?(?:[Ss]aving|[Ss]taging|[Ll]oading) the "
+                     r"checkpoint|Finish saving the checkpoint|Last step checkpoint completed)")
 
 # The metrics lines (`step: N`) are kept too: each rank's last one is the step of its next save.
 GRAMMAR = Grammar(keywords=(b"checkpoint", b"step: "))
@@ -253,7 +255,9 @@ class TorchtitanMessages:
             return []
         if save.ambiguous and save.blocked and not save.asynchronous and not save.last_step:
             self.seen.add(ASYNC_UNKNOWN)  # taken as synchronous: no background write ended it
-        return save.events
+        measures = _measures(save)
+        return [replace(event, extra={**event.extra, MEASURES: measures[event.kind]})
+                if event.kind in measures and event.error is None else event for event in save.events]
 
     # -- loads ----------------------------------------------------------------------------------
 
@@ -286,6 +290,17 @@ class TorchtitanMessages:
         return sorted(self.seen)
 
 
+def _measures(save: _Save) -> dict[EventKind, str]:
+    """What torchtitan's figures of a resolved save measure: its block end's, its end's."""
+    if save.asynchronous and not save.last_step:
+        block = "staging"  # the write goes on in the background
+    elif save.ambiguous and not save.last_step:
+        block = "durable_or_staging"  # 'saving (or staging if async is enabled)', async unknown
+    else:
+        block = "durable"  # a synchronous save; the last step's save always is
+    return {EventKind.SAVE_BLOCK_END: block, EventKind.SAVE_END: "durable" if block == "staging" else block}
+
+
 def _seconds_ns(text: str) -> int:
     """Printed seconds -> ns (exact: no float); ValueError on an endless number."""
     whole, _, fraction = text.partition(".")
@@ -297,7 +312,7 @@ def logging_time_ns(stamp: str, milliseconds: str) -> int:
     return megatron_time_ns(stamp) + int(milliseconds) * 10**6
 
 
-class TorchtitanParser(OneFileFormat):
+class TorchtitanParser(LogFormat, OneFileFormat):
     """torchtitan stdout (`[titan]` lines, any ranks) -> events."""
 
     format = "torchtitan"
@@ -313,14 +328,13 @@ class TorchtitanParser(OneFileFormat):
     def sniff(cls, first_lines: list[str]) -> bool:
         return any(SNIFF.search(line) for line in first_lines)
 
-    def feed(self, line: str, seq: int) -> list[CheckpointEvent]:
+    def feed_line(self, message: str, seq: int, rank: int | None) -> list[CheckpointEvent]:
         self._seq = seq
-        match = LINE.search(line)
+        match = LINE.search(message)
         if match is None:
             return []
-        rank = RANK.match(line)
         clock = Clock(logging_time_ns(match["stamp"], match["ms"]), TimeSource.TORCHTITAN_TIMESTAMP)
-        return self.messages.feed(match["message"], seq, int(rank["rank"]) if rank else 0, clock)
+        return self.messages.feed(match["message"], seq, rank or 0, clock)
 
     def finish(self) -> list[CheckpointEvent]:
         return self.messages.finish(self._seq)
