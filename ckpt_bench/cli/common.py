@@ -1,6 +1,7 @@
 """What both commands share: a `ckpt_bench.core.options.Flag` as a click option (`click_option`; the
 launcher's options, and the advice options `ckpt-report` shares with it), the one-line error (`fail`),
-and the entry point that turns click's usage errors into that line too (`entry_point`)."""
+what goes to stdout (`wants_table`), and the entry point that turns click's usage errors into that line
+too (`entry_point`)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,11 @@ def click_option(name: str, flag: Flag, tag: str = ""):
     else:
         kwargs.update(type=click_type(flag), default=flag.default, multiple=flag.multiple)
     return cloup.option(name, *decls, **kwargs)
+
+
+def wants_table(output_format: str | None) -> bool:
+    """`--format table`, or no `--format` and stdout a terminal: pipes and scripts keep getting JSON."""
+    return output_format == "table" or (output_format is None and sys.stdout.isatty())
 
 
 def fail(message: str, code: int = 2):

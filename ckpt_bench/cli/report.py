@@ -4,12 +4,14 @@
                           [--mtbf-hours H | --gpu-mttf-hours H [--gpus N]] [--restart-overhead S]
     python ckpt_report.py --compare A B [C ...] [--format json|table]
 
-PATH: a Megatron-LM stdout log (also under `srun --label`), a NeMo 2 or torchtitan log, a Primus log
-file or folder (logs/pre_trainer/), a run directory of ours, or a sweep directory; the format is found by
-content. `--compare` puts the reports of run directories, report.json files and sweep directories side
-by side. Errors are one line on stderr, never a traceback: exit 1 when no checkpoint event is found,
-2 on bad usage or a file that cannot be read. Lines that cannot be read are skipped and counted in
-the report's notes.
+PATH: a Megatron-LM stdout log (also under `srun --label`), a Megatron-DeepSpeed, NeMo 2 or torchtitan log
+(or a snippet of one), a Primus log file or folder (logs/pre_trainer/), a folder of logs (read below it,
+by content), a run directory of ours, or a sweep directory; the format is found by content. Logs that
+are not one job's are reported as runs apart (`runs`). On a terminal the summary is printed, JSON when
+piped (`--format` chooses). `--compare` puts the reports of run directories, report.json files and sweep
+directories side by side. Errors are one line on stderr, never a traceback: exit 1 when no checkpoint
+event is found, 2 on bad usage or a file that cannot be read. Lines that cannot be read are skipped and
+counted in the report's notes.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 
 import click
 
-from ckpt_bench.cli.common import click_option, entry_point, fail
+from ckpt_bench.cli.common import click_option, entry_point, fail, wants_table
 from ckpt_bench.core.errors import ConfigError, ReportError
 from ckpt_bench.core.rundir import sweep_results_file
 from ckpt_bench.report.advice import AdviceOptions, add_advice
@@ -44,8 +46,8 @@ def _write(path: str, text: str) -> None:
 @click.option("--primus-log-dir", multiple=True, help="A Primus log folder (same as giving it as PATH).")
 @click.option("--ckpt-dir", help="Checkpoint folder to measure iter_* sizes (and so bandwidth) from.")
 @click.option("--output", type=click.Path(dir_okay=False), help="Also write the JSON report here.")
-@click.option("--format", "output_format", type=click.Choice(["json", "table"]), default="json",
-              show_default=True, help="What to print.")
+@click.option("--format", "output_format", type=click.Choice(["json", "table"]), default=None,
+              help="What to print: the summary (table; the default on a terminal) or JSON (the default when piped).")
 @click.option("--html", "html_file", type=click.Path(dir_okay=False),
               help="Also write a self-contained HTML report here (of logs, a run directory or a sweep directory).")
 @click.option("--compare", is_flag=True, help="Compare PATH... (run directories, report.json files, sweep "
@@ -68,7 +70,11 @@ def report(paths, primus_log_dir, ckpt_dir, output, output_format, html_file, co
 
 def _report(paths, ckpt_dir, html_file, advice, output, output_format) -> None:
     report, operations = log_report_and_operations(paths, ckpt_dir=ckpt_dir)
-    report = add_advice(report, advice)
+    runs = report.get("runs")
+    if runs is not None and html_file:
+        raise ReportError(f"--html draws one run; these logs are {len(runs)} runs: give the logs of one of them")
+    for one in runs or [report]:
+        add_advice(one, advice)
     text = to_json(report)
     if output:
         _write(output, text + "\n")
@@ -78,12 +84,16 @@ def _report(paths, ckpt_dir, html_file, advice, output, output_format) -> None:
         run_dir = (report.get("run") or {}).get("dir")
         rows = html_report.run_timeline(run_dir) if run_dir else html_report.timeline(operations)
         _write(html_file, html_report.render_report(json.loads(text), rows, source=", ".join(map(str, paths))))
-    if output_format == "table":  # the same summary as ckpt_launch.py's
+    if not wants_table(output_format):
+        click.echo(text)
+    elif runs is not None:
+        from ckpt_bench.present.summary import print_runs
+
+        print_runs(json.loads(text))
+    else:  # the same summary as ckpt_launch.py's
         from ckpt_bench.present.summary import print_report
 
         print_report(json.loads(text))
-    else:
-        click.echo(text)
 
 
 def _sweep(folder: Path, html_file, output, output_format) -> None:
@@ -99,7 +109,7 @@ def _sweep(folder: Path, html_file, output, output_format) -> None:
         _write(output, text + "\n")
     if html_file:
         _write(html_file, render_sweep(results))
-    if output_format == "table":
+    if wants_table(output_format):
         from ckpt_bench.present.summary import print_sweep
 
         print_sweep(json.loads(text), results)
@@ -122,7 +132,7 @@ def _compare(paths, primus_log_dir, ckpt_dir, html_file, advice, output, output_
     text = to_json(compare(sources))
     if output:
         _write(output, text + "\n")
-    if output_format == "table":
+    if wants_table(output_format):
         from ckpt_bench.present.summary import print_comparison
 
         print_comparison(json.loads(text))

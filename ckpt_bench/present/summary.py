@@ -106,6 +106,19 @@ def print_report(report: dict, file: TextIO | None = None) -> None:
     _print_paths(out, p.where_rows(report))
 
 
+def print_runs(report: dict, file: TextIO | None = None) -> None:
+    """Logs of several runs (`ckpt_report.py` on logs that are not one job's): each run's summary under its
+    sources, then why they are apart."""
+    out = console(file)
+    runs = report["runs"]
+    for index, run in enumerate(runs, 1):
+        out.print(Text(f"Run {index} of {len(runs)}: {', '.join(run.get('sources') or [])}", style="bold reverse"),
+                  soft_wrap=True)
+        out.print(Group(*report_renderables(run)))
+        out.print()
+    out.print(Text("\n".join(f"  - {note}" for note in report.get("notes") or [])), soft_wrap=True)
+
+
 def print_sweep(summary: dict, results: dict, file: TextIO | None = None) -> None:
     """A sweep: one row per job, then where its files are."""
     where = [(label, summary[key]) for label, key in (("sweep directory", "dir"), ("results", "results"),
