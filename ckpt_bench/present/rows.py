@@ -124,17 +124,19 @@ def first_save_reason(report: dict) -> tuple[str, str]:
     return "one-off set-up", "a process's first save pays one-off set-up (imports, allocations, planning)"
 
 
+def _slower_than_steady(report: dict, save: dict) -> bool:
+    """Whether a save's block or total time is at least 1.5x the steady median's: unusual enough to say why."""
+    steady = metrics.steady_stats(report)
+    return any(number(save.get(key)) and number((steady.get(key) or {}).get("median"))
+               and save[key] >= 1.5 * steady[key]["median"] for key in ("block_time", "total_time"))
+
+
 def save_remarks(report: dict, save: dict) -> list[str]:
     """What we know about a save's figures that a reader would otherwise misread, in a few words each."""
     remarks = []
-    first = metrics.first_save_apart(report)
-    if first is not None and any(save is other for other in metrics.first_saves(report.get("saves") or [])):
-        steady = metrics.steady_stats(report)
-        slower = [key for key in ("block_time", "total_time")
-                  if number(save.get(key)) and number((steady.get(key) or {}).get("median"))
-                  and save[key] >= 1.5 * steady[key]["median"]]
-        if slower:
-            remarks.append(f"first save: {first_save_reason(report)[0]} (counted apart)")
+    if metrics.first_save_apart(report) is not None and _slower_than_steady(report, save) and \
+            any(save is other for other in metrics.first_saves(report.get("saves") or [])):
+        remarks.append(f"first save: {first_save_reason(report)[0]} (counted apart)")
     if save.get("overlapped"):
         remarks.append("overlapped the previous save (an async save started before that one was written)")
     if number(save.get("wait_for_previous")) and save["wait_for_previous"] >= 0.01:
@@ -176,9 +178,11 @@ def headline_rows(report: dict) -> list[tuple[str, str]]:
     ]
     first = metrics.first_save_apart(report)
     if first is not None:
+        slow = _slower_than_steady(report, first)
+        why = first_save_reason(report)[1] if slow else "no slower than the later ones here"
         rows.append(("first save", f"iteration {fmt(first.get('iteration'))}: block "
                                    f"{seconds(first.get('block_time'))}, total {seconds(first.get('total_time'))}, "
-                                   f"{mibps(first.get('bandwidth'))} -- counted apart: {first_save_reason(report)[1]}"))
+                                   f"{mibps(first.get('bandwidth'))} -- counted apart: {why}"))
     steady = metrics.steady_stats(report)
     count = (steady.get("total_time") or steady.get("block_time") or {}).get("n")
     parts = [f"{word} {_range(steady[key], render, digits)}" for key, word, render, digits in

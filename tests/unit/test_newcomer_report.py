@@ -65,6 +65,12 @@ def test_the_first_save_is_apart_and_explained_beside_it():
     assert "megatron-core's writer start-up" in html.render_report(report) and page.tables["saves-table"] == 1 + 4 + 1
 
 
+def test_a_first_save_as_fast_as_the_others_gets_no_story():
+    report = _report([_save(1, 0.7, 0.71), _save(2, 0.9, 0.89), _save(3, 0.7, 0.67)], ckpt_format="torch_dcp")
+    assert "counted apart: no slower than the later ones here" in " ".join(_text(report).split())
+    assert rows.save_remarks(report, report["saves"][0]) == []
+
+
 def test_overlaps_waits_and_rank_spread_are_named_beside_the_save():
     saves = [_save(2, 0.5, 0.6), _save(4, 0.6, 2.0, rank_times=(0.1, 0.6), overlapped=True, wait_for_previous=0.3)]
     remarks = rows.save_remarks(_report(saves), saves[1])
