@@ -87,6 +87,9 @@ class WorkloadConfig(CheckpointOptions, StorageOptions):
         if self.async_save and not info.async_save:
             raise ConfigError(f"--async-save: the {self.engine} engine has no asynchronous save (DLIO's is "
                               "synchronous); use --engine torch_dist or --engine dcp")
+        if self.sync_files is False and info.always_fsyncs:
+            raise ConfigError(f"--no-sync-files: the {self.engine} engine's writer (megatron-core) always fsyncs "
+                              "its files; use --engine torch-save or dcp to write without fsync")
         if self.thread_count is not None and not info.thread_count:
             raise ConfigError(f"--thread-count: the {self.engine} engine writes each rank's files one after the "
                               "other; writer threads apply to --engine dcp and torch_dist")

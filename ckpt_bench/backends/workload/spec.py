@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ckpt_bench.backends.workload.shapes import Layout, Workload, layout
+from ckpt_bench.backends.workload.engines import ENGINES, state_layout
+from ckpt_bench.backends.workload.shapes import Layout, Workload
 from ckpt_bench.core.checkpoint_dir import iter_dir_name
 from ckpt_bench.core.worker_spec import WorkerSpec
 
@@ -46,7 +47,8 @@ class WorkloadSpec(WorkerSpec):
     section: ClassVar[str] = SECTION
 
     def layout(self) -> Layout:
-        return layout(Workload(**self.workload), self.world_size, self.subset_ranks)
+        """The layout of what the engine saves (DLIO's tensors, or a Megatron GPT's for torch_dist)."""
+        return state_layout(ENGINES[self.engine], Workload(**self.workload), self.world_size, self.subset_ranks)
 
     def location(self, call: int) -> str:
         """Where save number `call` (1-based) goes."""

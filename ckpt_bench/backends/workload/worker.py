@@ -42,11 +42,12 @@ def _log(rank: int, message: str) -> None:
 
 
 def _perturb(state: RankState, call: int, digests: dict[str, str]) -> None:
-    """Make checkpoint `call` differ from the others: its smallest tensor gets `call` added, and only that
-    tensor is digested again (digesting a rank's whole share before every save would cost minutes)."""
+    """Make checkpoint `call` differ from the others: the engine's chosen tensor, or the smallest, gets `call`
+    added, and only that tensor is digested again (digesting a rank's whole share before every save would
+    cost minutes)."""
     if not state.tensors:
         return
-    name = min(state.tensors, key=lambda key: state.tensors[key].numel())
+    name = state.perturbed or min(state.tensors, key=lambda key: state.tensors[key].numel())
     state.tensors[name].add_(call)
     digests[name] = integrity.tensor_digest(state.tensors[name])
 

@@ -35,6 +35,8 @@ class EngineInfo:
     """The storages it writes to (`CheckpointStorage.kind`)."""
     async_staging_copies: int = 0
     """Extra copies of a rank's state an async save holds while it writes (for the memory check)."""
+    always_fsyncs: bool = False
+    """Whether its writer fsyncs whatever --sync-files says (megatron-core's has no switch)."""
 
 
 ENGINES: dict[str, EngineInfo] = {
@@ -44,7 +46,8 @@ ENGINES: dict[str, EngineInfo] = {
                    async_save=False, thread_count=False, storage_kinds=("disk", "s3", "fsspec")),
         EngineInfo("torch_dist", "ckpt_bench.backends.workload.engines.torch_dist",
                    "megatron-core dist_checkpointing, torch_dist format, fully-parallel save and load", "megatron",
-                   async_save=True, thread_count=True, storage_kinds=("disk",), async_staging_copies=1),
+                   async_save=True, thread_count=True, storage_kinds=("disk",), async_staging_copies=1,
+                   always_fsyncs=True),
         EngineInfo("dcp", "ckpt_bench.backends.workload.engines.dcp",
                    "torch.distributed.checkpoint with writer threads", "dlio",
                    async_save=True, thread_count=True, storage_kinds=("disk", "s3", "fsspec"), async_staging_copies=1),

@@ -30,6 +30,8 @@ class RankState:
     """Every tensor by a name unique across the job (digested, perturbed, saved and loaded by name)."""
     files: list[tuple[FileShare, dict]]
     """DLIO's files of this rank, each with its nested dict of the same tensors (for `torch.save`)."""
+    perturbed: str | None = None
+    """The tensor each save changes (None: the smallest); one no other rank holds a replica of."""
 
     @property
     def nbytes(self) -> int:

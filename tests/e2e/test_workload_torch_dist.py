@@ -1,0 +1,69 @@
+"""`--workload ... --engine torch_dist` end to end: real torchrun ranks hold a Megatron GPT's sharded state (model
+replicated over data-parallel ranks, DistributedOptimizer shards) and save and load it through megatron-core's
+dist_checkpointing; what each rank wrote is read back from the checkpoint's own index (`.metadata`)."""
+
+from __future__ import annotations
+
+import math
+import pickle
+from collections import Counter
+from pathlib import Path
+
+from helpers import ROOT, launch_ok
+
+from ckpt_bench.backends.workload.megatron_shapes import layout
+from ckpt_bench.backends.workload.shapes import load_dlio_yaml
+
+WORKLOADS = ROOT / "tests" / "fixtures" / "workloads"
+TINY = WORKLOADS / "tiny_test.yaml"  # TP1 x DP2 on 2 ranks: the fully-parallel save splits the model between them
+TP2_SUBSET = WORKLOADS / "tiny_tp2_subset.yaml"  # ranks 0 and 1 (TP 0 and 1 of DP rank 0) of a TP2 x DP2 job
+
+
+def tensor_bytes_by_rank(folder: Path) -> Counter:
+    """Tensor bytes each rank wrote, from the checkpoint's global index: every chunk's file is `__<rank>_<t>.distcp`."""
+    metadata = pickle.loads((folder / ".metadata").read_bytes())
+    written: Counter = Counter()
+    for index, stored in metadata.storage_data.items():
+        tensor = metadata.state_dict_metadata[index.fqn]
+        if index.offset is None:  # a pickled object (`_extra_state`, the optimizer's bucket sizes)
+            continue
+        chunk = next(c for c in tensor.chunks if tuple(c.offsets) == tuple(index.offset))
+        rank = int(stored.relative_path.split("_")[2])
+        written[rank] += math.prod(chunk.sizes) * tensor.properties.dtype.itemsize
+    return written
+
+
+def run(tmp_path: Path, workload: Path, *options: str) -> tuple[dict, Path]:
+    """The brief's launch, checkpoints kept: its report and the folder of its last save."""
+    report = launch_ok("--workload", workload, "--engine", "torch_dist", "--nproc-per-node", "2",
+                       "--save-calls", "2", "--load-calls", "1", "--time-between-checkpoints", "0", *options,
+                       "--save-dir", tmp_path / "ckpt", "--keep-checkpoints", "--format", "json",
+                       runs_dir=tmp_path / "runs")
+    return report, tmp_path / "ckpt" / report["run"]["dir"].rsplit("/", 1)[1] / "iter_0000002"
+
+
+def check_written(report: dict, folder: Path, workload: Path, world_size: int, threads: int = 1) -> None:
+    """The files (`threads` shard files a rank) and every rank's tensor bytes are megatron_shapes' layout, to
+    the byte."""
+    expected = layout(load_dlio_yaml(workload), world_size=world_size, subset_ranks=2)
+    assert report["verified"] is True and report["verification"]["ranks_checked"] == 2
+    assert report["num_saved"] == 2 and report["config"]["tensor_bytes_per_save"] == expected.run_bytes
+    assert report["config"]["fsync"] is True  # megatron-core fsyncs its shard files and .metadata
+    files = {f.name for share in expected.ranks for f in share.files}
+    files |= {f"__{share.rank}_{thread}.distcp" for share in expected.ranks for thread in range(threads)}
+    assert {path.name for path in folder.iterdir()} == files
+    assert tensor_bytes_by_rank(folder) == {share.rank: share.bytes for share in expected.ranks}
+    assert all(expected.run_bytes < save["bytes"] < expected.run_bytes * 1.01 for save in report["saves"])
+
+
+def test_fully_parallel_save_and_load(tmp_path):
+    report, folder = run(tmp_path, TINY)
+    check_written(report, folder, TINY, world_size=2)
+    assert report["ckpt_format"] == "torch_dist" and report["async_save"] is False
+
+
+def test_async_save_of_a_tp2_subset_with_two_writers(tmp_path):
+    report, folder = run(tmp_path, TP2_SUBSET, "--async-save", "--thread-count", "2")
+    check_written(report, folder, TP2_SUBSET, world_size=4, threads=2)
+    assert report["async_save"] is True and report["config"]["subset"] == 2
+    assert all(save["block_time"] <= save["total_time"] for save in report["saves"])
