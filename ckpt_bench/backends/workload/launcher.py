@@ -90,7 +90,7 @@ class WorkloadConfig(CheckpointOptions, StorageOptions):
         if self.sync_files is False and info.always_fsyncs:
             raise ConfigError(f"--no-sync-files: the {self.engine} engine's writer (megatron-core) always fsyncs "
                               "its files; use --engine torch-save or dcp to write without fsync")
-        if self.thread_count is not None and not info.thread_count:
+        if self.thread_count is not None and info.default_threads is None:
             raise ConfigError(f"--thread-count: the {self.engine} engine writes each rank's files one after the "
                               "other; writer threads apply to --engine dcp and torch_dist")
 
@@ -181,18 +181,19 @@ def preview(config: WorkloadConfig, launch: LaunchConfig, run: WorkloadRun) -> d
 def run_info(config: WorkloadConfig, run: WorkloadRun, spec: WorkloadSpec, storage_kind: str,
              launch: LaunchConfig) -> dict:
     workload, layout = run.workload, run.layout
+    megatron = config.engine_info.state == "megatron"  # a Megatron GPT's state: fully parallel, DistributedOptimizer
     return {
         "world_size": run.ranks,
         "data_parallel_size": layout.data_parallelism,
         "ckpt_format": config.engine,
-        "ckpt_fully_parallel_save": None,
-        "ckpt_fully_parallel_load": None,
+        "ckpt_fully_parallel_save": True if megatron else None,
+        "ckpt_fully_parallel_load": True if megatron else None,
         "async_save": config.async_save,
         "save_interval": None,
-        "optimizer": None,
-        "use_distributed_optimizer": None,
+        "optimizer": "adam" if megatron else None,
+        "use_distributed_optimizer": True if megatron else None,
         "params_dtype": workload.model_datatype,
-        "main_params_dtype": None,
+        "main_params_dtype": workload.optimizer_datatype if megatron else None,
         "exp_avg_dtype": workload.optimizer_datatype,
         "exp_avg_sq_dtype": workload.optimizer_datatype,
         # Beyond the Primus keys.
@@ -269,7 +270,8 @@ class WorkloadBackend(Backend):
             workload=dataclasses.asdict(run.workload), world_size=run.layout.world_size,
             subset_ranks=run.ranks if run.layout.is_subset else None, engine=config.engine,
             save_calls=run.save_calls, load_calls=run.load_calls, time_between_checkpoints=run.time_between,
-            sync_files=sync_files, async_save=config.async_save, thread_count=config.thread_count or 1,
+            sync_files=sync_files, async_save=config.async_save,
+            thread_count=config.thread_count or info.default_threads or 1,
             dist_backend=config.dist_backend or default_dist_backend(), storage=storage.describe(), seed=1234)
         passes = [WorkerPass("save", ["--phase", "save"])]
         if run.load_calls:
@@ -297,8 +299,9 @@ def _notes(config: WorkloadConfig, run: WorkloadRun, sync_files: bool, storage_k
         notes.append("fsync on: DLIO asks for it in the workload (checkpoint.fsync) but never calls it; run with "
                      "--no-sync-files to reproduce what DLIO does")
     if config.engine_info.state != "dlio":
-        notes.append(f"the {config.engine} engine saves another state than DLIO's files: see the README's workload "
-                     "section; mlperf.dlio.checkpoint_size_GB is the DLIO state's size")
+        notes.append(f"the {config.engine} engine saves a Megatron GPT's sharded state with the distributed optimizer, "
+                     "not DLIO's files: bytes and files per rank differ (docs/workloads.md); "
+                     "mlperf.dlio.checkpoint_size_GB is that state's size")
     return notes
 
 

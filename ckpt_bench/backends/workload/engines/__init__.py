@@ -29,8 +29,8 @@ class EngineInfo:
     tensors of a Megatron GPT with the distributed optimizer)."""
     async_save: bool
     """Whether it has an asynchronous save (`--async-save`)."""
-    thread_count: bool
-    """Whether it reads `--thread-count` (writer threads per rank)."""
+    default_threads: int | None
+    """Writer threads per rank without `--thread-count` (its own default); None: it reads no `--thread-count`."""
     storage_kinds: tuple[str, ...]
     """The storages it writes to (`CheckpointStorage.kind`)."""
     async_staging_copies: int = 0
@@ -43,14 +43,15 @@ ENGINES: dict[str, EngineInfo] = {
     info.name: info for info in (
         EngineInfo("torch-save", "ckpt_bench.backends.workload.engines.torch_save",
                    "torch.save of each rank's files with DLIO's names (MLPerf Storage's way)", "dlio",
-                   async_save=False, thread_count=False, storage_kinds=("disk", "s3", "fsspec")),
+                   async_save=False, default_threads=None, storage_kinds=("disk", "s3", "fsspec")),
         EngineInfo("torch_dist", "ckpt_bench.backends.workload.engines.torch_dist",
                    "megatron-core dist_checkpointing, torch_dist format, fully-parallel save and load", "megatron",
-                   async_save=True, thread_count=True, storage_kinds=("disk",), async_staging_copies=1,
+                   # 2 writer threads a rank: Megatron-LM's default (--ckpt-fully-parallel-save's torch_dist strategy)
+                   async_save=True, default_threads=2, storage_kinds=("disk",), async_staging_copies=1,
                    always_fsyncs=True),
         EngineInfo("dcp", "ckpt_bench.backends.workload.engines.dcp",
                    "torch.distributed.checkpoint with writer threads", "dlio",
-                   async_save=True, thread_count=True, storage_kinds=("disk", "s3", "fsspec"), async_staging_copies=1),
+                   async_save=True, default_threads=1, storage_kinds=("disk", "s3", "fsspec"), async_staging_copies=1),
     )
 }
 
