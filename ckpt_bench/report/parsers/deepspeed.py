@@ -66,9 +66,6 @@ class _Span:
     start: CheckpointEvent | None  # None: the log begins after it
     last_ns: int | None = None  # the last `ready` (`Loaded`) line so far
 
-    def closed(self, wall_ns: int) -> None:
-        self.last_ns = wall_ns
-
 
 @dataclass
 class _Held:
@@ -111,14 +108,14 @@ class DeepSpeedParser(LogFormat, OneFileFormat):
             return []
         wall_ns = logging_time_ns(match["stamp"], match["ms"])
         if found := READY.match(text):
-            self._saves.setdefault(found["tag"], _Span(None)).closed(wall_ns)
+            self._saves.setdefault(found["tag"], _Span(None)).last_ns = wall_ns
             return []
         if found := ABOUT.match(text):
             return self._about(found["tag"], wall_ns, seq)
         if found := LOADING.match(text):
             return self._loading(found["path"], wall_ns, seq)
         if LOADED.match(text) and self._load is not None:
-            self._load.closed(wall_ns)
+            self._load.last_ns = wall_ns
         return []
 
     def finish(self) -> list[CheckpointEvent]:
@@ -176,6 +173,8 @@ class DeepSpeedParser(LogFormat, OneFileFormat):
         out: list[CheckpointEvent] = []
         for event in events:
             if event.kind == EventKind.SAVE_START:
+                older = self._held.pop(event.iteration, None)  # a save of this iteration that never ended
+                out += [older.start, *older.events] if older is not None else []
                 self._held[event.iteration] = _Held(event)
             elif event.kind == EventKind.LOAD_END and event.source == TimeSource.NONE and self._load is not None:
                 out.append(self._timed(event, self._load))
