@@ -151,6 +151,8 @@ def save_remarks(report: dict, save: dict) -> list[str]:
 
 def fsync_words(report: dict) -> str:
     """Whether "complete" meant durable: the first thing to check before comparing two save times."""
+    if not metrics.says_fsync(report):
+        return "not known (the source does not say)"
     fsync = metrics.fsync(report)
     return {True: "yes (a save is complete once on disk)",
             False: "no (complete once in the page cache: compare only with other unsynced saves)",
@@ -275,7 +277,7 @@ def training_rows(training: dict) -> list[tuple[str, str]]:
 
 
 def _cache_words(report: dict, load: dict) -> str:
-    if load.get("cache") == "cold" and metrics.fsync(report) is None:
+    if load.get("cache") == "cold" and metrics.says_fsync(report) and metrics.fsync(report) is None:
         return "read from the object store"
     return {"cold": "cold (evicted from the page cache first)", "warm": "warm (page cache)"}.get(
         load.get("cache"), f"cache {fmt(load.get('cache'))}")

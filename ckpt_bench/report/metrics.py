@@ -129,8 +129,15 @@ def first_save_apart(report: dict) -> dict | None:
 
 
 def fsync(report: dict) -> bool | None:
-    """Whether a save counted as complete only once fsynced (None: object storage, or not known)."""
+    """Whether a save counted as complete only once fsynced (None: object storage, or not known: see
+    `says_fsync`)."""
     for section in (report.get("measurement"), report.get("config")):
         if isinstance(section, dict) and "fsync" in section:
             return section["fsync"]
     return None
+
+
+def says_fsync(report: dict) -> bool:
+    """Whether the report knows if its saves were fsynced (a run does; a log does not say)."""
+    return any(isinstance(section, dict) and "fsync" in section
+               for section in (report.get("measurement"), report.get("config")))

@@ -109,6 +109,8 @@ def test_fsync_and_the_cache_are_said_where_saves_are_compared():
     s3 = " ".join(_text(_report(FIRST_SLOW, fsync=None)).split())
     assert "read from the object store" in s3 and "page cache" not in s3.split("load 0.500 s")[1].split("\n")[0]
     assert "cold (evicted from the page cache first)" in " ".join(_text(_report(FIRST_SLOW)).split())
+    from_log = {key: value for key, value in _report(FIRST_SLOW).items() if key not in ("measurement", "config")}
+    assert "fsync not known (the source does not say)" in " ".join(_text(from_log).split())
 
 
 def test_a_repeat_series_is_one_report_read_like_any_other(tmp_path):
