@@ -12,7 +12,10 @@ The launcher needs five things from a storage, whatever it is (`CheckpointStorag
   nothing we did not create is ever written over or deleted;
 * `iteration_sizes()` -- bytes per saved iteration (`iter_NNNNNNN/`), from what was *written*
   (file sizes, object sizes): bandwidth is never computed from a parameter count;
-* `remove()` -- delete the run's checkpoints, only if they carry our mark;
+* `remove()` -- delete the run's checkpoints, only if they carry our mark naming this run;
+* `attach(location, run_dir)` / `reopen` -- the folder an earlier process made (a sweep's killed
+  attempt), so that it can be removed under the same rule;
+* `free_space()` -- room where the checkpoints go, where the storage can tell;
 * `worker_env()` / `describe()` -- what the ranks need to reach it: environment variables (e.g.
   `AWS_ENDPOINT_URL`) and a JSON description the worker spec carries.
 
@@ -37,16 +40,17 @@ its options, if any, join `StorageOptions`.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 from ckpt_bench.storage.base import OWNER_MARK, CheckpointStorage, WorkerStorage
 from ckpt_bench.storage.fsspec import FsspecStorage
-from ckpt_bench.storage.local import LocalStorage, check_writable, remove_checkpoints
+from ckpt_bench.storage.local import LocalStorage, check_writable
 from ckpt_bench.storage.s3 import S3Options, S3Storage
 
 __all__ = [
     "OWNER_MARK", "CheckpointStorage", "FsspecStorage", "LocalStorage", "S3Storage", "StorageOptions",
-    "WorkerStorage", "check_writable", "remove_checkpoints", "storage_for", "worker_storage",
+    "WorkerStorage", "check_writable", "reopen", "storage_for", "worker_storage",
 ]
 
 # The options of every scheme: the dataclass each checkpoint-writing runner's config inherits from.
@@ -72,3 +76,13 @@ def worker_storage(description: dict) -> WorkerStorage:
     """In a rank: how to write and read the storage that `describe()` returned in the launcher."""
     by_kind = {storage.kind: storage for storage in (*SCHEMES.values(), FALLBACK)}
     return by_kind[description["storage"]].worker(description)
+
+
+def reopen(location: str, description: dict, run_dir: Path) -> CheckpointStorage:
+    """The checkpoint folder an earlier process made for the run in `run_dir` (run.json's `checkpoint_dir`
+    and `storage`: the settings `describe()` gave), attached: `remove()` then deletes it only if its mark
+    proves it is that run's."""
+    settings = {name: description[name] for name in StorageOptions.flags() if description.get(name) is not None}
+    storage = storage_for(location, StorageOptions(**settings))
+    storage.attach(location, run_dir)
+    return storage

@@ -14,10 +14,24 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 if TYPE_CHECKING:
     from ckpt_bench.storage.baseline import Baseline
 
-# Written into every checkpoint folder/prefix we create: we delete one only if it carries our mark.
+# Written into every checkpoint folder/prefix we create: we delete one only if it carries our mark, naming
+# the run it was made for (`mark_text`): a mark copied from another run proves nothing.
 OWNER_MARK = ".ckpt-bench-owned"
+# A run's checkpoint folder is named after its run directory; when another run took that name (two
+# launches in the same second, with different --runs-dir), `-2`, `-3`, ... up to this many.
+MAX_NAME_SUFFIX = 100
 # Where --storage-baseline writes, inside the run's checkpoint folder or prefix; removed once measured.
 BASELINE_FOLDER = "storage-baseline"
+
+
+def mark_text(run_dir: Path) -> str:
+    """What OWNER_MARK holds in the checkpoint folder made for the run in `run_dir`."""
+    return f"created by ckpt-bench for {run_dir}\n"
+
+
+def folder_names(run_dir: Path) -> list[str]:
+    """Names to try, in order, for the checkpoint folder of the run in `run_dir`."""
+    return [run_dir.name, *(f"{run_dir.name}-{n}" for n in range(2, MAX_NAME_SUFFIX + 1))]
 
 
 class WorkerStorage(Protocol):
@@ -72,7 +86,18 @@ class CheckpointStorage(Protocol):
         ...
 
     def create(self, run_dir: Path) -> str:
-        """Make this run's fresh folder/prefix, marked as ours, and return its location."""
+        """Make this run's fresh folder/prefix (`<save-dir>/<run-dir name>`, or with `-2`, `-3`, ... when another
+        run took that name), marked as ours (`mark_text`), and return its location. Never reuses anything."""
+        ...
+
+    def attach(self, location: str, run_dir: Path) -> None:
+        """Take `location` as the checkpoint folder an earlier process made for the run in `run_dir` (a sweep's
+        killed attempt), so that `remove` can delete it, if its mark proves it is that run's."""
+        ...
+
+    def free_space(self) -> tuple[str, int] | None:
+        """(the folder measured, its free bytes) where the checkpoints will go; None where the storage
+        cannot tell (an object store)."""
         ...
 
     def iteration_sizes(self) -> dict[int, int]:
@@ -89,7 +114,7 @@ class CheckpointStorage(Protocol):
         ...
 
     def remove(self) -> bool:
-        """Delete this run's checkpoints if we created them; True if something was removed."""
+        """Delete this run's checkpoint folder if its mark proves this run created it; True if removed."""
         ...
 
     def worker_env(self) -> dict[str, str]:

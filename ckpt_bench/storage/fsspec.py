@@ -9,6 +9,7 @@ run, removal only below a folder that carries our mark.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any, BinaryIO
 
 from ckpt_bench.core.checkpoint_dir import evict_from_page_cache, iter_dir_name, sizes_by_iteration
 from ckpt_bench.core.errors import ConfigError
-from ckpt_bench.storage.base import BASELINE_FOLDER, OWNER_MARK
+from ckpt_bench.storage.base import BASELINE_FOLDER, OWNER_MARK, folder_names, mark_text
 from ckpt_bench.storage.baseline import Baseline, PlainIOBaseline, pieces, read_to_end
 
 
@@ -109,6 +110,7 @@ class FsspecStorage:
         self.location: str | None = None
         self._fs = None
         self._root: str | None = None  # `location` as the filesystem names it (no protocol)
+        self._run_dir: Path | None = None
 
     @property
     def fs(self):
@@ -140,21 +142,33 @@ class FsspecStorage:
             raise ConfigError(f"--save-dir {self.url}: nothing exists there or above it (a missing bucket?)")
 
     def create(self, run_dir: Path) -> str:
-        location = f"{self.url}/{run_dir.name}"
-        root = self._split(location)[1]
-        try:
-            if self.fs.exists(root):
-                raise ConfigError(f"--save-dir {self.url}: {location} already exists; ckpt-bench writes only to a "
-                                  "folder it creates")
-            self.fs.makedirs(root, exist_ok=True)
-            self.fs.pipe(f"{root}/{OWNER_MARK}", f"created by ckpt-bench for {run_dir}\n".encode())
-        except ConfigError:
-            raise
-        except Exception as error:
-            raise ConfigError(f"--save-dir {self.url}: cannot write {location} ({type(error).__name__}: "
-                              f"{error})") from None
-        self._root, self.location = root, location
-        return location
+        for name in folder_names(run_dir):
+            location = f"{self.url}/{name}"
+            root = self._split(location)[1]
+            try:
+                if self.fs.exists(root):
+                    continue  # another run's: never reused
+                self.fs.makedirs(root, exist_ok=False)
+                self.fs.pipe(f"{root}/{OWNER_MARK}", mark_text(run_dir).encode())
+            except Exception as error:
+                raise ConfigError(f"--save-dir {self.url}: cannot write {location} ({type(error).__name__}: "
+                                  f"{error})") from None
+            self.attach(location, run_dir)
+            return location
+        raise ConfigError(f"--save-dir {self.url}: {self.url}/{run_dir.name} and the other names for this run's "
+                          "folder already exist; ckpt-bench writes only to a folder it creates")
+
+    def attach(self, location: str, run_dir: Path) -> None:
+        self._root, self.location, self._run_dir = self._split(location)[1], location, run_dir
+
+    def free_space(self) -> tuple[str, int] | None:
+        local = FsspecWorkerStorage({}).local_path(self.location or self.url)
+        if local is None:
+            return None
+        folder = Path(local)
+        while not folder.exists():
+            folder = folder.parent
+        return str(folder), shutil.disk_usage(folder).free
 
     def iteration_sizes(self) -> dict[int, int]:
         if self._root is None:
@@ -173,7 +187,13 @@ class FsspecStorage:
                                            f"{self.location}/{BASELINE_FOLDER}"))
 
     def remove(self) -> bool:
-        if self._root is None or not self.fs.exists(f"{self._root}/{OWNER_MARK}"):
+        if self._root is None:
+            return False
+        try:
+            mark = self.fs.cat_file(f"{self._root}/{OWNER_MARK}").decode(errors="replace")
+        except FileNotFoundError:
+            return False  # no mark (not ours, or gone): leave it; an unreachable filesystem raises
+        if mark != mark_text(self._run_dir):
             return False
         self.fs.rm(self._root, recursive=True)
         return True

@@ -11,7 +11,7 @@ from typing import Any, BinaryIO
 
 from ckpt_bench.core.checkpoint_dir import iter_dir_name, iteration_folder_sizes
 from ckpt_bench.core.errors import ConfigError
-from ckpt_bench.storage.base import BASELINE_FOLDER, OWNER_MARK
+from ckpt_bench.storage.base import BASELINE_FOLDER, OWNER_MARK, folder_names, mark_text
 from ckpt_bench.storage.baseline import Baseline, local_baseline
 
 
@@ -26,12 +26,13 @@ def check_writable(parent: str | None) -> None:
         raise ConfigError(f"--save-dir {parent}: not writable ({probe} is not a writable directory)")
 
 
-def remove_checkpoints(path: Path) -> bool:
-    """Delete a checkpoint folder only if this tool created it (it carries OWNER_MARK)."""
-    if not (path / OWNER_MARK).is_file():
+def carries_mark(path: Path, run_dir: Path) -> bool:
+    """Whether folder `path` is the one ckpt-bench made for the run in `run_dir` (its mark says so)."""
+    mark = path / OWNER_MARK
+    try:
+        return mark.is_file() and not mark.is_symlink() and mark.read_text() == mark_text(run_dir)
+    except (OSError, UnicodeDecodeError):
         return False
-    shutil.rmtree(path)
-    return True
 
 
 class LocalWorkerStorage:
@@ -78,24 +79,51 @@ class LocalStorage:
     worker = LocalWorkerStorage
 
     def __init__(self, save_dir: str | None, options: Any = None):
-        self.parent = save_dir
+        self.parent = None if save_dir is None else os.path.expanduser(save_dir)  # `~`, even when quoted
         self.location: str | None = None
+        self._run_dir: Path | None = None
 
     def check_access(self) -> None:
         check_writable(self.parent)
 
     def create(self, run_dir: Path) -> str:
-        target = run_dir / "checkpoints" if self.parent is None else Path(self.parent) / run_dir.name
-        try:
-            target.mkdir(parents=True, exist_ok=False)
-            (target / OWNER_MARK).write_text(f"created by ckpt-bench for {run_dir}\n")
-        except FileExistsError:
-            raise ConfigError(f"--save-dir {self.parent}: {target} already exists; ckpt-bench writes only to a "
-                              "folder it creates") from None
-        except OSError as error:
-            raise ConfigError(f"--save-dir {self.parent or run_dir}: cannot write there ({error.strerror})") from None
-        self.location = str(target)
-        return self.location
+        if self.parent is None:
+            targets = [run_dir / "checkpoints"]
+        elif Path(self.parent).resolve() == run_dir.parent.resolve():
+            raise ConfigError(f"--save-dir {self.parent} is also --runs-dir: a run's checkpoint folder would take "
+                              "its run directory's name; give another --save-dir, or none (checkpoints then go "
+                              "inside the run directory)")
+        else:
+            targets = [Path(self.parent) / name for name in folder_names(run_dir)]
+        for target in targets:
+            try:
+                target.mkdir(parents=True, exist_ok=False)  # atomic: no other run can take the same folder
+            except FileExistsError:
+                continue
+            except OSError as error:
+                raise ConfigError(f"--save-dir {self.parent or run_dir}: cannot write there "
+                                  f"({error.strerror})") from None
+            self.attach(str(target), run_dir)
+            try:
+                (target / OWNER_MARK).write_text(mark_text(run_dir))
+            except OSError as error:
+                target.rmdir()
+                raise ConfigError(f"--save-dir {self.parent or run_dir}: cannot write there "
+                                  f"({error.strerror})") from None
+            return str(target)
+        raise ConfigError(f"--save-dir {self.parent}: {targets[0]} and {len(targets) - 1} other names for this run's "
+                          "folder already exist; ckpt-bench writes only to a folder it creates")
+
+    def attach(self, location: str, run_dir: Path) -> None:
+        self.location, self._run_dir = location, run_dir
+
+    def free_space(self) -> tuple[str, int] | None:
+        if self.location is None and self.parent is None:
+            return None
+        folder = Path(self.location or self.parent)
+        while not folder.exists():  # the save dir may not exist yet: the filesystem that will hold it
+            folder = folder.parent
+        return str(folder), shutil.disk_usage(folder).free
 
     def iteration_sizes(self) -> dict[int, int]:
         return iteration_folder_sizes(self.location) if self.location else {}
@@ -108,7 +136,10 @@ class LocalStorage:
         return local_baseline(Path(self.location) / BASELINE_FOLDER)
 
     def remove(self) -> bool:
-        return bool(self.location) and remove_checkpoints(Path(self.location))
+        if self.location is None or not carries_mark(Path(self.location), self._run_dir):
+            return False
+        shutil.rmtree(self.location)
+        return True
 
     def worker_env(self) -> dict[str, str]:
         return {}

@@ -1,23 +1,29 @@
 """`--save-dir s3://bucket/prefix`: the launcher reaches S3 with boto3, the ranks with s3torchconnector.
 
 The launcher side uses boto3 for the up-front checks, the owner mark, object sizes and deletion; the
-ranks write through s3torchconnector's native (CRT) client. Both read the same endpoint:
-`--s3-endpoint`, else `AWS_ENDPOINT_URL`. With an explicit endpoint, path-style addressing is used (a
-hostname such as `localhost` cannot carry a bucket as a subdomain).
+ranks write through s3torchconnector's native (CRT) client. The launcher retries a throttled request
+(503 SlowDown and the like) as many times as the ranks' client would (`--s3-max-attempts`, else 10),
+with jittered backoff, but not an endpoint that does not answer: that fails its one line at once.
+Both read the same endpoint: `--s3-endpoint`, else `AWS_ENDPOINT_URL`. With an explicit endpoint,
+path-style addressing is used (a hostname such as `localhost` cannot carry a bucket as a subdomain).
 """
 
 from __future__ import annotations
 
 import os
+import random
 import re
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 from ckpt_bench.core.checkpoint_dir import iter_dir_name, sizes_by_iteration
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.options import Flag, Options
-from ckpt_bench.storage.base import BASELINE_FOLDER, OWNER_MARK
+from ckpt_bench.storage.base import BASELINE_FOLDER, OWNER_MARK, folder_names, mark_text
 from ckpt_bench.storage.baseline import Baseline, PlainIOBaseline, pieces, read_to_end
 
 _S3_URL = re.compile(r"^s3://(?P<bucket>[^/]+)/?(?P<prefix>.*)$")
@@ -27,6 +33,11 @@ S3_ENDPOINT = Flag(("--s3-endpoint",), "Endpoint URL, e.g. a local S3-compatible
 S3_PART_SIZE = Flag(("--s3-part-size",), "Multipart upload part size in bytes (at least 5 MiB).", type=int, min=1)
 S3_THROUGHPUT_TARGET_GBPS = Flag(("--s3-throughput-target-gbps",),
                                  "Throughput target of the ranks' S3 client, in Gbit/s.", type=float)
+DEFAULT_MAX_ATTEMPTS = 10  # s3torchconnector's own default
+# Error codes of a store that is busy, not broken: retried (`S3Storage._retrying`).
+THROTTLING = frozenset({"SlowDown", "503", "ServiceUnavailable", "500", "InternalError", "RequestTimeout",
+                        "Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequestsException"})
+MAX_BACKOFF_S = 5.0
 S3_MAX_ATTEMPTS = Flag(("--s3-max-attempts",), "Attempts of each S3 request by the ranks' client before the save "
                        "or load fails (s3torchconnector's default, 10, gives up on a dead endpoint after about "
                        "75 s).", type=int, min=1)
@@ -171,6 +182,7 @@ class S3Storage:
         self.max_attempts = options.s3_max_attempts
         self.location: str | None = None
         self._run_prefix: str | None = None
+        self._run_dir: Path | None = None
         self._client = None
 
     # boto3 is imported lazily: local runs never need it.
@@ -180,11 +192,13 @@ class S3Storage:
             import boto3
             from botocore.config import Config
 
+            # One retry for a dropped connection; throttling is retried by `_retrying`, a dead endpoint is not
+            # (botocore's own backoff would take ~25 s to give up on it).
             config = Config(
                 region_name=self.region,
                 connect_timeout=5,
                 read_timeout=30,
-                retries={"max_attempts": 2, "mode": "standard"},
+                retries={"total_max_attempts": 2, "mode": "standard"},
                 s3={"addressing_style": "path"} if self.endpoint else None,
             )
             self._client = boto3.client("s3", endpoint_url=self.endpoint, config=config)
@@ -216,37 +230,64 @@ class S3Storage:
             return ConfigError(f"{where}: S3 error while {doing}: {code or error}")
         return ConfigError(f"{where}: cannot reach S3 while {doing}: {type(error).__name__}: {error}")
 
+    def _retrying(self, call: Callable[..., Any], **arguments) -> Any:
+        """`call(**arguments)`, again after a throttled answer, up to --s3-max-attempts times in all (full-jitter
+        exponential backoff, as AWS's clients do); any other error is raised at once."""
+        from botocore.exceptions import ClientError
+
+        attempts = self.max_attempts or DEFAULT_MAX_ATTEMPTS
+        for attempt in range(1, attempts + 1):
+            try:
+                return call(**arguments)
+            except ClientError as error:
+                code = str(error.response.get("Error", {}).get("Code", ""))
+                if code not in THROTTLING or attempt == attempts:
+                    raise
+                time.sleep(random.uniform(0, min(MAX_BACKOFF_S, 0.1 * 2 ** attempt)))
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
     def check_access(self) -> None:
         try:
-            self.client.head_bucket(Bucket=self.bucket)
+            self._retrying(self.client.head_bucket, Bucket=self.bucket)
         except Exception as error:  # every failure here is the user's setup: one line, no traceback
             raise self._fail(error, "checking the bucket") from None
 
     def _key(self, *parts: str) -> str:
         return "/".join(p for p in (self.prefix, *parts) if p)
 
-    def _keys(self, prefix: str):
-        """(key, size) of every object below `prefix/`."""
-        paginator = self.client.get_paginator("list_objects_v2")
-        for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix + "/"):
-            for item in page.get("Contents", []):
-                yield item["Key"], item["Size"]
+    def _keys(self, prefix: str) -> list[tuple[str, int]]:
+        """(key, size) of every object below `prefix/` (listed again from the start if throttled)."""
+        def listing() -> list[tuple[str, int]]:
+            pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix + "/")
+            return [(item["Key"], item["Size"]) for page in pages for item in page.get("Contents", [])]
+
+        return self._retrying(listing)
+
+    def _holds_objects(self, prefix: str) -> bool:
+        answer = self._retrying(self.client.list_objects_v2, Bucket=self.bucket, Prefix=prefix + "/", MaxKeys=1)
+        return bool(answer.get("Contents"))
 
     def create(self, run_dir: Path) -> str:
-        run_prefix = self._key(run_dir.name)
-        location = f"s3://{self.bucket}/{run_prefix}"
-        try:
-            if next(iter(self._keys(run_prefix)), None) is not None:
-                raise ConfigError(f"--save-dir {self.url}: {location} already holds objects; ckpt-bench writes "
-                                  "only to a prefix it creates")
-            self.client.put_object(Bucket=self.bucket, Key=f"{run_prefix}/{OWNER_MARK}",
-                                   Body=f"created by ckpt-bench for {run_dir}\n".encode())
-        except ConfigError:
-            raise
-        except Exception as error:
-            raise self._fail(error, f"creating {location}") from None
-        self._run_prefix, self.location = run_prefix, location
-        return location
+        for name in folder_names(run_dir):
+            run_prefix = self._key(name)
+            location = f"s3://{self.bucket}/{run_prefix}"
+            try:
+                if self._holds_objects(run_prefix):
+                    continue  # another run's objects: never written over
+                self._retrying(self.client.put_object, Bucket=self.bucket, Key=f"{run_prefix}/{OWNER_MARK}",
+                               Body=mark_text(run_dir).encode())
+            except Exception as error:
+                raise self._fail(error, f"creating {location}") from None
+            self.attach(location, run_dir)
+            return location
+        raise ConfigError(f"--save-dir {self.url}: s3://{self.bucket}/{self._key(run_dir.name)} and the other names "
+                          "for this run's prefix already hold objects; ckpt-bench writes only to a prefix it creates")
+
+    def attach(self, location: str, run_dir: Path) -> None:
+        self._run_prefix, self.location, self._run_dir = _S3_URL.match(location).group("prefix"), location, run_dir
+
+    def free_space(self) -> tuple[str, int] | None:
+        return None  # a bucket has no free space to ask about
 
     def iteration_sizes(self) -> dict[int, int]:
         if self._run_prefix is None:
@@ -267,9 +308,12 @@ class S3Storage:
         from botocore.exceptions import ClientError
 
         try:
-            self.client.head_object(Bucket=self.bucket, Key=f"{self._run_prefix}/{OWNER_MARK}")
+            answer = self._retrying(self.client.get_object, Bucket=self.bucket, Key=f"{self._run_prefix}/{OWNER_MARK}")
+            mark = answer["Body"].read()
         except ClientError:
             return False  # no mark (not ours, or gone): leave it; an unreachable endpoint raises
+        if mark.decode(errors="replace") != mark_text(self._run_dir):
+            return False  # a mark, but another run's
         self._delete_below(self._run_prefix)
         return True
 
@@ -277,7 +321,7 @@ class S3Storage:
         keys = [key for key, _size in self._keys(prefix)]
         for start in range(0, len(keys), 1000):  # DeleteObjects takes at most 1000 keys
             batch = [{"Key": key} for key in keys[start:start + 1000]]
-            self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True})
+            self._retrying(self.client.delete_objects, Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True})
 
     def worker_env(self) -> dict[str, str]:
         return {"AWS_ENDPOINT_URL": self.endpoint} if self.endpoint else {}

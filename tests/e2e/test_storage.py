@@ -26,9 +26,10 @@ def test_s3_prefix_lifecycle(s3_endpoint, tmp_path):
     assert storage.iteration_sizes() == {1: 110, 2: 7}
     assert storage.worker_env() == {"AWS_ENDPOINT_URL": s3_endpoint.url}
 
-    # The same prefix again is refused: we only write where we created.
-    with pytest.raises(ConfigError, match="already holds objects"):
-        _s3(s3_endpoint, f"s3://{bucket}/bench").create(tmp_path / "20250101-000000-run")
+    # The same name again takes the next free one: we only write where we created.
+    again = _s3(s3_endpoint, f"s3://{bucket}/bench")
+    assert again.create(tmp_path / "20250101-000000-run") == f"s3://{bucket}/bench/20250101-000000-run-2"
+    assert again.remove()
 
     assert storage.remove()
     assert s3_endpoint.object_keys(bucket) == ["bench/not-ours.txt"]
