@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ckpt_bench.launcher import oom
+from ckpt_bench.launcher.guard import guarded
 
 # torchrun's --tee prefixes every line with `[<role><local_rank>]:`.
 _TEE_PREFIX = re.compile(r"^\[default(\d+)\]:(.*)$")
@@ -173,6 +174,43 @@ def _tail(path: Path | None, lines: int = 20) -> str:
         return "".join(handle.readlines()[-lines:])
 
 
+class ConsoleLog:
+    """A pass's `console.log`, written as the pass prints. A disk that refuses it (full, read-only) costs the
+    rest of the log, said once on stderr, never the pass: the lines are still read and shown."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._file = None
+
+    def __enter__(self) -> ConsoleLog:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "w", encoding="utf-8")  # closed in __exit__
+        except OSError as error:
+            self._refused(error)
+        return self
+
+    def write(self, line: str) -> None:
+        if self._file is not None:
+            try:
+                self._file.write(line)
+            except OSError as error:
+                self._refused(error)
+
+    def _refused(self, error: OSError) -> None:
+        print(f"could not write {self.path} ({error.strerror or error}): the rest of this pass's output is not "
+              "kept there", file=sys.stderr, flush=True)
+        self.__exit__()
+
+    def __exit__(self, *exc) -> None:
+        handle, self._file = self._file, None
+        if handle is not None:
+            try:
+                handle.close()  # buffered lines reach the disk here: it may refuse them now
+            except OSError as error:
+                self._refused(error)
+
+
 def run_pass(
     name: str,
     topology: Topology,
@@ -202,17 +240,17 @@ def run_command(
     Its output goes to `<log_dir>/console.log`; lines of local rank 0 (torchrun's `--tee` prefix) or,
     from a launcher that prints its ranks' lines bare, any line, are shown when `show_progress` says.
     The command runs in a session of its own: a terminal's Ctrl-C reaches the launcher only, which
-    stops the run in order (`ckpt_bench.launcher.interrupts`, through `on_start`).
+    stops the run in order (`ckpt_bench.launcher.interrupts`, through `on_start`, which is given the
+    guard). It runs under `ckpt_bench.launcher.guard`, so nothing of it outlives the launcher.
     """
-    log_dir.mkdir(parents=True, exist_ok=True)
     failures: list[RankFailure] = []
     pending: dict | None = None
     root_cause = False
     oom_kills_before = oom.oom_kills()
     with (
-        open(log_dir / "console.log", "w", encoding="utf-8") as console,
+        ConsoleLog(log_dir / "console.log") as console,
         subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+            guarded(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
             env=env, bufsize=1, cwd=cwd, start_new_session=True,
         ) as process,
     ):
