@@ -23,9 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from ckpt_bench.core.errors import ConfigError
+from ckpt_bench.core.yamlfile import InvalidYaml, parse_yaml, read_yaml
 
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"  # presets and the default, shipped in the package
 DEFAULT_EXPERIMENT = CONFIGS_DIR / "tiny_gpt.yaml"
@@ -95,12 +94,7 @@ def load_yaml(path: str | os.PathLike, environ: Mapping[str, str] | None = None,
         raise ConfigError(f"{path}: `extends` loops back to itself via {' -> '.join(map(str, _chain))}")
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path}:{where} is not valid YAML ({getattr(error, 'problem', error)})") from None
+    data = read_yaml(path) or {}  # within limits: no alias bomb, no huge file
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     parents = data.pop("extends", None) or []
@@ -197,8 +191,8 @@ def parse_assignment(text: str) -> tuple[str, object]:
     if not sep or not key.strip():
         raise ConfigError(f"--set {text!r}: expected key=value, e.g. --set lr=3e-4")
     try:
-        parsed = yaml.safe_load(value) if value.strip() else ""
-    except yaml.YAMLError:
+        parsed = parse_yaml(value, f"--set {key.strip()}") if value.strip() else ""
+    except InvalidYaml:  # not YAML: the text itself (beyond the limits is refused)
         parsed = value
     if isinstance(parsed, str):
         parsed = _typed(parsed)

@@ -14,6 +14,11 @@
         run.json             run facts: backend, config for the report, checkpoint sizes, passes
         report.json          the report
 
+Every file of a run directory is written whole or not at all (`write_atomic`: a temporary file renamed
+over the name), so a full disk never leaves a 0-byte or truncated report behind; `RunDir.write` turns
+a refusal into one line on stderr and returns False, so the launcher goes on (removes the checkpoints,
+prints the report) when its own disk fails.
+
 Checkpoint folder sizes are measured into run.json before checkpoints are removed, so
 `ckpt_report.py RUN_DIR` rebuilds the same report later (`ckpt_bench.report.assembly.run_report`). This module is
 the layout only: paths, and reading and writing its files.
@@ -21,10 +26,15 @@ the layout only: paths, and reading and writing its files.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
+import sys
 import time
 from pathlib import Path
+
+from ckpt_bench.core.errors import ConfigError
 
 RUN_FILE = "run.json"
 # A sweep directory's results (ckpt_bench.sweep.run): `run_results.json`, or `ckpt_bench_results.json` where another
@@ -38,6 +48,43 @@ def sweep_results_file(folder: str | os.PathLike) -> Path | None:
     return found[0] if found else None
 # Report sections a worker measured beyond checkpoint events, e.g. {"training": {...}} (Lightning).
 MEASUREMENTS_FILE = "measurements.json"
+# A run id names a folder inside --runs-dir: a name, never a path (no `/`, not `.` or `..`).
+RUN_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,199}$")
+
+
+def write_atomic(path: str | os.PathLike, text: str) -> None:
+    """`path` holds `text` whole, or keeps what it held: a temporary file beside it is written, fsynced and
+    renamed over it, so a full disk or a killed process never leaves a 0-byte or truncated file, and a
+    reader on another node never sees half of one. Creates the folder if needed. Raises OSError (the
+    temporary file removed)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(scratch, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(scratch, path)
+    except BaseException:
+        scratch.unlink(missing_ok=True)
+        raise
+
+
+def check_run_id(run_id: str) -> None:
+    """Refuse a run id that is not a plain folder name (it would put the run outside --runs-dir)."""
+    if not RUN_ID.match(run_id) or run_id in (".", ".."):
+        raise ConfigError(f"--run-id {run_id!r}: a run id is a folder name inside --runs-dir: letters, digits, "
+                          "'.', '_' and '-' (not starting with '.' or '-'), at most 200 characters")
+
+
+def _cannot_create(flag: str, folder: Path, error: OSError) -> ConfigError:
+    """One line for a folder we cannot create a run directory in (a file, read-only, no permission)."""
+    reason = error.strerror or str(error)
+    if error.errno == errno.ENOTDIR or (folder.exists() and not folder.is_dir()):
+        reason = "it is a file, not a folder"
+    return ConfigError(f"{flag} {folder}: cannot create a run directory there ({reason}); give a folder you can "
+                       "write to")
 
 
 class RunDir:
@@ -47,28 +94,33 @@ class RunDir:
     @classmethod
     def create(cls, runs_dir: str | os.PathLike, name: str, run_id: str | None = None) -> RunDir:
         """A new run directory: `<runs-dir>/<run_id>` exactly (every node of a multi-node run is given
-        the same id), else a fresh `<runs-dir>/<stamp>-<name>`."""
-        if run_id is not None:
-            path = Path(runs_dir) / run_id
-            try:
-                path.mkdir(parents=True)
-            except FileExistsError:
-                from ckpt_bench.core.errors import ConfigError
-
-                raise ConfigError(f"--run-id {run_id}: {path} already exists; give each run a new id") from None
-            return cls(path)
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "run"
-        base = Path(runs_dir) / f"{stamp}-{safe}"
-        path, suffix = base, 1
-        while True:
-            try:
-                path.mkdir(parents=True)
-                break
-            except FileExistsError:
-                suffix += 1
-                path = base.with_name(f"{base.name}-{suffix}")
-        return cls(path)
+        the same id), else a fresh `<runs-dir>/<stamp>-<name>`. A runs folder that cannot hold it (a file,
+        read-only, not ours to write) is a ConfigError: one line, nothing created."""
+        runs_dir = Path(runs_dir)
+        try:
+            if run_id is not None:
+                check_run_id(run_id)
+                path = runs_dir / run_id
+                try:
+                    path.mkdir(parents=True)
+                except FileExistsError:
+                    raise ConfigError(f"--run-id {run_id}: {path} already exists; give each run a new id") from None
+                return cls(path)
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name).lstrip(".") or "run"
+            base = runs_dir / f"{stamp}-{safe}"
+            path, suffix = base, 1
+            while True:
+                try:
+                    path.mkdir(parents=True)
+                    return cls(path)
+                except FileExistsError:
+                    suffix += 1
+                    path = base.with_name(f"{base.name}-{suffix}")
+        except ConfigError:
+            raise
+        except OSError as error:
+            raise _cannot_create("--runs-dir", runs_dir, error) from None
 
     @staticmethod
     def is_run_dir(path: str | os.PathLike) -> bool:
@@ -98,10 +150,19 @@ class RunDir:
     def report_path(self) -> Path:
         return self.path / "report.json"
 
-    def write_json(self, name: str, data) -> Path:
+    def write(self, name: str, text: str) -> bool:
+        """`<run dir>/<name>` written whole (`write_atomic`). A disk that refuses (full, read-only, gone) is
+        one line on stderr and False: the launcher's own writes never end a run in a traceback."""
         path = self.path / name
-        path.write_text(json.dumps(data, indent=2, default=str) + "\n")
-        return path
+        try:
+            write_atomic(path, text)
+            return True
+        except OSError as error:
+            print(f"could not write {path}: {error.strerror or error}", file=sys.stderr, flush=True)
+            return False
+
+    def write_json(self, name: str, data) -> bool:
+        return self.write(name, json.dumps(data, indent=2, default=str) + "\n")
 
     def read_run(self) -> dict:
         return json.loads((self.path / RUN_FILE).read_text())

@@ -117,6 +117,9 @@ class Checkpoints:
     warm_load: bool  # True: loads read from the page cache, not cold
     storage_baseline: bool = False  # after the passes, measure the storage with the save's I/O shape
     writers_per_rank: int = 1  # files a rank writes at once (DCP's thread_count): the baseline's concurrency
+    # Bytes the run's checkpoints hold on storage at their peak (every save it keeps), when the plan can tell:
+    # checked against the free space before anything starts.
+    expected_bytes: int | None = None
 
 
 @dataclass
@@ -144,7 +147,10 @@ class CheckpointOptions(Options):
         "each save and load reached.", type=bool,
     ).field(False)
 
-    def checkpoints(self, storage: CheckpointStorage, writers_per_rank: int = 1) -> Checkpoints:
-        """`writers_per_rank`: files each rank writes at once (the storage baseline writes as many)."""
+    def checkpoints(self, storage: CheckpointStorage, writers_per_rank: int = 1,
+                    expected_bytes: int | None = None) -> Checkpoints:
+        """`writers_per_rank`: files each rank writes at once (the storage baseline writes as many);
+        `expected_bytes`: what every checkpoint the run keeps adds up to, when known."""
         return Checkpoints(storage, keep=bool(self.keep_checkpoints), warm_load=bool(self.warm_load),
-                           storage_baseline=bool(self.storage_baseline), writers_per_rank=writers_per_rank)
+                           storage_baseline=bool(self.storage_baseline), writers_per_rank=writers_per_rank,
+                           expected_bytes=expected_bytes)

@@ -10,6 +10,7 @@ from typing import ClassVar
 
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.options import Flag, Options
+from ckpt_bench.core.rundir import check_run_id
 from ckpt_bench.launcher.torchrun import Topology
 from ckpt_bench.report.advice import AdviceOptions
 
@@ -56,13 +57,15 @@ class LaunchConfig(CommonOptions, AdviceOptions):
         super().__post_init__()  # the advice options' checks
         if self.nnodes > 1 and self.node_rank >= self.nnodes:
             raise ConfigError(f"--node-rank {self.node_rank}: must be below --nnodes {self.nnodes}")
+        if self.run_id is not None:
+            check_run_id(self.run_id)
         self.topology = Topology(nnodes=self.nnodes, nproc_per_node=self.nproc_per_node, node_rank=self.node_rank,
                                  master_addr=self.master_addr, master_port=self.master_port,
                                  rdzv_endpoint=self.rdzv_endpoint)
 
     @property
     def runs_path(self) -> Path:
-        return Path(self.runs_dir)
+        return Path(self.runs_dir).expanduser()  # `~` too when the shell left it (quoted, or --runs-dir=~/x)
 
 
 @dataclass

@@ -13,7 +13,10 @@
       7. report     report.json
 
 Nothing on the way out may crash the launcher: a storage that fails while it is measured or cleaned
-up (a dead endpoint, a full disk) becomes a note in the report and a line on the terminal. A follower
+up (a dead endpoint, a full disk) becomes a note in the report and a line on the terminal, and a run
+directory that refuses a write (`RunDir.write`: whole files or none) costs that file, never the
+clean-up or the report on stdout. run.json says whether the launcher finished (`launcher.finished`),
+and is rewritten after every pass, so a run whose launcher was killed is reported as such. A follower
 node (node rank > 0 of a multi-node run) only joins node 0's run directory and runs the passes
 (`follow`); node 0 writes the one report. A run's status maps to the process's exit code in one
 place, `exit_code`.
@@ -24,6 +27,8 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
+import socket
 import sys
 import uuid
 from dataclasses import dataclass, replace
@@ -34,12 +39,13 @@ import yaml
 from ckpt_bench.core.checkpoint_dir import evict_from_page_cache
 from ckpt_bench.core.environment import describe_environment
 from ckpt_bench.core.errors import ConfigError
-from ckpt_bench.core.rundir import RunDir
+from ckpt_bench.core.rundir import RunDir, write_atomic
 from ckpt_bench.core.units import MIB
 from ckpt_bench.launcher import nodes
 from ckpt_bench.launcher.base import Backend, Plan
 from ckpt_bench.launcher.config import LaunchConfig
 from ckpt_bench.launcher.interrupts import Interrupts
+from ckpt_bench.launcher.resources import check_free_space, check_ranks_per_node
 from ckpt_bench.launcher.torchrun import PassResult, free_port, run_command, run_pass
 from ckpt_bench.present.html import write_run_html
 from ckpt_bench.report.advice import AdviceOptions, add_advice
@@ -77,8 +83,8 @@ def execute(runner: Backend, launch: LaunchConfig) -> RunResult:
         if not nodes.is_leader(launch.topology):
             return follow(plan, launch, interrupts)
         run, spec_path, facts = set_up(plan, launch)
-        commands, facts["passes"] = run_passes(plan, launch, run, spec_path, interrupts)
-        (run.path / "commands.sh").write_text("#!/usr/bin/env bash\nset -e\n" + "\n".join(commands) + "\n")
+        commands, facts["passes"] = run_passes(plan, launch, run, spec_path, interrupts, facts)
+        run.write("commands.sh", "#!/usr/bin/env bash\nset -e\n" + "\n".join(commands) + "\n")
         notes = facts.setdefault("notes", [])
         notes += [f"{p['name']} pass failed: {p['cause']}" for p in facts["passes"] if p.get("cause")]
         if interrupts.signal is not None:
@@ -99,6 +105,7 @@ def prepare(runner: Backend, launch: LaunchConfig) -> Plan:
     """The plan, checked as far as it can be before anything is created or timed."""
     plan = runner.plan(launch)
     nodes.validate(launch.topology, launch.run_id)
+    check_ranks_per_node(launch.topology.nproc_per_node, getattr(launch.options, "dist_backend", None))
     if plan.checkpoints is not None:
         plan.checkpoints.storage.check_access()  # a missing bucket or unwritable folder: one line, nothing made
     if not launch.topology.rdzv_endpoint and launch.topology.master_port is None:
@@ -108,53 +115,76 @@ def prepare(runner: Backend, launch: LaunchConfig) -> Plan:
 
 def set_up(plan: Plan, launch: LaunchConfig) -> tuple[RunDir, Path, dict]:
     """The run directory with everything the passes read; returns it, the worker spec's path and the
-    run facts (run.json) so far."""
+    run facts (run.json) so far. A runs folder that refuses any of it is a ConfigError (one line): what
+    was made for the run is taken back, nothing has started."""
     missing = [folder for folder in (launch.runs_path, *launch.runs_path.parents) if not folder.exists()]
     run = RunDir.create(launch.runs_path, plan.name, launch.run_id)
     checkpoint_dir = None
     try:
         if plan.checkpoints is not None:
             checkpoint_dir = plan.checkpoints.storage.create(run.path)
+            check_free_space(plan.checkpoints.storage, plan.checkpoints.expected_bytes)
+        warm = plan.checkpoints is not None and plan.checkpoints.warm_load
+        spec = {
+            **plan.spec,
+            "run_dir": str(run.path),
+            "checkpoint_dir": checkpoint_dir,
+            "events_dir": str(run.events_dir),
+            "integrity_dir": str(run.integrity_dir),
+            "warm_load": warm,
+            "run_id": uuid.uuid4().hex,
+        }
+        spec_path = run.path / "worker.json"
+        _write_or_refuse(spec_path, json.dumps(spec, indent=2, default=str) + "\n")
+        if plan.bind is not None:
+            plan.bind(run, checkpoint_dir)
+        resolved = {**plan.resolved_config,
+                    "ckpt_bench": {"backend": launch.runner, "checkpoint_dir": checkpoint_dir}}
+        _write_or_refuse(run.path / "resolved.yaml", yaml.safe_dump(resolved, sort_keys=False))
+        facts = {
+            "backend": launch.runner,
+            "checkpoints": plan.checkpoints is not None,
+            "verifies": plan.verifies,
+            "run_info": {**plan.run_info, "save": checkpoint_dir} if plan.checkpoints is not None else plan.run_info,
+            "checkpoint_dir": checkpoint_dir,
+            # How to reach the checkpoints again (a resumed sweep removes those of a killed attempt).
+            "storage": plan.checkpoints.storage.describe() if plan.checkpoints is not None else None,
+            "load_cache": "warm" if warm else "cold",
+            "environment": describe_environment(checkpoint_dir),
+            "passes": [],
+            "notes": list(plan.notes),
+            # Until the report is written: a run.json that still says False outlived its launcher.
+            "launcher": {"pid": os.getpid(), "host": socket.gethostname(), "finished": False},
+        }
+        _write_or_refuse(run.path / "run.json", json.dumps(facts, indent=2, default=str) + "\n")
     except ConfigError:
-        # Just created and still empty, with the runs folders made for it: a refused run leaves nothing.
-        for folder in (run.path, *missing):
-            folder.rmdir()
+        # Only what this run just made: its checkpoint folder (marked as ours), its run directory and the
+        # runs folders made for it. A refused run leaves nothing.
+        if plan.checkpoints is not None and plan.checkpoints.storage.location is not None:
+            plan.checkpoints.storage.remove()
+        shutil.rmtree(run.path, ignore_errors=True)
+        for folder in missing:
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
         raise
-    warm = plan.checkpoints is not None and plan.checkpoints.warm_load
-    spec = {
-        **plan.spec,
-        "run_dir": str(run.path),
-        "checkpoint_dir": checkpoint_dir,
-        "events_dir": str(run.events_dir),
-        "integrity_dir": str(run.integrity_dir),
-        "warm_load": warm,
-        "run_id": uuid.uuid4().hex,
-    }
-    spec_path = run.write_json("worker.json", spec)
-    if plan.bind is not None:
-        plan.bind(run, checkpoint_dir)
-    resolved = {**plan.resolved_config, "ckpt_bench": {"backend": launch.runner, "checkpoint_dir": checkpoint_dir}}
-    (run.path / "resolved.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
-    facts = {
-        "backend": launch.runner,
-        "checkpoints": plan.checkpoints is not None,
-        "verifies": plan.verifies,
-        "run_info": {**plan.run_info, "save": checkpoint_dir} if plan.checkpoints is not None else plan.run_info,
-        "checkpoint_dir": checkpoint_dir,
-        "load_cache": "warm" if warm else "cold",
-        "environment": describe_environment(checkpoint_dir),
-        "passes": [],
-        "notes": list(plan.notes),
-    }
-    run.write_json("run.json", facts)
     print(f"run directory: {run.path}", file=sys.stderr, flush=True)
     return run, spec_path, facts
 
 
-def run_passes(plan: Plan, launch: LaunchConfig, run: RunDir, spec_path: Path,
-               interrupts: Interrupts) -> tuple[list[str], list[dict]]:
+def _write_or_refuse(path: Path, text: str) -> None:
+    """A file the passes need: a runs folder that refuses it stops the run before it starts."""
+    try:
+        write_atomic(path, text)
+    except OSError as error:
+        raise ConfigError(f"--runs-dir: cannot write {path} ({error.strerror or error}); give a folder with "
+                          "room that you can write to") from None
+
+
+def run_passes(plan: Plan, launch: LaunchConfig, run: RunDir, spec_path: Path, interrupts: Interrupts,
+               facts: dict | None = None) -> tuple[list[str], list[dict]]:
     """Run the passes in order, on this node; stop after the first that failed on any node, or once
-    interrupted. Returns this node's commands and the pass results of every node."""
+    interrupted. Returns this node's commands and the pass results of every node. With `facts` (node 0),
+    run.json is rewritten after each pass: what ran is on disk even if the launcher is killed later."""
     storage_env = plan.checkpoints.storage.worker_env() if plan.checkpoints is not None else {}
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **storage_env}
     commands, summaries = [], []
@@ -186,6 +216,8 @@ def run_passes(plan: Plan, launch: LaunchConfig, run: RunDir, spec_path: Path,
             _print_failure(result)
         every_node = nodes.finish_pass(run, launch.topology, result)
         summaries += every_node
+        if facts is not None:
+            run.write_json("run.json", {**facts, "passes": summaries})
         if not all(s["ok"] for s in every_node):
             break
     return commands, summaries
@@ -263,11 +295,19 @@ def clean_up(plan: Plan, facts: dict) -> list[str]:
 
 
 def write_report(run: RunDir, facts: dict, advice: AdviceOptions | None = None) -> dict:
-    """run.json, then report.json (with the interval advice when `advice` asks for it) and report.html."""
-    run.write_json("run.json", facts)
-    report = add_advice(run_report(run.path), advice, strict=False)
-    run.report_path.write_text(to_json(report) + "\n")
-    write_run_html(run.path, report)
+    """run.json, then report.json (with the interval advice when `advice` asks for it) and report.html.
+    The report is built from the facts in memory: a disk that refused run.json costs the file, not the
+    report, which the CLI prints whatever was written."""
+    facts["launcher"] = {**facts.get("launcher", {}), "finished": True}
+    unwritten = [] if run.write_json("run.json", facts) else ["run.json"]
+    report = add_advice(run_report(run.path, facts=facts), advice, strict=False)
+    if not run.write(run.report_path.name, to_json(report) + "\n"):
+        unwritten.append(run.report_path.name)
+    if unwritten:
+        report["notes"].append(f"could not write {' and '.join(unwritten)} in {run.path} (its disk refused): "
+                               "the report is the one printed")
+    else:
+        write_run_html(run.path, report)
     return report
 
 

@@ -18,12 +18,11 @@ node, and node 0 builds the one report knowing every node is done and its events
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
 from ckpt_bench.core.errors import ConfigError
-from ckpt_bench.core.rundir import RUN_FILE, RunDir
+from ckpt_bench.core.rundir import RUN_FILE, RunDir, write_atomic  # several nodes read what one writes
 from ckpt_bench.launcher.torchrun import PassResult, Topology
 
 JOIN_TIMEOUT_S = 900.0  # node 0 may start minutes after the others (image pull, slow imports)
@@ -71,14 +70,6 @@ def log_dir(run: RunDir, name: str, topology: Topology) -> Path:
     """Where a pass's torchrun logs go: per node when there are several."""
     base = run.logs_dir / name
     return base / f"node-{topology.node_rank}" if topology.nnodes > 1 else base
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Several nodes may write (or read) the same file: a reader never sees a half-written one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    scratch = path.with_name(f".{path.name}.{os.getpid()}")
-    scratch.write_text(text)
-    os.replace(scratch, path)
 
 
 def finish_pass(run: RunDir, topology: Topology, result: PassResult, timeout: float = PEER_TIMEOUT_S) -> list[dict]:

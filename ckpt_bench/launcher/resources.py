@@ -77,5 +77,9 @@ def check_free_space(storage: CheckpointStorage, needed: int | None) -> None:
     if space is None or needed <= space[1]:
         return
     folder, free = space
-    raise ConfigError(f"the checkpoints this run keeps need {needed / GIB:.1f} GiB and {folder} has "
-                      f"{free / GIB:.1f} GiB free: save fewer or smaller checkpoints, or give a --save-dir with room")
+    raise ConfigError(f"the checkpoints this run keeps need {_size(needed)} and {folder} has {_size(free)} free: "
+                      "save fewer or smaller checkpoints, or give a --save-dir with room")
+
+
+def _size(count: int) -> str:
+    return f"{count / GIB:.1f} GiB" if count >= GIB else f"{count / MIB:.1f} MiB"

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ckpt_bench.core.events import event_files, read_event_files
-from ckpt_bench.core.rundir import SWEEP_RESULTS_FILES, sweep_results_file
+from ckpt_bench.core.rundir import SWEEP_RESULTS_FILES, sweep_results_file, write_atomic
 from ckpt_bench.present import rows as p
 from ckpt_bench.report.advice import per_save_training_cost
 from ckpt_bench.report.engine import CONFIG_KEYS, Operation, pair
@@ -703,7 +703,7 @@ def write_sweep_html(root: str | os.PathLike, results: dict) -> Path | None:
 
 def _write(path: Path, render) -> Path | None:
     try:
-        path.write_text(render(), encoding="utf-8")
+        write_atomic(path, render())  # whole or not at all: never a truncated page on a full disk
         return path
     except Exception as error:  # the report.json is what counts: say it, go on
         print(f"could not write {path}: {type(error).__name__}: {' '.join(str(error).split())[:300]}",

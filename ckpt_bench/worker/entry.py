@@ -35,9 +35,18 @@ from ckpt_bench.worker.memory import MemoryWatch
 Spec = TypeVar("Spec")
 
 
+ERROR_TEXT_CHARS = 500
+
+
 def error_text(error: BaseException) -> str:
-    """How a failed checkpoint call is named in its end event's `error`."""
-    return f"{type(error).__name__}: {error}"
+    """How a failed checkpoint call is named in its end event's `error`: one line. DCP's CheckpointException
+    prints every rank's traceback; its first rank's own error is what it means."""
+    failures = getattr(error, "failures", None)
+    if isinstance(failures, dict) and failures:
+        rank = min(failures)
+        cause = failures[rank][0] if isinstance(failures[rank], tuple) else failures[rank]
+        return f"{type(error).__name__} on ranks {sorted(failures)}: rank {rank}: {error_text(cause)}"
+    return f"{type(error).__name__}: {' '.join(str(error).split())}"[:ERROR_TEXT_CHARS]
 
 
 @contextmanager

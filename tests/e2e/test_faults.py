@@ -27,8 +27,8 @@ LONG_DCP = ["--backend", "dcp", "--model", "tiny", "--dist-backend", "gloo", "--
 class Launch:
     """`ckpt_launch.py` in its own session (so a signal to its group is what a terminal's Ctrl-C is)."""
 
-    def __init__(self, tmp_path: Path, *args, env: dict | None = None):
-        self.runs = tmp_path / "runs"
+    def __init__(self, tmp_path: Path, *args, env: dict | None = None, runs: Path | None = None):
+        self.runs = runs or tmp_path / "runs"
         self.process = subprocess.Popen(
             [sys.executable, str(ROOT / "ckpt_launch.py"), "--runs-dir", str(self.runs), *args],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, start_new_session=True,
@@ -129,18 +129,21 @@ def test_a_rank_killed_mid_save_is_named_first(tmp_path):
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 20 MiB tmpfs (root only, as in CI here)."""
+    """A 48 MiB tmpfs (root only, as in CI here)."""
     mount = tmp_path / "small"
     mount.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(mount)]).returncode:
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(mount)]).returncode:
         pytest.skip("mounting a tmpfs needs root")
     yield mount
     subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def test_full_disk_names_the_cause(tmp_path, small_disk):
+    # The save (29 MiB) fits the free space checked up front; then something else fills the disk.
     run = Launch(tmp_path, "--backend", "dcp", "--model", "small", "--dist-backend", "gloo", "--nproc-per-node",
-                 "2", "--save-calls", "2", "--save-dir", str(small_disk))
+                 "2", "--save-calls", "1", "--save-dir", str(small_disk))
+    run.wait_for("run directory:")
+    (small_disk / "filler").write_bytes(b"\0" * (36 << 20))
     returncode, report, stderr = run.finish(timeout=180)
     assert returncode == 1, stderr[-3000:]
     cause = [line for line in stderr.splitlines() if "No space left on device" in line]
@@ -148,7 +151,7 @@ def test_full_disk_names_the_cause(tmp_path, small_disk):
     assert any("No space left on device" in note for note in report["notes"]), report["notes"]
     assert any("No space left on device" in (save.get("error") or "") for save in report["saves"]), report["saves"]
     assert not survivors(run.run_dir())
-    assert list(small_disk.iterdir()) == []  # the partial checkpoint folder was ours: removed
+    assert [p.name for p in small_disk.iterdir()] == ["filler"]  # the partial checkpoint folder was ours: removed
 
 
 @pytest.mark.skipif(not MOTO_SERVER.exists(), reason="moto_server not installed")
@@ -182,10 +185,17 @@ def test_interrupted_sweep_job_is_recorded_and_resumed(tmp_path):
     returncode, summary, stderr = run.finish()
     assert returncode == 130, stderr[-3000:]
     root = Path(summary["dir"])
-    assert json.loads((root / "0" / "job.json").read_text())["status"] == "interrupted"
+    job = json.loads((root / "0" / "job.json").read_text())
+    assert job["status"] == "interrupted" and job["error"] == "interrupted by SIGINT during the save pass", job
     assert (root / "results.csv").read_text().splitlines()[1].split(",")[1] == "interrupted"
+    assert f"resume the sweep with: ckpt_launch.py --resume {root}" in stderr, stderr[-3000:]
     assert list((tmp_path / "ckpt").iterdir()) == []  # the interrupted attempt removed its checkpoints
+    (first_run,) = [p for p in (root / "0").iterdir() if (p / "run.json").is_file()]
     resumed = Launch(tmp_path, "--resume", str(root))
     returncode, summary, stderr = resumed.finish(timeout=180)
     assert returncode == 0, stderr[-3000:]
     assert [job["status"] for job in summary["jobs"]] == ["ok"]
+    # The interrupted attempt's logs are kept, set aside (README: what --resume removes).
+    attempt = root / "0" / "attempts" / "1"
+    assert "interrupted" in (attempt / "job.json").read_text() and (attempt / "benchmark.log").is_file()
+    assert (attempt / first_run.name / "logs" / "save" / "console.log").is_file()

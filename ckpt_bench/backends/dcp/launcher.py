@@ -152,6 +152,8 @@ class DcpBackend(Backend):
             run_info=run_info(config, spec, state_bytes, launch),
             passes=[*config.preflight_passes(dist_backend), WorkerPass("save", ["--phase", "save"]),
                     WorkerPass("load", ["--phase", "load"])],
-            checkpoints=config.checkpoints(storage, writers_per_rank=config.thread_count),
+            # Every save is kept until the run ends: one copy of the (replicated, deduplicated) state each.
+            checkpoints=config.checkpoints(storage, writers_per_rank=config.thread_count,
+                                           expected_bytes=state_bytes * config.save_calls),
             show_progress=lambda line: bool(_PROGRESS.search(line.strip())),
         )

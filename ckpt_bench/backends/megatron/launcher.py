@@ -14,7 +14,7 @@ from typing import ClassVar
 
 from ckpt_bench.backends.comms.launcher import PreflightOptions
 from ckpt_bench.backends.megatron import arguments, rules
-from ckpt_bench.backends.megatron.memory import check_megatron_memory
+from ckpt_bench.backends.megatron.memory import check_megatron_memory, checkpoint_bytes
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.experiment import (
     CONFIGS_DIR,
@@ -264,8 +264,10 @@ class MegatronBackend(Backend):
         config: MegatronConfig = launch.options
         experiment, args, sizes = resolve(launch, "the built-in worker")
         unread = not_acted_on_notes(args, given_by_user(experiment, config))
-        check_megatron_memory({**arguments.MEGATRON_DEFAULTS, **args}, sizes, launch.topology.nproc_per_node,
-                              on_gpus=visible_gpus() > 0)
+        trainer_args = {**arguments.MEGATRON_DEFAULTS, **args}
+        check_megatron_memory(trainer_args, sizes, launch.topology.nproc_per_node, on_gpus=visible_gpus() > 0)
+        # The worker keeps every checkpoint it saves (one each save_interval) until the run ends.
+        kept_bytes = checkpoint_bytes(trainer_args) * (args["train_iters"] // args["save_interval"])
         parent = checkpoint_parent(config, args)
         args["save"] = args["load"] = None  # the lifecycle creates the run's own checkpoint folder
         try:
@@ -282,7 +284,8 @@ class MegatronBackend(Backend):
             run_info={**run_info(args, sizes, launch), "load_layout": load_sizes},
             passes=[*config.preflight_passes(), WorkerPass("save", ["--phase", "save"]),
                     WorkerPass("load", ["--phase", "load"], nproc_per_node=config.load_nproc_per_node)],
-            checkpoints=config.checkpoints(storage_for(parent), writers_per_rank=rules.writers_per_rank(args)),
+            checkpoints=config.checkpoints(storage_for(parent), writers_per_rank=rules.writers_per_rank(args),
+                                           expected_bytes=kept_bytes),
             show_progress=shows_progress,
             notes=[*async_writer_notes(args), *unread],
         )

@@ -47,6 +47,18 @@ def parameters(args: Mapping) -> tuple[int, int]:
     return layers * per_layer + embeddings + norm, layers * experts * mlp
 
 
+def state_bytes_per_parameter(args: Mapping) -> tuple[int, int]:
+    """(weight, optimizer state) bytes per parameter, as a rank holds them and a checkpoint saves them."""
+    half = bool(args.get("bf16") or args.get("fp16"))
+    return (2 if half else 4), (4 if half else 0) + (8 if args.get("optimizer", "adam") == "adam" else 4)
+
+
+def checkpoint_bytes(args: Mapping) -> int:
+    """Bytes of one checkpoint of the whole model: every parameter's weight and optimizer state."""
+    dense, expert = parameters(args)
+    return (dense + expert) * sum(state_bytes_per_parameter(args))
+
+
 @dataclass(frozen=True)
 class RankMemory:
     """Bytes one rank of the save pass holds at its peak, by what holds them."""
@@ -66,9 +78,8 @@ def rank_memory(args: Mapping, sizes: Mapping[str, int], on_gpus: bool) -> RankM
     dense, expert = parameters(args)
     per_rank = dense / (sizes["tp"] * sizes["pp"]) + expert / (sizes["ep"] * sizes["tp"] * sizes["pp"])
     half = bool(args.get("bf16") or args.get("fp16"))
-    weight_bytes = 2 if half else 4
+    weight_bytes, optimizer_bytes = state_bytes_per_parameter(args)
     gradient_bytes = 4 if (not half or args.get("accumulate_allreduce_grads_in_fp32")) else 2
-    optimizer_bytes = (4 if half else 0) + (8 if args.get("optimizer", "adam") == "adam" else 4)
     shards = sizes["dp"] if args.get("use_distributed_optimizer") else 1
     optimizer = per_rank * optimizer_bytes / shards
     # A rank's share of the checkpoint: spread over the data-parallel ranks by a fully-parallel save or
