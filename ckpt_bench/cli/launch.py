@@ -22,8 +22,10 @@ from click.core import ParameterSource
 from ckpt_bench.cli.common import click_option, entry_point, fail
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.options import Flag
+from ckpt_bench.core.rundir import write_atomic
 from ckpt_bench.launcher import registry
 from ckpt_bench.report.assembly import to_json
+from ckpt_bench.sweep.limits import DEFAULT_MAX_JOBS
 
 SWEEP_SECTION = "Sweeps"  # options of this command itself: they drive sweeps, never a single run
 PEER_OVERRIDES = "hydra_overrides"  # positional KEY=VALUE arguments: for another benchmark's sweep file only
@@ -48,6 +50,9 @@ def _compose(callback):
                      "job)."),
         cloup.option("resume", "--resume", type=click.Path(file_okay=False),
                      help="Resume a sweep directory: run only its jobs without a result."),
+        cloup.option("max_jobs", "--max-jobs", type=click.IntRange(min=1),
+                     help=f"Refuse a sweep of more jobs than this (default {DEFAULT_MAX_JOBS}; counted before any "
+                     "job is built)."),
     )(callback)
     # After `--sweep FILE`, an s3torchbenchmarking config's Hydra overrides, as its scripts pass them.
     callback = click.argument(PEER_OVERRIDES, nargs=-1, metavar="[HYDRA_OVERRIDES]...")(callback)
@@ -81,12 +86,35 @@ def wants_table(output_format: str | None) -> bool:
     return output_format == "table" or (output_format is None and sys.stdout.isatty())
 
 
+def check_output(output: str | None) -> None:
+    """`--output FILE` must be writable before anything runs: a run of minutes must not end in a file it
+    cannot write. ConfigError (one line) otherwise."""
+    if not output:
+        return
+    path = Path(output).expanduser()
+    folder = path.parent
+    if path.is_dir():
+        raise ConfigError(f"--output {output}: is a folder; give a file name")
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError(f"--output {output}: cannot write there ({folder} is not a folder you can write to)")
+
+
+def write_output(text: str, output: str | None) -> None:
+    """`--output FILE`: written whole (`write_atomic`); a disk that refuses it now is one line, not a traceback."""
+    if not output:
+        return
+    try:
+        write_atomic(Path(output).expanduser(), text + "\n")
+    except OSError as error:
+        click.echo(f"error: could not write --output {output} ({error.strerror or error}): the report is on "
+                   "stdout only", err=True)
+
+
 def print_report(report: dict, output: str | None, output_format: str | None = None,
                  sweep_results: dict | None = None) -> None:
     """The report on stdout (a summary table or JSON, see `wants_table`); `--output` always gets JSON."""
     text = to_json(report)
-    if output:
-        Path(output).write_text(text + "\n")
+    write_output(text, output)
     if not wants_table(output_format):
         click.echo(text)
         return
@@ -101,8 +129,7 @@ def print_report(report: dict, output: str | None, output_format: str | None = N
 def print_preview(preview: dict, output: str | None, output_format: str | None) -> None:
     """What a run would do (`Backend.preview`): JSON, or a table on a terminal; `--output` gets JSON."""
     text = to_json(preview)
-    if output:
-        Path(output).write_text(text + "\n")
+    write_output(text, output)
     if wants_table(output_format):
         from ckpt_bench.present import summary
 
@@ -114,8 +141,14 @@ def print_preview(preview: dict, output: str | None, output_format: str | None) 
 def _launch(**values) -> None:
     """Run a checkpoint benchmark under torchrun and print its report (a summary on a terminal, else JSON)."""
     given = given_options(click.get_current_context())
+    try:
+        check_output(values.get("output"))
+    except ConfigError as error:
+        fail(str(error))
     if values["sweep"] or values["resume"]:
         run_sweep_command(values, given)
+    if values["max_jobs"] is not None:
+        fail("--max-jobs applies to a sweep (--sweep FILE) only")
     if values[PEER_OVERRIDES]:
         fail(f"unexpected argument {values[PEER_OVERRIDES][0]!r}: KEY=VALUE arguments are Hydra overrides of an "
              "s3torchbenchmarking config given with --sweep FILE")
@@ -151,7 +184,7 @@ def run_sweep_command(values: dict, given: set[str]) -> None:
     overrides = {name: values[name] for name in given if name not in (*RESERVED, PEER_OVERRIDES)}
     try:
         _root, results = run_sweep(values["sweep"], values["runs_dir"], values["resume"], overrides, parse_argv,
-                                   tuple(values[PEER_OVERRIDES]))
+                                   tuple(values[PEER_OVERRIDES]), values["max_jobs"] or DEFAULT_MAX_JOBS)
     except ConfigError as error:
         fail(str(error))
     print_report(summary(results), values.get("output"), values.get("format"), sweep_results=results)

@@ -22,12 +22,21 @@ recorded with the job, and it runs through the same `registry.build_launch` as t
         <job>/report.json           its report; also as results_<values>.json (s3torchbenchmarking's name)
         <job>/job.json              its options, command line, status and error
         <job>/<run directory>/      the run itself (ckpt_bench.core.rundir)
+        <job>/attempts/<N>/         an earlier attempt without a result, set aside by --resume
         run_results.json            every job's config and report, tool and library versions, host
         results.csv                 one row per job
         sweep_report.html           each metric against each swept parameter, the table of jobs
 
-A job whose run fails is recorded as failed and the sweep goes on. `--resume DIR` runs again the
-jobs of DIR that have no result (never started, interrupted, or failed) and skips the others.
+A job whose run fails is recorded as failed and the sweep goes on; Ctrl-C stops the sweep after
+recording the job in flight as interrupted, and says how to resume. `--resume DIR` runs again the
+jobs of DIR that have no result (never started, interrupted, or failed) and skips the others. It
+deletes nothing but the checkpoints of an earlier attempt (`set_aside`): those its run created, as
+their mark proves, and did not keep (`--keep-checkpoints`), on disk or on S3; everything else of the
+attempt, its logs first, is moved into `<job>/attempts/<N>/`.
+
+A sweep writes only into a folder it created or one that holds its `sweep.yaml`: another tool's
+folder (a Hydra multirun directory named by `hydra.sweep.dir`) is refused, and a job folder without
+our `job.json` is left alone. The jobs are counted before any is built (`ckpt_bench.sweep.limits`).
 
 Another benchmark's sweep file (s3torchbenchmarking's Hydra configs) runs as it is: `ckpt_bench.sweep.peers`
 translates it into jobs, chooses the folder (`hydra.sweep.dir`) and writes its result files beside
@@ -57,13 +66,15 @@ import yaml
 from ckpt_bench.core.environment import describe_environment, package_versions
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.options import to_argv
-from ckpt_bench.core.rundir import RUN_FILE, sweep_results_file
+from ckpt_bench.core.rundir import RUN_FILE, sweep_results_file, write_atomic
+from ckpt_bench.core.yamlfile import read_yaml
 from ckpt_bench.launcher import registry
 from ckpt_bench.launcher.repeat import run
 from ckpt_bench.present.html import SWEEP_HTML, write_sweep_html
 from ckpt_bench.report.assembly import to_json
 from ckpt_bench.report.metrics import HEADLINE_KEYS, STEADY_FIGURES, fsync, steady_median
-from ckpt_bench.storage import remove_checkpoints
+from ckpt_bench.storage import reopen
+from ckpt_bench.sweep.limits import DEFAULT_MAX_JOBS, check_job_count
 from ckpt_bench.sweep.peers import translation_for
 from ckpt_bench.sweep.peers.outputs import Outputs
 
@@ -72,10 +83,12 @@ from ckpt_bench.sweep.peers.outputs import Outputs
 Parse = Callable[[list[str]], tuple[dict, set]]
 
 # Options a sweep file may not set: they drive the sweep itself.
-RESERVED = ("sweep", "resume", "output", "format", "runs_dir")
+RESERVED = ("sweep", "resume", "max_jobs", "output", "format", "runs_dir")
 # A job with one of these statuses has its result: `--resume` skips it.
 FINISHED = ("ok", "verification-failed")
 SWEEP_FILE = "sweep.yaml"
+JOB_FILE = "job.json"  # in every job folder we made: the proof that it is ours to set aside
+ATTEMPTS = "attempts"  # <job>/attempts/<N>/: earlier attempts, set aside by --resume
 CSV_FILE = "results.csv"
 CSV_METRICS = (
     "world_size", *HEADLINE_KEYS, "iter_folder_size", "num_saved", "verified", "accurate",
@@ -90,6 +103,11 @@ class Job:
     options: dict  # every option, as the command line's parser gave them
     argv: list[str]  # the equivalent command line (after `ckpt_launch.py`)
     given: set = field(default_factory=set)  # the options the job sets (the rest are defaults)
+
+    @property
+    def described(self) -> str:
+        """The swept values as given (`ckpt_format=torch_dist`), for the progress line; file names use `_label`."""
+        return " ".join(f"{key}={value}" for key, value in self.params.items())
 
     @property
     def report_name(self) -> str:
@@ -150,21 +168,24 @@ def _jobs(source: str, parse: Parse, combinations: list[tuple[dict, dict]]) -> l
 
 
 def sweep_from(definition, source: str, parse: Parse, overrides: dict | None = None,
-               peer_overrides: tuple[str, ...] = ()) -> Sweep:
-    """Our sweep file, or another benchmark's (`ckpt_bench.sweep.peers`) with its own command-line overrides."""
-    translation = translation_for(definition, source, peer_overrides, overrides or {})
+               peer_overrides: tuple[str, ...] = (), max_jobs: int | None = DEFAULT_MAX_JOBS) -> Sweep:
+    """Our sweep file, or another benchmark's (`ckpt_bench.sweep.peers`) with its own command-line overrides;
+    at most `max_jobs` jobs (None: no limit)."""
+    translation = translation_for(definition, source, peer_overrides, overrides or {}, max_jobs)
     if translation is None:
         if peer_overrides:
             raise ConfigError(f"{peer_overrides[0]}: {source} is a ckpt-bench sweep file, whose settings are options "
                               "(e.g. --thread-count 2); KEY=VALUE overrides apply to s3torchbenchmarking configs")
-        return build_sweep(definition, source, parse, overrides)
+        return build_sweep(definition, source, parse, overrides, max_jobs)
     return Sweep(translation.name, dict(overrides or {}), translation.lists, source,
                  _jobs(source, parse, translation.jobs), translation, translation.root, translation.saved,
                  translation.notes)
 
 
-def build_sweep(definition, source: str, parse: Parse, overrides: dict | None = None) -> Sweep:
-    """A validated sweep: every job's options parsed and checked as the CLI would; raises ConfigError (one line)."""
+def build_sweep(definition, source: str, parse: Parse, overrides: dict | None = None,
+                max_jobs: int | None = DEFAULT_MAX_JOBS) -> Sweep:
+    """A validated sweep: every job's options parsed and checked as the CLI would, at most `max_jobs` of them
+    (counted first); raises ConfigError (one line)."""
     if not isinstance(definition, dict):
         raise ConfigError(f"{source}: a sweep file is a mapping of options and a `sweep:` mapping of lists")
     definition = dict(definition)
@@ -187,22 +208,22 @@ def build_sweep(definition, source: str, parse: Parse, overrides: dict | None = 
         raise ConfigError(f"{', '.join('--' + k.replace('_', '-') for k in swept)}: swept in {source}; "
                           "remove it from the command line or from the sweep")
     fixed = {**definition, **overrides}
-
+    check_job_count((len(values) for values in lists.values()), source, max_jobs)
     swept = (dict(zip(lists, values, strict=True)) for values in itertools.product(*lists.values()))
     combinations = [(params, {**fixed, **params}) for params in swept]
     return Sweep(str(name), fixed, lists, source, _jobs(source, parse, combinations))
 
 
 def load_sweep(path: str | os.PathLike, parse: Parse, overrides: dict | None = None,
-               peer_overrides: tuple[str, ...] = ()) -> Sweep:
-    path = Path(path)
+               peer_overrides: tuple[str, ...] = (), max_jobs: int | None = DEFAULT_MAX_JOBS) -> Sweep:
+    path = Path(path).expanduser()
     if not path.is_file():
         raise ConfigError(f"--sweep {path}: sweep file not found")
     try:
-        definition = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as error:
-        raise ConfigError(f"--sweep {path}: not valid YAML ({str(error).splitlines()[0]})") from None
-    return sweep_from(definition, str(path), parse, overrides, peer_overrides)
+        definition = read_yaml(path)
+    except ConfigError as error:
+        raise ConfigError(f"--sweep {error}") from None
+    return sweep_from(definition, str(path), parse, overrides, peer_overrides, max_jobs)
 
 
 # --- running ------------------------------------------------------------------------------------
@@ -213,20 +234,23 @@ def _job_dir(root: Path, job: Job) -> Path:
 
 
 def _read_job(root: Path, job: Job) -> dict | None:
-    path = _job_dir(root, job) / "job.json"
+    path = _job_dir(root, job) / JOB_FILE
     return json.loads(path.read_text()) if path.is_file() else None
 
 
 def _write_json(path: Path, data) -> None:
-    path.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
 def run_job(root: Path, job: Job, outputs: Outputs) -> dict:
     """Run one job as its own CLI invocation would, its output captured in `<job>/benchmark.log`."""
     job_dir = _job_dir(root, job)
-    if job_dir.exists():  # an earlier attempt without a result (see --resume): ours to replace
-        _remove_attempt(job_dir)
-    job_dir.mkdir(parents=True)
+    if job_dir.exists():
+        if not (job_dir / JOB_FILE).is_file():  # not a folder we made: never touched
+            return {"index": job.index, "params": job.params, "status": "failed",
+                    "error": f"{job_dir} exists and is not a job folder of this sweep (no {JOB_FILE}): left alone"}
+        set_aside(job_dir, bool(job.options.get("keep_checkpoints")))
+    job_dir.mkdir(parents=True, exist_ok=True)
     record = {
         "index": job.index,
         "params": job.params,
@@ -236,7 +260,7 @@ def run_job(root: Path, job: Job, outputs: Outputs) -> dict:
         "error": None,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    _write_json(job_dir / "job.json", record)
+    _write_json(job_dir / JOB_FILE, record)
     values = {**job.options, "runs_dir": str(job_dir)}
     with open(job_dir / "benchmark.log", "w", encoding="utf-8") as log, \
             contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
@@ -247,7 +271,7 @@ def run_job(root: Path, job: Job, outputs: Outputs) -> dict:
             report = result.report
             record["status"] = result.status
             record["exit_code"] = result.exit_code
-            (job_dir / "report.json").write_text(to_json(report) + "\n")
+            write_atomic(job_dir / "report.json", to_json(report) + "\n")
             _link(job_dir / "report.json", job_dir / job.report_name)
             record["report_file"] = job.report_name
             record["run_dir"] = report["run"]["dir"]
@@ -260,22 +284,35 @@ def run_job(root: Path, job: Job, outputs: Outputs) -> dict:
             traceback.print_exc()
             record.update(status="failed", error=f"{type(error).__name__}: {error}")
     record["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    _write_json(job_dir / "job.json", record)
+    _write_json(job_dir / JOB_FILE, record)
     outputs.job_done(job_dir, job.index)
     return record
 
 
-def _remove_attempt(job_dir: Path) -> None:
-    """An earlier attempt's folder, and the local checkpoint folder its run created elsewhere (a
-    `--save-dir`) if the attempt was killed before removing it: only folders carrying our mark."""
-    for run_file in job_dir.glob(f"*/{RUN_FILE}"):
-        try:
-            checkpoint_dir = json.loads(run_file.read_text()).get("checkpoint_dir")
-        except (OSError, ValueError):
+def set_aside(job_dir: Path, kept: bool) -> Path:
+    """An earlier attempt of a job (interrupted, failed, or killed with its sweep), before the job runs
+    again: the checkpoints its runs created (their mark proves it) are removed unless the job kept them
+    (`kept`: --keep-checkpoints), wherever they are (inside the run, a --save-dir, S3); everything else,
+    its logs first, moves into `<job>/attempts/<N>/`. Returns that folder. Deletes nothing else."""
+    attempts = job_dir / ATTEMPTS
+    attempt = attempts / str(1 + sum(1 for _ in attempts.iterdir()) if attempts.is_dir() else 1)
+    for run_file in job_dir.rglob(RUN_FILE):
+        if kept or attempts in run_file.parents:
             continue
-        if checkpoint_dir and "://" not in checkpoint_dir and remove_checkpoints(Path(checkpoint_dir)):
-            print(f"removed {checkpoint_dir}, left by an interrupted attempt of {job_dir}", file=sys.stderr)
-    shutil.rmtree(job_dir)
+        try:
+            facts = json.loads(run_file.read_text())
+            location, description = facts.get("checkpoint_dir"), facts.get("storage")
+            if location and description and reopen(location, description, run_file.parent).remove():
+                print(f"removed {location}, left by an earlier attempt of {job_dir}", file=sys.stderr, flush=True)
+        except Exception as error:  # an unreadable run.json or an unreachable store: the checkpoints stay
+            print(f"could not remove the checkpoints of {run_file.parent}: {type(error).__name__}: {error}",
+                  file=sys.stderr, flush=True)
+    attempt.mkdir(parents=True)
+    for entry in list(job_dir.iterdir()):
+        if entry != attempts:
+            entry.rename(attempt / entry.name)
+    print(f"earlier attempt of {job_dir} moved to {attempt}", file=sys.stderr, flush=True)
+    return attempt
 
 
 def _link(source: Path, target: Path) -> None:
@@ -286,10 +323,18 @@ def _link(source: Path, target: Path) -> None:
 
 
 def _failure(report: dict) -> str:
-    passes = [p for p in report["run"]["passes"] if not p["ok"]]
+    """Why a job has no result, in one line, by its run's status."""
+    run_section = report["run"]
+    if run_section["status"] == "interrupted":
+        interrupted = run_section["interrupted"]
+        during = f" during the {interrupted['pass']} pass" if interrupted.get("pass") else ""
+        return f"interrupted by {interrupted['signal']}{during}"
+    if run_section["status"] == "verification-failed":
+        return f"verification failed: {json.dumps(report.get('verification'))}"
+    passes = [p for p in run_section["passes"] if not p["ok"]]
     if passes:
         return f"{passes[0]['name']} pass failed (exit code {passes[0]['exit_code']}); logs in {passes[0]['log_dir']}"
-    return f"verification failed: {json.dumps(report.get('verification'))}"
+    return f"the run ended {run_section['status']}"
 
 
 def _report(root: Path, job: Job, record: dict | None) -> dict | None:
@@ -347,32 +392,45 @@ def _new_root(runs_dir: Path, name: str) -> Path:
         except FileExistsError:
             suffix += 1
             root = base.with_name(f"{base.name}-{suffix}")
+        except OSError as error:
+            raise ConfigError(f"--runs-dir {runs_dir}: cannot create a sweep directory there "
+                              f"({error.strerror or error}); give a folder you can write to") from None
 
 
 def _peer_root(root: Path) -> Path:
-    """A folder the sweep file names (hydra.sweep.dir): created, or reused if it holds no sweep yet."""
+    """A folder the sweep file names (hydra.sweep.dir): created, or an empty one; anything in it is another
+    sweep's or another tool's (a Hydra multirun), never written over."""
     if (root / SWEEP_FILE).is_file():
         raise ConfigError(f"{root} already holds a sweep: --resume {root}, or choose another folder "
                           "(hydra.sweep.dir=...)")
-    root.mkdir(parents=True, exist_ok=True)
+    if root.exists() and (not root.is_dir() or any(root.iterdir())):
+        held = ", ".join(sorted(entry.name for entry in root.iterdir())[:4]) if root.is_dir() else "a file"
+        raise ConfigError(f"hydra.sweep.dir {root} already exists and is not a ckpt-bench sweep (it holds {held}); "
+                          "choose a new folder (hydra.sweep.dir=...): ckpt-bench writes only into folders it creates")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(f"hydra.sweep.dir {root}: cannot create it ({error.strerror or error})") from None
     return root
 
 
 def run_sweep(sweep_file: str | None, runs_dir: str | os.PathLike, resume: str | None, overrides: dict | None,
-              parse: Parse, peer_overrides: tuple[str, ...] = ()) -> tuple[Path, dict]:
-    """Run (or resume) a sweep; returns its directory and run_results."""
+              parse: Parse, peer_overrides: tuple[str, ...] = (), max_jobs: int | None = DEFAULT_MAX_JOBS,
+              ) -> tuple[Path, dict]:
+    """Run (or resume) a sweep of at most `max_jobs` jobs (a resumed one was counted when it began);
+    returns its directory and run_results."""
     from tqdm import tqdm
 
     if resume:
-        root = Path(resume)
+        root = Path(resume).expanduser()
         saved = root / SWEEP_FILE
         if not saved.is_file():
             raise ConfigError(f"--resume {root}: not a sweep directory (no {SWEEP_FILE})")
-        definition = yaml.safe_load(saved.read_text())
-        sweep = sweep_from(definition, str(saved), parse)
+        definition = read_yaml(saved)
+        sweep = sweep_from(definition, str(saved), parse, max_jobs=None)
         if sweep_file or overrides or peer_overrides:
-            given = load_sweep(sweep_file, parse, overrides, peer_overrides) if sweep_file else sweep_from(
-                definition, str(saved), parse, overrides, peer_overrides)
+            given = load_sweep(sweep_file, parse, overrides, peer_overrides, None) if sweep_file else sweep_from(
+                definition, str(saved), parse, overrides, peer_overrides, None)
             if [j.options for j in given.jobs] != [j.options for j in sweep.jobs]:
                 raise ConfigError(f"--resume {root}: the sweep given differs from the one this directory holds "
                                   f"({saved}); resume without --sweep, or start a new sweep")
@@ -382,11 +440,11 @@ def run_sweep(sweep_file: str | None, runs_dir: str | os.PathLike, resume: str |
             record = _read_job(root, job)
             if record and record["status"] == "running":
                 record.update(status="interrupted", error="the sweep stopped while this job ran")
-                _write_json(_job_dir(root, job) / "job.json", record)
+                _write_json(_job_dir(root, job) / JOB_FILE, record)
     else:
-        sweep = load_sweep(sweep_file, parse, overrides, peer_overrides)
-        root = _peer_root(sweep.root) if sweep.root else _new_root(Path(runs_dir), sweep.name)
-        (root / SWEEP_FILE).write_text(yaml.safe_dump(sweep.saved or sweep.definition(), sort_keys=False))
+        sweep = load_sweep(sweep_file, parse, overrides, peer_overrides, max_jobs)
+        root = _peer_root(sweep.root) if sweep.root else _new_root(Path(runs_dir).expanduser(), sweep.name)
+        write_atomic(root / SWEEP_FILE, yaml.safe_dump(sweep.saved or sweep.definition(), sort_keys=False))
         started = None
     started = started or time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
@@ -399,15 +457,21 @@ def run_sweep(sweep_file: str | None, runs_dir: str | os.PathLike, resume: str |
     write_results(root, sweep, started)
     progress = tqdm(total=len(sweep.jobs), initial=len(done), desc=f"sweep {sweep.name}", unit="job",
                     file=sys.stderr, dynamic_ncols=True)
+    resume_hint = f"resume the sweep with: ckpt_launch.py --resume {shlex.quote(str(root))}"
     with progress:
         for job in todo:
-            progress.set_postfix_str(" ".join(f"{k}={_label(k, v)}" for k, v in job.params.items()))
-            record = run_job(root, job, sweep.outputs)
+            progress.set_postfix_str(job.described)
+            try:
+                record = run_job(root, job, sweep.outputs)
+            except KeyboardInterrupt:  # Ctrl-C between two passes' handlers (setting up a job): say how to go on
+                progress.write(f"interrupted; {resume_hint}", file=sys.stderr)
+                raise
             write_results(root, sweep, started)
             progress.update(1)
             if record["status"] != "ok":
                 progress.write(f"job {job.index} {record['status']}: {record['error']}", file=sys.stderr)
             if record["status"] == "interrupted":  # Ctrl-C / SIGTERM: the sweep stops; --resume goes on
+                progress.write(f"sweep stopped at job {job.index}; {resume_hint}", file=sys.stderr)
                 break
     return root, write_results(root, sweep, started)
 

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ckpt_bench.sweep.limits import DEFAULT_MAX_JOBS
 from ckpt_bench.sweep.peers import s3torchbenchmarking
 from ckpt_bench.sweep.peers.s3torchbenchmarking import Translation
 
 
-def translation_for(definition, source: str, overrides: Sequence[str], options: dict) -> Translation | None:
-    """The translation of a peer's file, or None when `definition` is a ckpt-bench sweep file."""
+def translation_for(definition, source: str, overrides: Sequence[str], options: dict,
+                    max_jobs: int | None = DEFAULT_MAX_JOBS) -> Translation | None:
+    """The translation of a peer's file (at most `max_jobs` jobs), or None when `definition` is a ckpt-bench
+    sweep file."""
     if s3torchbenchmarking.recognises(definition):
-        return s3torchbenchmarking.translate(definition, source, overrides, options)
+        return s3torchbenchmarking.translate(definition, source, overrides, options, max_jobs)
     return None

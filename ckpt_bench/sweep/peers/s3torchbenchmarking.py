@@ -48,6 +48,7 @@ from ckpt_bench.core.events import event_files, read_event_files
 from ckpt_bench.core.rundir import SWEEP_RESULTS_FILES
 from ckpt_bench.core.units import MIB
 from ckpt_bench.report.engine import rank_durations
+from ckpt_bench.sweep.limits import DEFAULT_MAX_JOBS, check_job_count
 from ckpt_bench.sweep.peers.outputs import Outputs
 
 SAVED_KEY = "s3torchbenchmarking"  # sweep.yaml of a translated sweep: {s3torchbenchmarking: {...}}
@@ -255,9 +256,11 @@ def _version(package: str) -> str | None:
         return None
 
 
-def translate(definition: dict, source: str, overrides: Sequence[str], options: dict) -> Translation:
+def translate(definition: dict, source: str, overrides: Sequence[str], options: dict,
+              max_jobs: int | None = DEFAULT_MAX_JOBS) -> Translation:
     """Their config (or the sweep.yaml saved of one) with Hydra `overrides` and our command-line
-    `options` (fixed settings of every job) as a translation; ConfigError (one line) for a mistake."""
+    `options` (fixed settings of every job) as a translation, of at most `max_jobs` jobs (counted before
+    any is built); ConfigError (one line) for a mistake."""
     if SAVED_KEY in definition:
         saved = definition[SAVED_KEY]
         definition, source, overrides, options = saved["config"], saved["source"], saved["overrides"], {
@@ -311,6 +314,7 @@ def translate(definition: dict, source: str, overrides: Sequence[str], options: 
 
     from omegaconf import OmegaConf
 
+    check_job_count((len(ordered[key]) for key in [*fixed_keys, *lists]), source, max_jobs)
     jobs, configs = [], []
     for values in itertools.product(*(ordered[key] for key in [*fixed_keys, *lists])):
         job = OmegaConf.create(config)
