@@ -58,7 +58,7 @@ def test_plan_prints_a_table_on_request():
     (["--workload", str(TINY), "--load-calls", "5"], "only 2 are written"),
     (["--workload", str(TINY), "--engine", "torch_dist", "--save-dir", "s3://bucket/prefix", "--s3-region", "x"],
      "writes to disk only, not s3"),
-    (["--workload", str(TINY), "--save-calls", "100000000"], "is free: use fewer --save-calls"),
+    (["--workload", str(TINY), "--save-calls", "100000000"], "save fewer or smaller checkpoints"),
     (["--backend", "workload"], "needs --workload NAME|FILE"),
 ])
 def test_mistakes_are_one_line_before_anything_starts(tmp_path, args, needle):

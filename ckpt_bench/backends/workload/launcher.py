@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import shutil
 from dataclasses import dataclass
-from pathlib import Path
 from typing import ClassVar
 
 from ckpt_bench.backends.workload.engines import ENGINES, EngineInfo, state_layout
@@ -43,13 +41,11 @@ from ckpt_bench.launcher.base import (
     WorkerPass,
 )
 from ckpt_bench.launcher.config import LaunchConfig
-from ckpt_bench.launcher.resources import check_host_memory, default_dist_backend
+from ckpt_bench.launcher.resources import RANK_BASE_BYTES, check_host_memory, default_dist_backend
 from ckpt_bench.storage import StorageOptions, storage_for
 
 WORKER = "ckpt_bench.backends.workload.worker"
 _PROGRESS = re.compile(r"^(saving|saved|loading|loaded) checkpoint|GiB on rank 0")
-# What a rank's process holds besides its checkpoint state (the interpreter, torch, the engine's buffers).
-RANK_OVERHEAD_BYTES = GIB // 2
 
 
 @dataclass
@@ -155,7 +151,7 @@ def host_memory_needed(run: WorkloadRun, info: EngineInfo, async_save: bool, npr
     copies = 1 + (info.async_staging_copies if async_save else 0)
     per_host = [0] * (-(-run.ranks // nproc_per_node))
     for share in run.layout.ranks:
-        per_host[share.rank // nproc_per_node] += share.resident_bytes * copies + RANK_OVERHEAD_BYTES
+        per_host[share.rank // nproc_per_node] += share.resident_bytes * copies + RANK_BASE_BYTES
     return max(per_host)
 
 
@@ -223,17 +219,6 @@ def run_info(config: WorkloadConfig, run: WorkloadRun, spec: WorkloadSpec, stora
     }
 
 
-def _check_free_space(save_dir: str | None, needed: int) -> None:
-    """The saves stay until the end of the run: refuse a local disk without room for all of them."""
-    folder = Path(save_dir).expanduser() if save_dir else Path.cwd()
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    free = shutil.disk_usage(folder).free
-    if needed > free:
-        raise ConfigError(f"the saves need {needed / GIB:.1f} GiB on {folder} and {free / GIB:.1f} GiB is free: "
-                          "use fewer --save-calls, a --subset of fewer ranks, or another --save-dir")
-
-
 class WorkloadBackend(Backend):
     name = "workload"
     title = "Workloads (--workload): a real job's checkpoint, without its GPUs"
@@ -264,8 +249,6 @@ class WorkloadBackend(Backend):
             host_memory_needed(run, info, config.async_save, launch.topology.nproc_per_node),
             f"workload {run.workload.name} through {config.engine}: the ranks of one host",
             "run fewer ranks per host (--nproc-per-node, --subset), or a smaller workload")
-        if storage.kind == "disk":
-            _check_free_space(config.save_dir, run.layout.run_bytes * run.save_calls)
         spec = WorkloadSpec(
             workload=dataclasses.asdict(run.workload), world_size=run.layout.world_size,
             subset_ranks=run.ranks if run.layout.is_subset else None, engine=config.engine,
@@ -283,7 +266,8 @@ class WorkloadBackend(Backend):
             spec={SECTION: spec.to_json()},
             run_info=run_info(config, run, spec, storage.kind, launch),
             passes=passes,
-            checkpoints=config.checkpoints(storage, writers_per_rank=spec.thread_count),
+            checkpoints=config.checkpoints(storage, writers_per_rank=spec.thread_count,
+                                           expected_bytes=run.layout.run_bytes * run.save_calls),
             show_progress=lambda line: bool(_PROGRESS.search(line.strip())),
             outputs=write_dlio_summary,
             notes=_notes(config, run, sync_files, storage.kind),
