@@ -666,6 +666,9 @@ def render_sweep(results: dict) -> str:
         rows.append([*(_e(cell) for cell in row), link])
     errors = [f"job {job['index']}: {job['error']}" for job in results.get("jobs") or [] if job.get("error")]
     sections.append(("jobs", "Jobs", _grid_table(columns, rows, "jobs-table", raw=True) + _notes(errors)))
+    peak = p.sweep_peak_table(results)
+    if peak is not None:
+        sections.append(("storage-peak", "The storage's own peak", _grid_table(*peak, "peak-table")))
     sections.append(("sweep", "Sweep", _pairs_table(_flat({k: v for k, v in (results.get("sweep") or {}).items()}),
                                                     "sweep-table")))
     sections.append(("environment", "Environment", _pairs_table(_flat(results.get("environment")),

@@ -393,15 +393,33 @@ def where_rows(report: dict) -> list[tuple[str, str]]:
 
 # --- sweeps ----------------------------------------------------------------------------------------
 
+# With --storage-baseline: each job's storage peak (MiB/s) and how close its saves and loads came to it.
+PEAK_COLUMNS = (("storage_baseline.write_bandwidth", "peak write MiB/s", 1),
+                ("save_fraction_of_peak", "steady save of peak", 2),
+                ("storage_baseline.read_bandwidth", "peak cold read MiB/s", 1),
+                ("load_fraction_of_peak", "load of peak", 2))
+
+
+def _dotted(report: dict, path: str):
+    value = report
+    for key in path.split("."):
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
 def sweep_columns(results: dict) -> list[str]:
     """Saves by their steady figure (report.metrics), loads as measured, and whether saves were fsynced:
     what two jobs can be compared on."""
-    return ["job", "status", *(results.get("sweep") or {}).get("sweep", {}),
-            *(f"steady {m.column}" if m.steady_figure else m.column for m in HEADLINE), "fsync", "verified"]
+    return ["job", "status", *_swept(results), *(f"steady {m.column}" if m.steady_figure else m.column
+                                                 for m in HEADLINE), "fsync", "verified"]
+
+
+def _swept(results: dict) -> dict:
+    return (results.get("sweep") or {}).get("sweep", {})
 
 
 def sweep_rows(results: dict) -> list[list[str]]:
-    lists = (results.get("sweep") or {}).get("sweep", {})
+    lists = _swept(results)
     rows = []
     for job in results.get("jobs") or []:
         report = job.get("report") or {}
@@ -409,3 +427,15 @@ def sweep_rows(results: dict) -> list[list[str]]:
                      *(fmt(m.steady(report), m.digits) for m in HEADLINE),
                      fmt(metrics.fsync(report)) if report else NONE, fmt(report.get("verified"))])
     return rows
+
+
+def sweep_peak_table(results: dict) -> tuple[list[str], list[list[str]]] | None:
+    """With --storage-baseline: per job, the storage's own peak beside its saves and loads; None when no
+    job measured it."""
+    jobs = [job for job in results.get("jobs") or [] if (job.get("report") or {}).get("storage_baseline")]
+    if not jobs:
+        return None
+    lists = _swept(results)
+    rows = [[str(job.get("index")), *(fmt(job["params"].get(k)) for k in lists),
+             *(fmt(_dotted(job["report"], path), digits) for path, _label, digits in PEAK_COLUMNS)] for job in jobs]
+    return ["job", *lists, *(label for _path, label, _digits in PEAK_COLUMNS)], rows

@@ -127,6 +127,9 @@ def print_sweep(summary: dict, results: dict, file: TextIO | None = None) -> Non
     counts = ", ".join(f"{n} {status}" for status, n in (summary.get("summary") or {}).items())
     out = console(file)
     out.print(_grid(f"Sweep {summary.get('sweep')}: {counts}", p.sweep_columns(results), p.sweep_rows(results)))
+    peak = p.sweep_peak_table(results)
+    if peak is not None:
+        out.print(_grid("the storage's own peak (--storage-baseline, each job's I/O shape)", *peak))
     _print_paths(out, where)
 
 

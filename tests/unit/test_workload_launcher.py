@@ -90,3 +90,26 @@ def test_workload_chooses_its_backend_and_a_megatron_experiment_is_a_workload():
     # Llama 2 7B at TP 2 (the experiment's) with the distributed optimizer: DLIO's ZeRO-1 on 4 replicas.
     assert plan["world_size"] == 8 and len(plan["ranks"]) == 8
     assert round(plan["total_bytes"] / GIB, 1) == round(6_738_415_616 * (2 + 12) / GIB, 1)
+
+
+def test_a_sweep_of_engines_shows_the_storage_peak_beside_each_job():
+    """Engines side by side (configs/sweeps/workload_engines.yaml): the storage's own peak and how close
+    each engine came, in the terminal and in sweep_report.html."""
+    from ckpt_bench.present import rows
+    from ckpt_bench.present.html import render_sweep
+
+    def job(index, engine, write, fraction):
+        report = {"storage_baseline": {"write_bandwidth": write, "read_bandwidth": 900.0},
+                  "save_fraction_of_peak": fraction, "load_fraction_of_peak": 0.5, "saves": []}
+        return {"index": index, "status": "ok", "params": {"engine": engine}, "report": report}
+
+    results = {"name": "engines", "sweep": {"sweep": {"engine": ["torch-save", "dcp"]}},
+               "jobs": [job(0, "torch-save", 800.0, 0.61), job(1, "dcp", 820.0, 0.4), {"index": 2, "status": "failed",
+                                                                                        "params": {"engine": "x"}}]}
+    columns, peak_rows = rows.sweep_peak_table(results)
+    assert columns == ["job", "engine", "peak write MiB/s", "steady save of peak", "peak cold read MiB/s",
+                       "load of peak"]
+    assert peak_rows == [["0", "torch-save", "800.0", "0.61", "900.0", "0.50"], ["1", "dcp", "820.0", "0.40",
+                                                                                    "900.0", "0.50"]]
+    assert 'id="peak-table"' in render_sweep(results)
+    assert rows.sweep_peak_table({"jobs": [{"index": 0, "report": {}}]}) is None
