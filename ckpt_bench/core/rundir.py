@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 from ckpt_bench.core.errors import ConfigError
+from ckpt_bench.core.run_facts import RunFacts
 
 RUN_FILE = "run.json"
 # A sweep directory's results (ckpt_bench.sweep.run): `run_results.json`, or `ckpt_bench_results.json` where another
@@ -164,8 +165,8 @@ class RunDir:
     def write_json(self, name: str, data) -> bool:
         return self.write(name, json.dumps(data, indent=2, default=str) + "\n")
 
-    def read_run(self) -> dict:
-        return json.loads((self.path / RUN_FILE).read_text())
+    def read_run(self) -> RunFacts:
+        return RunFacts.from_json(json.loads((self.path / RUN_FILE).read_text()))
 
     def load_verdicts(self) -> dict[int, dict]:
         return {

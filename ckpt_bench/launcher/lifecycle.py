@@ -39,6 +39,7 @@ import yaml
 from ckpt_bench.core.checkpoint_dir import evict_from_page_cache
 from ckpt_bench.core.environment import describe_environment
 from ckpt_bench.core.errors import ConfigError
+from ckpt_bench.core.run_facts import RunFacts
 from ckpt_bench.core.rundir import RunDir, write_atomic
 from ckpt_bench.core.units import MIB
 from ckpt_bench.launcher import nodes
@@ -83,13 +84,13 @@ def execute(runner: Backend, launch: LaunchConfig) -> RunResult:
         if not nodes.is_leader(launch.topology):
             return follow(plan, launch, interrupts)
         run, spec_path, facts = set_up(plan, launch)
-        commands, facts["passes"] = run_passes(plan, launch, run, spec_path, interrupts, facts)
+        commands, facts.passes = run_passes(plan, launch, run, spec_path, interrupts, facts)
         run.write("commands.sh", "#!/usr/bin/env bash\nset -e\n" + "\n".join(commands) + "\n")
-        notes = facts.setdefault("notes", [])
-        notes += [f"{p['name']} pass failed: {p['cause']}" for p in facts["passes"] if p.get("cause")]
+        notes = facts.notes
+        notes += [f"{p['name']} pass failed: {p['cause']}" for p in facts.passes if p.get("cause")]
         if interrupts.signal is not None:
-            facts["interrupted"] = {"signal": interrupts.signal.name, "exit_code": interrupts.exit_code,
-                                    "pass": facts["passes"][-1]["name"] if facts["passes"] else None}
+            facts.interrupted = {"signal": interrupts.signal.name, "exit_code": interrupts.exit_code,
+                                 "pass": facts.passes[-1]["name"] if facts.passes else None}
         if plan.collect is not None:
             notes += plan.collect(run)
         notes += measure(plan, facts)
@@ -113,7 +114,7 @@ def prepare(runner: Backend, launch: LaunchConfig) -> Plan:
     return plan
 
 
-def set_up(plan: Plan, launch: LaunchConfig) -> tuple[RunDir, Path, dict]:
+def set_up(plan: Plan, launch: LaunchConfig) -> tuple[RunDir, Path, RunFacts]:
     """The run directory with everything the passes read; returns it, the worker spec's path and the
     run facts (run.json) so far. A runs folder that refuses any of it is a ConfigError (one line): what
     was made for the run is taken back, nothing has started."""
@@ -141,22 +142,21 @@ def set_up(plan: Plan, launch: LaunchConfig) -> tuple[RunDir, Path, dict]:
         resolved = {**plan.resolved_config,
                     "ckpt_bench": {"backend": launch.runner, "checkpoint_dir": checkpoint_dir}}
         _write_or_refuse(run.path / "resolved.yaml", yaml.safe_dump(resolved, sort_keys=False))
-        facts = {
-            "backend": launch.runner,
-            "checkpoints": plan.checkpoints is not None,
-            "verifies": plan.verifies,
-            "run_info": {**plan.run_info, "save": checkpoint_dir} if plan.checkpoints is not None else plan.run_info,
-            "checkpoint_dir": checkpoint_dir,
-            # How to reach the checkpoints again (a resumed sweep removes those of a killed attempt).
-            "storage": plan.checkpoints.storage.describe() if plan.checkpoints is not None else None,
-            "load_cache": "warm" if warm else "cold",
-            "environment": describe_environment(checkpoint_dir),
-            "passes": [],
-            "notes": list(plan.notes),
+        facts = RunFacts(
+            backend=launch.runner,
+            checkpoints=plan.checkpoints is not None,
+            verifies=plan.verifies,
+            run_info={**plan.run_info, "save": checkpoint_dir} if plan.checkpoints is not None else plan.run_info,
+            checkpoint_dir=checkpoint_dir,
+            storage=plan.checkpoints.storage.describe() if plan.checkpoints is not None else None,
+            load_cache="warm" if warm else "cold",
+            environment=describe_environment(checkpoint_dir),
+            notes=list(plan.notes),
             # Until the report is written: a run.json that still says False outlived its launcher.
-            "launcher": {"pid": os.getpid(), "host": socket.gethostname(), "finished": False},
-        }
-        _write_or_refuse(run.path / "run.json", json.dumps(facts, indent=2, default=str) + "\n")
+            launcher={"pid": os.getpid(), "host": socket.gethostname(), "finished": False},
+            storage_baseline_asked=plan.checkpoints is not None and plan.checkpoints.storage_baseline,
+        )
+        _write_or_refuse(run.path / "run.json", json.dumps(facts.to_json(), indent=2, default=str) + "\n")
     except ConfigError:
         # Only what this run just made: its checkpoint folder (marked as ours), its run directory and the
         # runs folders made for it. A refused run leaves nothing.
@@ -181,7 +181,7 @@ def _write_or_refuse(path: Path, text: str) -> None:
 
 
 def run_passes(plan: Plan, launch: LaunchConfig, run: RunDir, spec_path: Path, interrupts: Interrupts,
-               facts: dict | None = None) -> tuple[list[str], list[dict]]:
+               facts: RunFacts | None = None) -> tuple[list[str], list[dict]]:
     """Run the passes in order, on this node; stop after the first that failed on any node, or once
     interrupted. Returns this node's commands and the pass results of every node. With `facts` (node 0),
     run.json is rewritten after each pass: what ran is on disk even if the launcher is killed later."""
@@ -217,27 +217,27 @@ def run_passes(plan: Plan, launch: LaunchConfig, run: RunDir, spec_path: Path, i
         every_node = nodes.finish_pass(run, launch.topology, result)
         summaries += every_node
         if facts is not None:
-            run.write_json("run.json", {**facts, "passes": summaries})
+            run.write_json("run.json", {**facts.to_json(), "passes": summaries})
         if not all(s["ok"] for s in every_node):
             break
     return commands, summaries
 
 
-def measure(plan: Plan, facts: dict) -> list[str]:
+def measure(plan: Plan, facts: RunFacts) -> list[str]:
     """Checkpoint sizes into the run facts, before anything is removed (so the report can be rebuilt
     later). Returns notes: a storage that cannot be listed costs the bandwidth, never the report."""
     if plan.checkpoints is None:
         return []
     try:
-        facts["folder_sizes"] = plan.checkpoints.storage.iteration_sizes()
+        facts.folder_sizes = plan.checkpoints.storage.iteration_sizes()
     except Exception as error:  # a dead endpoint or a lost mount at the end of a run: say so, go on
-        facts["folder_sizes"] = None
+        facts.folder_sizes = None
         return [f"checkpoint sizes could not be measured in {plan.checkpoints.storage.location} "
                 f"({_one_line(error)}): sizes and bandwidth are left out"]
     return []
 
 
-def measure_storage(plan: Plan, facts: dict, launch: LaunchConfig) -> list[str]:
+def measure_storage(plan: Plan, facts: RunFacts, launch: LaunchConfig) -> list[str]:
     """--storage-baseline: the storage's own write and cold-read bandwidth (median of 3 rounds) with the
     last saved checkpoint's shape -- its files and their sizes, written by as many writers at once as the
     save had (ranks x writer threads), fsynced as the save was -- into the run facts (`storage_baseline`).
@@ -245,24 +245,24 @@ def measure_storage(plan: Plan, facts: dict, launch: LaunchConfig) -> list[str]:
     checkpoints = plan.checkpoints
     if checkpoints is None or not checkpoints.storage_baseline:
         return []
-    sizes = facts.get("folder_sizes") or {}
-    if facts.get("interrupted") or not all(p["ok"] for p in facts["passes"]) or not sizes:
-        facts["storage_baseline"] = None
+    sizes = facts.folder_sizes or {}
+    if facts.interrupted or not all(p["ok"] for p in facts.passes) or not sizes:
+        facts.storage_baseline = None
         return ["storage baseline not measured: the benchmark did not complete a save to copy the shape of"]
     iteration = max(sizes)
     ranks = launch.topology.nnodes * launch.topology.nproc_per_node
     try:
         shape = IOShape.of(checkpoints.storage.iteration_files(iteration), ranks * checkpoints.writers_per_rank,
-                           (facts.get("run_info") or {}).get("fsync"))
+                           facts.run_info.get("fsync"))
         print(f"storage baseline: {len(shape.file_sizes)} files, {shape.total_bytes / MIB:.1f} MiB, "
               f"{shape.concurrency} writers at once, fsync {'on' if shape.fsync else 'off'}",
               file=sys.stderr, flush=True)
         result = measure_rounds(checkpoints.storage.baseline(), shape)
     except Exception as error:  # the storage failed now: the benchmark's numbers stand, the baseline is lost
-        facts["storage_baseline"] = None
+        facts.storage_baseline = None
         return [f"storage baseline failed ({_one_line(error)}): fraction of peak left out"]
     result["shape_of_iteration"] = iteration
-    facts["storage_baseline"] = result
+    facts.storage_baseline = result
     print(f"storage baseline ({result['tool']}): write {result['write_bandwidth']} MiB/s, "
           f"read {result['read_bandwidth']} MiB/s", file=sys.stderr, flush=True)
     if launch.topology.nnodes > 1:
@@ -271,21 +271,20 @@ def measure_storage(plan: Plan, facts: dict, launch: LaunchConfig) -> list[str]:
     return []
 
 
-def clean_up(plan: Plan, facts: dict) -> list[str]:
+def clean_up(plan: Plan, facts: RunFacts) -> list[str]:
     """Remove the checkpoint folder this run created (never anything else), unless kept. Returns
     notes; what could not be removed is listed in the facts (`not_cleaned_up`)."""
     checkpoints = plan.checkpoints
     if checkpoints is None or checkpoints.storage.location is None:
         return []
     location = checkpoints.storage.location
-    partial = " (the run was interrupted: the last checkpoint in it may be partial)" if facts.get(
-        "interrupted") else ""
+    partial = " (the run was interrupted: the last checkpoint in it may be partial)" if facts.interrupted else ""
     if checkpoints.keep:
         return [f"checkpoints kept in {location} (--keep-checkpoints){partial}"]
     try:
         removed = checkpoints.storage.remove()
     except Exception as error:  # the storage failed: the folder stays, and the report says where
-        facts["not_cleaned_up"] = [location]
+        facts.not_cleaned_up = [location]
         print(f"could not remove {location}: {_one_line(error)}", file=sys.stderr, flush=True)
         return [f"could not remove the checkpoints in {location} ({_one_line(error)}); remove them by hand"]
     if removed:
@@ -294,12 +293,12 @@ def clean_up(plan: Plan, facts: dict) -> list[str]:
     return []
 
 
-def write_report(run: RunDir, facts: dict, advice: AdviceOptions | None = None) -> dict:
+def write_report(run: RunDir, facts: RunFacts, advice: AdviceOptions | None = None) -> dict:
     """run.json, then report.json (with the interval advice when `advice` asks for it) and report.html.
     The report is built from the facts in memory: a disk that refused run.json costs the file, not the
     report, which the CLI prints whatever was written."""
-    facts["launcher"] = {**facts.get("launcher", {}), "finished": True}
-    unwritten = [] if run.write_json("run.json", facts) else ["run.json"]
+    facts.launcher = {**facts.launcher, "finished": True}
+    unwritten = [] if run.write_json("run.json", facts.to_json()) else ["run.json"]
     report = add_advice(run_report(run.path, facts=facts), advice, strict=False)
     if not run.write(run.report_path.name, to_json(report) + "\n"):
         unwritten.append(run.report_path.name)

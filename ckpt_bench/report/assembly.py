@@ -23,6 +23,7 @@ from pathlib import Path
 from ckpt_bench.core.checkpoint_dir import iter_dir_name, iteration_folder_sizes
 from ckpt_bench.core.errors import ReportError
 from ckpt_bench.core.events import CheckpointEvent, event_files, read_event_files
+from ckpt_bench.core.run_facts import RunFacts
 from ckpt_bench.core.rundir import MEASUREMENTS_FILE, RUN_FILE, RunDir
 from ckpt_bench.report.engine import CONFIG_KEYS, SEMANTICS, Operation, ReportBuilder, fractions_of_peak
 from ckpt_bench.report.mlperf import mlperf_section
@@ -32,7 +33,7 @@ from ckpt_bench.worker import integrity
 
 
 def run_report(run_dir: str | os.PathLike, ckpt_dir: str | os.PathLike | None = None,
-               facts: dict | None = None) -> dict:
+               facts: RunFacts | None = None) -> dict:
     """The report of one of our runs, from its run directory alone (or with `ckpt_dir` re-measured). The
     launcher gives the run `facts` it holds (its disk may have refused run.json)."""
     run = RunDir(run_dir)
@@ -44,47 +45,47 @@ def run_report(run_dir: str | os.PathLike, ckpt_dir: str | os.PathLike | None = 
     if ckpt_dir is not None:
         folder_sizes = _measure(ckpt_dir)
     else:
-        folder_sizes = {int(k): v for k, v in (facts.get("folder_sizes") or {}).items()} or None
-    passes = facts.get("passes", [])
+        folder_sizes = facts.folder_sizes or None
+    passes = facts.passes
     failed = [p for p in passes if not p["ok"]]
 
-    launcher = facts.get("launcher") or {}
-    notes = list(facts.get("notes") or [])
+    launcher = facts.launcher
+    notes = list(facts.notes)
     if launcher.get("finished") is False:  # run.json as set up, never completed: the launcher died (or runs)
         notes.append(f"the launcher (pid {launcher.get('pid')} on {launcher.get('host')}) did not finish this run: "
                      "it was killed, or is still running; what follows is what the events recorded until then")
 
     def run_section(status: str) -> dict:
-        section = {"dir": str(run.path), "backend": facts.get("backend"), "status": status, "passes": passes}
-        if facts.get("interrupted"):  # Ctrl-C or SIGTERM (ckpt_bench.launcher.interrupts): that is the status
-            section.update(status="interrupted", interrupted=facts["interrupted"])
+        section = {"dir": str(run.path), "backend": facts.backend, "status": status, "passes": passes}
+        if facts.interrupted:  # Ctrl-C or SIGTERM (ckpt_bench.launcher.interrupts): that is the status
+            section.update(status="interrupted", interrupted=facts.interrupted)
         elif launcher.get("finished") is False:
             section.update(status="incomplete", launcher=launcher)
         return section
 
-    if facts.get("checkpoints") is False:
+    if not facts.checkpoints:
         # A backend without checkpoints (the comms sweep): its report is what its passes measured.
         return {
             "comms": run.comms_results("comms"),
-            "config": facts.get("run_info"),
-            "environment": facts.get("environment"),
+            "config": facts.run_info,
+            "environment": facts.environment,
             "notes": notes,
             "run": run_section("failed" if failed else "ok"),
         }
     load_ran = any(p["name"] == "load" for p in passes)
     verdicts = run.load_verdicts()
-    verifies = facts.get("verifies", True)  # a framework's load pass checks nothing for us
+    verifies = facts.verifies  # a framework's load pass checks nothing for us
     verification = integrity.combine(verdicts) if (verdicts or (load_ran and verifies)) else None
     builder = ReportBuilder().add_all(_recorded_events(run))
     report = builder.build(
-        run_info=facts.get("run_info"),
+        run_info=facts.run_info,
         folder_sizes=folder_sizes,
         verification=verification,
-        environment=facts.get("environment"),
-        load_cache=facts.get("load_cache"),
+        environment=facts.environment,
+        load_cache=facts.load_cache,
         notes=notes,
     )
-    checkpoint_bytes = (facts.get("run_info") or {}).get("mlperf_checkpoint_bytes")
+    checkpoint_bytes = facts.run_info.get("mlperf_checkpoint_bytes")
     if checkpoint_bytes is not None:  # a workload run: MLPerf Storage's figures too, from the same events
         report["mlperf"] = mlperf_section(builder.operations(), checkpoint_bytes)
     if any(p["name"] == "preflight" for p in passes):
@@ -92,11 +93,11 @@ def run_report(run_dir: str | os.PathLike, ckpt_dir: str | os.PathLike | None = 
     measurements = run.path / MEASUREMENTS_FILE
     if measurements.is_file():  # what a worker measured beyond checkpoints (Lightning: training-time impact)
         report.update(json.loads(measurements.read_text()))
-    if "storage_baseline" in facts:  # --storage-baseline: the storage's own peak, and how close we came
-        report["storage_baseline"] = facts["storage_baseline"]
-        report.update(fractions_of_peak(report, facts["storage_baseline"]))
-    if facts.get("not_cleaned_up"):  # checkpoints the run created and could not remove (the storage failed)
-        report["not_cleaned_up"] = facts["not_cleaned_up"]
+    if facts.storage_baseline_asked:  # --storage-baseline: the storage's own peak, and how close we came
+        report["storage_baseline"] = facts.storage_baseline
+        report.update(fractions_of_peak(report, facts.storage_baseline))
+    if facts.not_cleaned_up:  # checkpoints the run created and could not remove (the storage failed)
+        report["not_cleaned_up"] = facts.not_cleaned_up
     _name_failure_causes(report, failed)
     report["measurement"] = _measurement_labels(report, facts)
     # A mismatch is the verdict whatever else failed: the load pass of ranks that exit 3 (a mismatch) fails too.
@@ -105,17 +106,17 @@ def run_report(run_dir: str | os.PathLike, ckpt_dir: str | os.PathLike | None = 
     return report
 
 
-def _measurement_labels(report: dict, facts: dict) -> dict:
+def _measurement_labels(report: dict, facts: RunFacts) -> dict:
     """What each figure is, in words: fsync, cache, baseline. A reader should not have to guess."""
-    fsync = (facts.get("run_info") or {}).get("fsync")
+    fsync = facts.run_info.get("fsync")
     baseline = report.get("storage_baseline")
     return {
         "fsync": fsync,
         "fsync_means": {True: "every file was fsynced before a save counted as complete",
                         False: "files were not fsynced: a save is complete once written to the page cache",
                         None: "not applicable (object storage: an upload is durable once acknowledged)"}[fsync],
-        "load_cache": facts.get("load_cache"),
-        "load_cache_means": _load_cache_means(facts.get("load_cache"), fsync),
+        "load_cache": facts.load_cache,
+        "load_cache_means": _load_cache_means(facts.load_cache, fsync),
         "storage_baseline": (f"measured with {baseline.get('tool')} after the benchmark, same I/O shape "
                              f"(median of {len(baseline.get('rounds') or [None])} round(s)): {baseline.get('method')}"
                              if isinstance(baseline, dict) else "asked for but not measured: see the notes"

@@ -66,7 +66,7 @@ import yaml
 from ckpt_bench.core.environment import describe_environment, package_versions
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.options import to_argv
-from ckpt_bench.core.rundir import RUN_FILE, sweep_results_file, write_atomic
+from ckpt_bench.core.rundir import RUN_FILE, RunDir, sweep_results_file, write_atomic
 from ckpt_bench.core.yamlfile import read_yaml
 from ckpt_bench.launcher import registry
 from ckpt_bench.launcher.repeat import run
@@ -300,8 +300,8 @@ def set_aside(job_dir: Path, kept: bool) -> Path:
         if kept or attempts in run_file.parents:
             continue
         try:
-            facts = json.loads(run_file.read_text())
-            location, description = facts.get("checkpoint_dir"), facts.get("storage")
+            facts = RunDir(run_file.parent).read_run()
+            location, description = facts.checkpoint_dir, facts.storage
             if location and description and reopen(location, description, run_file.parent).remove():
                 print(f"removed {location}, left by an earlier attempt of {job_dir}", file=sys.stderr, flush=True)
         except Exception as error:  # an unreadable run.json or an unreachable store: the checkpoints stay
