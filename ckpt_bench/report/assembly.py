@@ -306,8 +306,9 @@ def _job_report(job: _Job, ckpt_dir: str | Path | None, extra_notes: list[str]) 
     return report
 
 
-def _semantics_notes(saves: list[dict]) -> list[str]:
-    """In words, what the source's figures measure where they are not the whole save (`source_semantics`)."""
+def _semantics_notes(saves: list[dict], listed: int = 10) -> list[str]:
+    """In words, what the source's figures measure where they are not the whole save (`source_semantics`);
+    the saves named by iteration, the first `listed` of them."""
     notes = []
     for figure in ("block_time", "total_time"):
         by_meaning: dict[str, list] = {}
@@ -316,8 +317,11 @@ def _semantics_notes(saves: list[dict]) -> list[str]:
             if meaning is not None and meaning != "durable":
                 by_meaning.setdefault(meaning, []).append(save["iteration"])
         for meaning, iterations in by_meaning.items():
-            notes.append(f"{figure} of the save{'s' * (len(iterations) > 1)} at iteration{'s' * (len(iterations) > 1)} "
-                         f"{', '.join(map(str, iterations))} is the source's '{meaning}' figure: {SEMANTICS[meaning]}")
+            many = len(iterations) > 1
+            named = ", ".join(map(str, iterations[:listed])) + (
+                f" and {len(iterations) - listed} more" if len(iterations) > listed else "")
+            notes.append(f"{figure} of the save{'s' * many} at iteration{'s' * many} {named} is the source's "
+                         f"'{meaning}' figure: {SEMANTICS[meaning]}")
     return notes
 
 
