@@ -12,7 +12,9 @@ rotation (`debug.<timestamp>.log`). Then:
   and over the whole tree;
 * times `python ckpt_report.py TREE` (the whole command: interpreter start-up included) against
   `grep -rE "checkpoint|time across ranks|arguments" TREE` over the same tree, runs of the two taking
-  turns, `--repeat` times each, and prints the ratio of their medians and ckpt_report.py's peak RSS.
+  turns, `--repeat` times each, and prints the ratio of their medians and ckpt_report.py's peak RSS;
+  on a machine shared with other work, also the median of the ratios of each turn (the two runs of a
+  turn see about the same load) and the ratio of their CPU times (user + system, from wait4);
   grep writes its matching lines to a file, as a user keeping them would (with its output on
   /dev/null GNU grep stops reading a file at its first match; that time is printed too);
 * prints the SHA-256 of the report's JSON (`--output` keeps it), to compare the numbers of two
@@ -162,38 +164,43 @@ def parse(root: Path) -> dict:
     }
 
 
-def timed_run(command: list[str], stdout) -> tuple[float, float, int]:
-    """Wall seconds, peak RSS (MiB) and exit status of `command` (its own rusage, via wait4)."""
+def timed_run(command: list[str], stdout) -> tuple[float, float, float, int]:
+    """Wall seconds, CPU seconds (user + system), peak RSS (MiB) and exit status of `command` (its own
+    rusage, via wait4)."""
     started = time.perf_counter()
     process = subprocess.Popen(command, stdout=stdout, stderr=subprocess.DEVNULL)
     _, status, usage = os.wait4(process.pid, 0)
     seconds = time.perf_counter() - started
     process.returncode = os.waitstatus_to_exitcode(status)
-    return seconds, usage.ru_maxrss / 1024, process.returncode
+    return seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, process.returncode
 
 
 def against_grep(root: Path, repeat: int, output: Path) -> dict:
-    """`ckpt_report.py TREE` and grep over the tree, taking turns: medians, ratio, peak RSS."""
+    """`ckpt_report.py TREE` and grep over the tree, taking turns: medians, ratios, peak RSS."""
     report = [sys.executable, str(ROOT / "ckpt_report.py"), str(root), "--output", str(output)]
     grep = ["grep", "-rE", GREP_PATTERN, str(root)]
-    times: dict[str, list[float]] = {"report": [], "grep": [], "grep_null": []}
+    times: dict[str, list[float]] = {"report": [], "grep": [], "grep_null": [], "report_cpu": [], "grep_cpu": []}
     rss = []
     with tempfile.TemporaryDirectory(prefix="ckpt-bench-grep-") as scratch:
         for _ in range(repeat):
             with open(Path(scratch) / "matches.txt", "wb") as matches:
-                seconds, _, status = timed_run(grep, matches)
+                seconds, cpu, _, status = timed_run(grep, matches)
             if status:
                 sys.exit(f"grep exited {status}")
             times["grep"].append(seconds)
+            times["grep_cpu"].append(cpu)
             times["grep_null"].append(timed_run(grep, subprocess.DEVNULL)[0])
-            seconds, peak, status = timed_run(report, subprocess.DEVNULL)
+            seconds, cpu, peak, status = timed_run(report, subprocess.DEVNULL)
             if status:
                 sys.exit(f"ckpt_report.py exited {status}")
             times["report"].append(seconds)
+            times["report_cpu"].append(cpu)
             rss.append(peak)
     median = {name: statistics.median(values) for name, values in times.items()}
+    per_turn = [ours / theirs for ours, theirs in zip(times["report"], times["grep"], strict=True)]
     return {"median": median, "times": times, "peak_rss_mib": max(rss),
-            "ratio": median["report"] / median["grep"], "ratio_null": median["report"] / median["grep_null"]}
+            "ratio": median["report"] / median["grep"], "ratio_null": median["report"] / median["grep_null"],
+            "ratio_per_turn": statistics.median(per_turn), "ratio_cpu": median["report_cpu"] / median["grep_cpu"]}
 
 
 def main() -> None:
@@ -237,7 +244,9 @@ def main() -> None:
         print(f"grep -rE \"{GREP_PATTERN}\" > file: median {median['grep']:.2f} s "
               f"({', '.join(f'{t:.2f}' for t in result['times']['grep'])}); > /dev/null: median "
               f"{median['grep_null']:.2f} s")
-        print(f"ratio ckpt_report.py / grep: {result['ratio']:.2f} (grep > /dev/null: {result['ratio_null']:.2f})")
+        print(f"ratio ckpt_report.py / grep: {result['ratio']:.2f} (grep > /dev/null: {result['ratio_null']:.2f}); "
+              f"median of each turn's ratio {result['ratio_per_turn']:.2f}; CPU time {median['report_cpu']:.2f} s "
+              f"against {median['grep_cpu']:.2f} s, ratio {result['ratio_cpu']:.2f}")
         print(f"report sha256 {digest}")
     finally:
         if args.dir is None and not args.keep:
