@@ -18,6 +18,8 @@ from typing import ClassVar
 class RunPaths:
     """What the lifecycle adds to every worker.json once the run directory and checkpoint folder exist."""
 
+    run_dir: str = ""
+    """This run's directory (where a worker may leave what it measured beyond checkpoints)."""
     checkpoint_dir: str = ""
     """This run's checkpoint folder or URL (s3://bucket/prefix, file://...)."""
     events_dir: str = ""

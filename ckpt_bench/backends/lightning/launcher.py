@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from ckpt_bench.backends.comms.launcher import PreflightOptions
 from ckpt_bench.backends.dcp import models
 from ckpt_bench.backends.dcp.launcher import DcpConfig, check_dist_backend
-from ckpt_bench.backends.lightning.spec import STRATEGY_CLASSES
+from ckpt_bench.backends.lightning.spec import STRATEGY_CLASSES, LightningSpec
 from ckpt_bench.core.errors import ConfigError, did_you_mean
 from ckpt_bench.core.events import event_files, read_event_files
 from ckpt_bench.core.experiment import parse_assignment
@@ -148,16 +148,16 @@ class LightningConfig(CheckpointOptions, PreflightOptions, StorageOptions):
         self.tunables = _tunables(self.set)
 
 
-def check_memory(parameters: int, spec: dict, ranks_per_host: int, world_size: int) -> None:
+def check_memory(parameters: int, spec: LightningSpec, ranks_per_host: int, world_size: int) -> None:
     """Refuse, with one line, a model this CPU host's ranks cannot hold. Per parameter (float32) a rank
     holds its weight, and after training its gradient and Adam's two moments; DDP's load reads the
     whole checkpoint (weights and moments) beside the model, and an async save clones it
     (AsyncCheckpointIO); FSDP2 shards all of it over the ranks and loads in place. A floor: the
     activations and the allocator's slack are left out. (On GPUs the state is on the devices.)"""
-    trains = spec["train_steps"] > 0
+    trains = spec.train_steps > 0
     state = parameters * 4 * (4 if trains else 1)
     checkpoint = parameters * 4 * (3 if trains else 1)
-    sharded = spec["strategy"] == "fsdp"
+    sharded = spec.strategy == "fsdp"
     per_rank = RANK_BASE_BYTES + (state / world_size if sharded else state + checkpoint)
     what = "its shard of the state" if sharded else "the state and a loaded or cloned checkpoint"
     check_host_memory(
@@ -269,22 +269,22 @@ def _accelerator(requested: str) -> str:
     return requested
 
 
-def run_info(spec: dict, launch: LaunchConfig, env_options: dict) -> dict:
+def run_info(spec: LightningSpec, launch: LaunchConfig, env_options: dict) -> dict:
     from ckpt_bench.backends.lightning.model import (
         parameter_count,  # torch and lightning: only once a Lightning run is planned
     )
 
     world_size = launch.topology.world_size
-    named = spec["named_model"]
-    parameters = models.parameter_count(named) if named else parameter_count(spec["num_layers"], **spec["model"])
+    named = spec.named_model
+    parameters = models.parameter_count(named) if named else parameter_count(spec.num_layers, **spec.model)
     return {
         "world_size": world_size,
         "data_parallel_size": world_size,  # DDP replicates; FSDP2 shards over one data-parallel mesh of all ranks
-        "ckpt_format": "lightning_dcp" if spec["strategy"] == "fsdp" else "lightning",
+        "ckpt_format": "lightning_dcp" if spec.strategy == "fsdp" else "lightning",
         "ckpt_fully_parallel_save": None,
         "ckpt_fully_parallel_load": None,
-        "async_save": spec["async_save"],
-        "save_interval": spec["steps_per_save"],
+        "async_save": spec.async_save,
+        "save_interval": spec.steps_per_save,
         "optimizer": "adam",
         "use_distributed_optimizer": None,
         "params_dtype": "torch.float32",
@@ -293,26 +293,26 @@ def run_info(spec: dict, launch: LaunchConfig, env_options: dict) -> dict:
         "exp_avg_sq_dtype": "torch.float32",
         # Beyond the Primus keys.
         "backend": "lightning",
-        "strategy": spec["strategy"],
-        "strategy_class": STRATEGY_CLASSES[spec["strategy"]],
-        "accelerator": spec["accelerator"],
-        "dist_backend": spec["dist_backend"],
-        "num_layers": None if named else spec["num_layers"],
+        "strategy": spec.strategy,
+        "strategy_class": STRATEGY_CLASSES[spec.strategy],
+        "accelerator": spec.accelerator,
+        "dist_backend": spec.dist_backend,
+        "num_layers": None if named else spec.num_layers,
         "named_model": named,
         "model_parameters": parameters,
         "model_state_bytes": parameters * 4,  # float32 parameters, without optimizer state
-        "model": None if named else spec["model"],
-        "save_calls": spec["save_calls"],
-        "load_calls": spec["load_calls"],
-        "steps_per_save": spec["steps_per_save"],
-        "train_steps": spec["train_steps"],
+        "model": None if named else spec.model,
+        "save_calls": spec.save_calls,
+        "load_calls": spec.load_calls,
+        "steps_per_save": spec.steps_per_save,
+        "train_steps": spec.train_steps,
         "nnodes": launch.topology.nnodes,
         "nproc_per_node": launch.topology.nproc_per_node,
         "env_options": env_options or None,
-        **{k: v for k, v in spec["storage"].items() if k != "scheme"},
-        "storage_scheme": spec["storage"]["scheme"],
+        **{k: v for k, v in spec.storage.items() if k != "scheme"},
+        "storage_scheme": spec.storage["scheme"],
         # FSDP2's DCP folder: FileSystemWriter fsyncs by default; DDP's single file: torch.save, no fsync.
-        "fsync": (spec["strategy"] == "fsdp") if spec["storage"]["scheme"] in ("local", "file") else None,
+        "fsync": (spec.strategy == "fsdp") if spec.storage["scheme"] in ("local", "file") else None,
     }
 
 
@@ -341,34 +341,25 @@ class LightningBackend(Backend):
             raise ConfigError("--dist-backend nccl needs --accelerator gpu; use --dist-backend gloo on CPU")
         check_dist_backend(dist_backend, launch.topology.nproc_per_node)
         tunables = dict(config.tunables)
-        spec = {
-            "strategy": config.strategy,
-            "accelerator": accelerator,
-            "dist_backend": dist_backend,
-            "num_layers": config.num_layers,
-            "named_model": config.model,
-            "save_calls": config.save_calls,
-            "load_calls": config.load_calls,
-            "steps_per_save": config.steps_per_save,
-            "async_save": config.async_save,
-            "train_steps": tunables.pop("train_steps"),
-            "seed": tunables.pop("seed"),
-            "model": tunables,
-            "storage": {**storage.describe(), "scheme": scheme},
-        }
+        spec = LightningSpec(
+            strategy=config.strategy, accelerator=accelerator, dist_backend=dist_backend,
+            num_layers=config.num_layers, named_model=config.model, save_calls=config.save_calls,
+            load_calls=config.load_calls, steps_per_save=config.steps_per_save, async_save=config.async_save,
+            train_steps=tunables.pop("train_steps"), seed=tunables.pop("seed"), model=tunables,
+            storage={**storage.describe(), "scheme": scheme})
         info = run_info(spec, launch, config.env_options)
         if accelerator == "cpu":
             check_memory(info["model_parameters"], spec, launch.topology.nproc_per_node, launch.topology.world_size)
         passes = [*config.preflight_passes(dist_backend), WorkerPass("save", ["--phase", "save"])]
-        if spec["load_calls"]:
+        if spec.load_calls:
             passes.append(WorkerPass("load", ["--phase", "load"]))
-        size = config.model or f"{spec['num_layers']}l"
-        name = f"lightning-{spec['strategy']}-{size}" + ("-async" if spec["async_save"] else "")
+        size = config.model or f"{spec.num_layers}l"
+        name = f"lightning-{spec.strategy}-{size}" + ("-async" if spec.async_save else "")
         return Plan(
             name=name,
             worker_module="ckpt_bench.backends.lightning.worker",
-            resolved_config={"lightning": spec, "save_dir": save_dir},
-            spec={"lightning": spec},
+            resolved_config={LightningSpec.section: spec.to_json(), "save_dir": save_dir},
+            spec={LightningSpec.section: spec.to_json()},
             run_info=info,
             passes=passes,
             checkpoints=config.checkpoints(storage),

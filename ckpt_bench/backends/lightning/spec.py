@@ -26,11 +26,11 @@ folder per call, named like Megatron's, so folder sizes are measured the same wa
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from ckpt_bench.core.checkpoint_dir import iter_dir_name
+from ckpt_bench.core.worker_spec import WorkerSpec
 from ckpt_bench.storage import LocalStorage
 
 CHECKPOINT_FILE = "checkpoint.ckpt"
@@ -47,8 +47,12 @@ MODEL_DEFAULTS = {
 }
 
 
-@dataclass
-class LightningSpec:
+@dataclass(kw_only=True)
+class LightningSpec(WorkerSpec):
+    """What every rank of a Lightning run trains, saves and loads: built by the launcher, read by the ranks."""
+
+    section: ClassVar[str] = "lightning"
+
     strategy: str
     accelerator: str
     dist_backend: str
@@ -56,25 +60,12 @@ class LightningSpec:
     save_calls: int
     load_calls: int
     async_save: bool
-    checkpoint_dir: str
-    events_dir: str
-    integrity_dir: str
-    run_dir: str | None = None
     steps_per_save: int | None = None
     named_model: str | None = None
     train_steps: int = 2
     seed: int = 1234
-    warm_load: bool = False
     model: dict = field(default_factory=lambda: dict(MODEL_DEFAULTS))
     storage: dict = field(default_factory=lambda: {"storage": LocalStorage.kind})
-
-    @classmethod
-    def from_file(cls, path: str | os.PathLike) -> LightningSpec:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-        known = {k: data[k] for k in ("checkpoint_dir", "events_dir", "integrity_dir", "run_dir", "warm_load")
-                 if k in data}
-        return cls(**data["lightning"], **known)
 
     def iteration_dir(self, iteration: int) -> str:
         """A string, not a Path: `s3://` and other URLs must keep their double slash."""
