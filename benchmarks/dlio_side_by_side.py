@@ -29,23 +29,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def tensor_bytes(folder: Path) -> int:
-    """Tensor bytes of every .pt below `folder` (torch.save's framing left out)."""
-    import torch
-
-    total = 0
-    for path in folder.rglob("*.pt"):
-        stack = [torch.load(path, weights_only=True)]
-        while stack:
-            node = stack.pop()
-            for value in node.values():
-                if isinstance(value, dict):
-                    stack.append(value)
-                else:
-                    total += value.numel() * value.element_size()
-    return total
+sys.path.insert(0, str(ROOT / "tests"))  # the tests' way of counting a torch.save file's tensor bytes
+from helpers import saved_tensor_bytes  # noqa: E402
 
 
 def run_dlio(args, workload: Path, work: Path) -> dict:
@@ -62,7 +47,7 @@ def run_dlio(args, workload: Path, work: Path) -> dict:
     subprocess.run(command, cwd=work, check=True, capture_output=True, text=True)
     metric = json.loads((out / "summary.json").read_text())["metric"]
     step = next(checkpoints.glob("global_epoch1_step1"))
-    return {"bytes": tensor_bytes(step), "size_GB": metric["checkpoint_size_GB"],
+    return {"bytes": saved_tensor_bytes(step), "size_GB": metric["checkpoint_size_GB"],
             "save_GBps": metric["save_checkpoint_io_mean_GB_per_second"],
             "load_GBps": metric.get("load_checkpoint_io_mean_GB_per_second"), "strict_save_GBps": None}
 
@@ -79,7 +64,7 @@ def run_ours(args, workload: Path, work: Path) -> dict:
     report = json.loads(result.stdout)
     mlperf = report["mlperf"]
     step = next((work / "ours-ckpt").glob("*/iter_0000001"))
-    return {"bytes": tensor_bytes(step), "size_GB": mlperf["dlio"]["checkpoint_size_GB"],
+    return {"bytes": saved_tensor_bytes(step), "size_GB": mlperf["dlio"]["checkpoint_size_GB"],
             "save_GBps": mlperf["dlio"]["save_checkpoint_io_mean_GB_per_second"],
             "load_GBps": mlperf["dlio"]["load_checkpoint_io_mean_GB_per_second"],
             "strict_save_GBps": mlperf["mlpstorage"]["calculated_mean_save_throughput_from_strict_times"]}

@@ -39,6 +39,24 @@ def launch_ok(*args, **kwargs) -> dict:
     return json.loads(result.stdout)
 
 
+def saved_tensor_bytes(path: Path) -> int:
+    """Tensor bytes of a `torch.save`d file of nested dicts, or of every .pt below a folder (torch.save's
+    own framing left out): what DLIO's checkpointing writes, counted the same way for DLIO and for us."""
+    import torch
+
+    total = 0
+    for file in path.rglob("*.pt") if path.is_dir() else [path]:
+        stack = [torch.load(file, weights_only=True)]
+        while stack:
+            node = stack.pop()
+            for value in node.values():
+                if isinstance(value, dict):
+                    stack.append(value)
+                else:
+                    total += value.numel() * value.element_size()
+    return total
+
+
 def ckpt_report(*args, **kwargs) -> subprocess.CompletedProcess:
     return run_cli("ckpt_report.py", *args, **kwargs)
 

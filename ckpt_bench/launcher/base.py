@@ -37,6 +37,15 @@ SET = Flag(("--set",), "Override a setting, e.g. --set num_layers=8 (repeatable)
            metavar="KEY=VALUE")
 
 
+def placement_info(launch: LaunchConfig, storage: dict, sync_files: bool) -> dict:
+    """The run-info keys every checkpointing backend reports alike: where its ranks ran, its storage
+    (`CheckpointStorage.describe()`), and whether files were fsynced (None on object storage, where an
+    upload is durable once acknowledged). Keys of the report's configuration a backend leaves out are
+    null in the report (`report.engine.CONFIG_KEYS`)."""
+    return {"sync_files": sync_files, "fsync": sync_files if storage["storage"] != "s3" else None,
+            "nnodes": launch.topology.nnodes, "nproc_per_node": launch.topology.nproc_per_node, **storage}
+
+
 @dataclass
 class WorkerPass:
     name: str  # "save" | "load" | ...

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import json
 
-import torch
-from helpers import ROOT, launch_ok
+from helpers import ROOT, launch_ok, saved_tensor_bytes
 
 from ckpt_bench.backends.workload.shapes import layout, load_dlio_yaml
 
@@ -27,17 +26,7 @@ def test_torch_save_on_disk_writes_dlio_files_and_reports_mlperf_figures(tmp_pat
     folder = tmp_path / "ckpt" / report["run"]["dir"].rsplit("/", 1)[1] / "iter_0000002"
     written = {path.name: path for path in folder.iterdir()}
     assert set(written) == {f.name for share in expected.ranks for f in share.files}
-    tensor_bytes = 0
-    for path in written.values():
-        state = torch.load(path, weights_only=True)
-        stack = [state]
-        while stack:
-            node = stack.pop()
-            for value in node.values():
-                if isinstance(value, dict):
-                    stack.append(value)
-                else:
-                    tensor_bytes += value.numel() * value.element_size()
+    tensor_bytes = sum(saved_tensor_bytes(path) for path in written.values())
     assert tensor_bytes == expected.run_bytes
     save = report["saves"][-1]
     assert expected.run_bytes < save["bytes"] < expected.run_bytes * 1.01

@@ -30,6 +30,7 @@ from ckpt_bench.launcher.base import (
     CheckpointOptions,
     Plan,
     WorkerPass,
+    placement_info,
 )
 from ckpt_bench.launcher.config import LaunchConfig
 from ckpt_bench.launcher.resources import check_host_memory, default_dist_backend
@@ -96,16 +97,8 @@ def run_info(config: DcpConfig, spec: DcpSpec, state_bytes: int, launch: LaunchC
         "world_size": world_size,
         "data_parallel_size": world_size,  # the state is replicated on every rank, as under DDP
         "ckpt_format": "torch_dcp",
-        "ckpt_fully_parallel_save": None,
-        "ckpt_fully_parallel_load": None,
         "async_save": config.async_save,
-        "save_interval": None,
-        "optimizer": None,
-        "use_distributed_optimizer": None,
         "params_dtype": f"torch.{config.dtype}",
-        "main_params_dtype": None,
-        "exp_avg_dtype": None,
-        "exp_avg_sq_dtype": None,
         # Beyond the Primus keys.
         "backend": "dcp",
         "model": config.model,
@@ -114,12 +107,8 @@ def run_info(config: DcpConfig, spec: DcpSpec, state_bytes: int, launch: LaunchC
         "dtype": config.dtype,
         "dist_backend": spec.dist_backend,
         "thread_count": config.thread_count,
-        "sync_files": spec.sync_files,
-        "fsync": spec.sync_files if spec.storage["storage"] != "s3" else None,
         "save_calls": config.save_calls,
-        "nnodes": launch.topology.nnodes,
-        "nproc_per_node": launch.topology.nproc_per_node,
-        **spec.storage,
+        **placement_info(launch, spec.storage, spec.sync_files),
     }
 
 

@@ -281,14 +281,10 @@ def run_info(spec: LightningSpec, launch: LaunchConfig, env_options: dict) -> di
         "world_size": world_size,
         "data_parallel_size": world_size,  # DDP replicates; FSDP2 shards over one data-parallel mesh of all ranks
         "ckpt_format": "lightning_dcp" if spec.strategy == "fsdp" else "lightning",
-        "ckpt_fully_parallel_save": None,
-        "ckpt_fully_parallel_load": None,
         "async_save": spec.async_save,
         "save_interval": spec.steps_per_save,
         "optimizer": "adam",
-        "use_distributed_optimizer": None,
         "params_dtype": "torch.float32",
-        "main_params_dtype": None,
         "exp_avg_dtype": "torch.float32",
         "exp_avg_sq_dtype": "torch.float32",
         # Beyond the Primus keys.

@@ -39,6 +39,7 @@ from ckpt_bench.launcher.base import (
     CheckpointOptions,
     Plan,
     WorkerPass,
+    placement_info,
 )
 from ckpt_bench.launcher.config import LaunchConfig
 from ckpt_bench.launcher.resources import RANK_BASE_BYTES, check_host_memory, default_dist_backend
@@ -174,24 +175,19 @@ def preview(config: WorkloadConfig, launch: LaunchConfig, run: WorkloadRun) -> d
     }
 
 
-def run_info(config: WorkloadConfig, run: WorkloadRun, spec: WorkloadSpec, storage_kind: str,
-             launch: LaunchConfig) -> dict:
+def run_info(config: WorkloadConfig, run: WorkloadRun, spec: WorkloadSpec, launch: LaunchConfig) -> dict:
     workload, layout = run.workload, run.layout
     megatron = config.engine_info.state == "megatron"  # a Megatron GPT's state: fully parallel, DistributedOptimizer
     return {
         "world_size": run.ranks,
         "data_parallel_size": layout.data_parallelism,
         "ckpt_format": config.engine,
-        "ckpt_fully_parallel_save": True if megatron else None,
-        "ckpt_fully_parallel_load": True if megatron else None,
         "async_save": config.async_save,
-        "save_interval": None,
-        "optimizer": "adam" if megatron else None,
-        "use_distributed_optimizer": True if megatron else None,
         "params_dtype": workload.model_datatype,
-        "main_params_dtype": workload.optimizer_datatype if megatron else None,
         "exp_avg_dtype": workload.optimizer_datatype,
         "exp_avg_sq_dtype": workload.optimizer_datatype,
+        **({"ckpt_fully_parallel_save": True, "ckpt_fully_parallel_load": True, "optimizer": "adam",
+            "use_distributed_optimizer": True, "main_params_dtype": workload.optimizer_datatype} if megatron else {}),
         # Beyond the Primus keys.
         "backend": "workload",
         "workload": workload.name,
@@ -208,14 +204,10 @@ def run_info(config: WorkloadConfig, run: WorkloadRun, spec: WorkloadSpec, stora
         "load_calls": run.load_calls,
         "time_between_checkpoints": run.time_between,
         "thread_count": spec.thread_count,
-        "sync_files": spec.sync_files,
-        "fsync": spec.sync_files if storage_kind != "s3" else None,
         "dlio_applies_fsync": DLIO_APPLIES_FSYNC,
         "workload_asks_fsync": workload.fsync,
         "dist_backend": spec.dist_backend,
-        "nnodes": launch.topology.nnodes,
-        "nproc_per_node": launch.topology.nproc_per_node,
-        **spec.storage,
+        **placement_info(launch, spec.storage, spec.sync_files),
     }
 
 
@@ -264,7 +256,7 @@ class WorkloadBackend(Backend):
             worker_module=WORKER,
             resolved_config={SECTION: spec.to_json(), "save_dir": config.save_dir},
             spec={SECTION: spec.to_json()},
-            run_info=run_info(config, run, spec, storage.kind, launch),
+            run_info=run_info(config, run, spec, launch),
             passes=passes,
             checkpoints=config.checkpoints(storage, writers_per_rank=spec.thread_count,
                                            expected_bytes=run.layout.run_bytes * run.save_calls),
