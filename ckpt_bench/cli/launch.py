@@ -19,7 +19,7 @@ import click
 import cloup
 from click.core import ParameterSource
 
-from ckpt_bench.cli.common import click_option, entry_point, fail
+from ckpt_bench.cli.common import click_option, entry_point, fail, wants_table
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.options import Flag
 from ckpt_bench.core.rundir import write_atomic
@@ -79,11 +79,6 @@ def parse_argv(argv: list[str]) -> tuple[dict, set[str]]:
             return dict(context.params), given_options(context)
     except click.ClickException as error:
         raise ConfigError(error.format_message()) from None
-
-
-def wants_table(output_format: str | None) -> bool:
-    """`--format table`, or no `--format` and stdout a terminal: pipes and scripts keep getting JSON."""
-    return output_format == "table" or (output_format is None and sys.stdout.isatty())
 
 
 def check_output(output: str | None) -> None:

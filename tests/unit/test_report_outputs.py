@@ -11,7 +11,8 @@ import pytest
 from helpers import LOGS, assert_one_line_error, ckpt_report
 from html_page import Page
 
-from ckpt_bench.cli.launch import print_report, wants_table
+from ckpt_bench.cli.common import wants_table
+from ckpt_bench.cli.launch import print_report
 from ckpt_bench.core.events import CheckpointEvent, EventKind
 from ckpt_bench.core.units import MIB
 from ckpt_bench.present import summary
