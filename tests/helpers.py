@@ -33,10 +33,21 @@ def launch(*args, runs_dir: Path | None = None, **kwargs) -> subprocess.Complete
 
 
 def launch_ok(*args, **kwargs) -> dict:
-    """A launch that must succeed: its JSON report."""
+    """A launch that must succeed: its JSON report, which must have the declared shape (report.schema)."""
     result = launch(*args, **kwargs)
     assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout)
+    report = json.loads(result.stdout)
+    assert_valid_report(report)
+    return report
+
+
+def assert_valid_report(report: dict) -> None:
+    """`report` validates against the report's JSON Schema (ckpt_bench.report.schema)."""
+    import jsonschema
+
+    from ckpt_bench.report.schema import json_schema
+
+    jsonschema.validate(report, json_schema(), cls=jsonschema.Draft202012Validator)
 
 
 def saved_tensor_bytes(path: Path) -> int:

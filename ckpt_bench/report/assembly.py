@@ -29,6 +29,7 @@ from ckpt_bench.report.engine import CONFIG_KEYS, SEMANTICS, Operation, ReportBu
 from ckpt_bench.report.mlperf import mlperf_section
 from ckpt_bench.report.parsers.session import DUMP, LogSession
 from ckpt_bench.report.parsers.sources import LogFolder, LogSource, NoEvents, RunSource, cannot_read, resolve
+from ckpt_bench.report.schema import SCHEMA_VERSION
 from ckpt_bench.worker import integrity
 
 
@@ -70,6 +71,7 @@ def run_report(run_dir: str | os.PathLike, ckpt_dir: str | os.PathLike | None = 
             "config": facts.run_info,
             "environment": facts.environment,
             "notes": notes,
+            "schema_version": SCHEMA_VERSION,
             "run": run_section("failed" if failed else "ok"),
         }
     load_ran = any(p["name"] == "load" for p in passes)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from ckpt_bench.core.events import OVERLAPS_PREVIOUS, RESOLUTION_S, CheckpointEvent, EventKind, TimeSource
 from ckpt_bench.core.units import MIB
 from ckpt_bench.report.metrics import save_stats, steady_median
+from ckpt_bench.report.schema import SCHEMA_VERSION
 
 # Configuration keys of the Primus checkpoint tool's report, in its order. They come from the run's
 # resolved config (our launcher) or from a log's arguments dump (ckpt_report.py).
@@ -363,6 +364,7 @@ class ReportBuilder:
                 "verified": verification.get("verified") if verification else None,
                 "verification": verification,
                 "units": UNITS,
+                "schema_version": SCHEMA_VERSION,  # report.schema: the types and docs/report.schema.json
                 **_time_source(used_events),
                 "environment": environment,
                 "notes": notes,
