@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from ckpt_bench.backends.comms.launcher import PreflightOptions
 from ckpt_bench.backends.dcp import models
 from ckpt_bench.backends.dcp.launcher import DcpConfig, check_dist_backend
-from ckpt_bench.backends.lightning.spec import STRATEGY_CLASSES, LightningSpec
+from ckpt_bench.backends.lightning.spec import MODEL_DEFAULTS, STRATEGY_CLASSES, LightningSpec
 from ckpt_bench.core.errors import ConfigError, did_you_mean
 from ckpt_bench.core.events import event_files, read_event_files
 from ckpt_bench.core.experiment import parse_assignment
@@ -64,8 +64,7 @@ from ckpt_bench.storage import StorageOptions, storage_for
 STRATEGIES = ("ddp", "fsdp")
 ACCELERATORS = ("auto", "cpu", "gpu")
 # --set keys: the demo Transformer's sizes and the training around the saves (train_steps 0: no training).
-TUNABLES = {"vocab_size": 33278, "ninp": 200, "nhid": 200, "nhead": 2, "block_size": 35, "batch_size": 1,
-            "train_steps": 2, "seed": 1234}
+TUNABLES = {**MODEL_DEFAULTS, "train_steps": 2, "seed": 1234}
 
 # dataflux variable -> option; integer options are parsed, a bad value named.
 ENV_OPTIONS = {
