@@ -547,10 +547,7 @@ def render_report(report: dict, operations: list[dict] | None = None, source: st
             "")))
     preflight = report.get("preflight") or report.get("comms")  # a --preflight pass, or a comms run's sweep
     if isinstance(preflight, dict):
-        table = _grid_table(["collective", "size", "time (us)", "algbw (GB/s)", "busbw (GB/s)"],
-                            [[r["collective"], p.size(r["size"]), p.fmt(r.get("time_us"), 1),
-                              p.fmt(r.get("algbw_gbps")), p.fmt(r.get("busbw_gbps"))]
-                             for r in preflight.get("results") or []], "preflight-table")
+        table = _grid_table(*p.comms_table(preflight), "preflight-table")
         name = "Comms preflight" if report.get("preflight") else "Comms"
         sections.append(("preflight", name, _figure_html(
             plot_preflight(preflight), "Collectives on float32 messages just before the benchmark.",

@@ -439,3 +439,10 @@ def sweep_peak_table(results: dict) -> tuple[list[str], list[list[str]]] | None:
     rows = [[str(job.get("index")), *(fmt(job["params"].get(k)) for k in lists),
              *(fmt(_dotted(job["report"], path), digits) for path, _label, digits in PEAK_COLUMNS)] for job in jobs]
     return ["job", *lists, *(label for _path, label, _digits in PEAK_COLUMNS)], rows
+
+
+def comms_table(comms: dict) -> tuple[list[str], list[list[str]]]:
+    """The collectives a comms sweep or preflight measured: columns and rows (nccl-tests' figures)."""
+    return (["collective", "size", "time (us)", "algbw (GB/s)", "busbw (GB/s)"],
+            [[r["collective"], size(r["size"]), fmt(r.get("time_us"), 1), fmt(r.get("algbw_gbps")),
+              fmt(r.get("busbw_gbps"))] for r in comms.get("results") or []])

@@ -75,9 +75,7 @@ def _without_checkpoints(report: dict) -> list[RenderableType]:
     if isinstance(comms, dict):
         parts.append(_grid(f"Collectives ({comms.get('dist_backend')}, {comms.get('world_size')} ranks; time: mean per "
                            "op on the slowest rank; GB/s = 1e9 bytes/s)",
-                           ["collective", "size", "time (us)", "algbw (GB/s)", "busbw (GB/s)"],
-                           [[r["collective"], p.size(r["size"]), p.fmt(r.get("time_us"), 1), p.fmt(r.get("algbw_gbps")),
-                             p.fmt(r.get("busbw_gbps"))] for r in comms.get("results") or []]))
+                           *p.comms_table(comms)))
     if report.get("notes"):
         parts.append(Text("notes:\n" + "\n".join(f"  - {note}" for note in report["notes"])))
     return parts
