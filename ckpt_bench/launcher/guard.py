@@ -4,7 +4,7 @@ A process killed with SIGKILL cannot clean up, and torchrun starts every rank in
 (and a rank's async writer may start more), so neither the launcher nor a process group can stop them.
 The kernel can. Every pass runs under this small guard, started by the launcher:
 
-    python -m ckpt_bench.launcher.guard <launcher pid> -- <torchrun command...>
+    python -I .../ckpt_bench/launcher/guard.py <launcher pid> -- <torchrun command...>
 
 * It is a child subreaper (`prctl(PR_SET_CHILD_SUBREAPER)`): a process of the pass whose parent exits
   (a rank whose torchrun died, a writer whose rank died) is re-parented to the guard, not to init, so
@@ -36,8 +36,9 @@ FORWARDED = (signal.SIGTERM, signal.SIGINT)
 
 
 def guarded(command: list[str]) -> list[str]:
-    """`command` run under the guard of this process (the launcher)."""
-    return [sys.executable, "-m", __name__, str(os.getpid()), "--", *command]
+    """`command` run under the guard of this process (the launcher). The guard runs as a file, isolated
+    (`-I`), so it starts wherever the pass runs (a framework's folder) whether ckpt-bench is installed or not."""
+    return [sys.executable, "-I", __file__, str(os.getpid()), "--", *command]
 
 
 def _become_subreaper() -> None:
@@ -85,7 +86,7 @@ def _exit_as(returncode: int) -> None:
 def main(argv: list[str]) -> None:
     launcher_pid, separator, *command = argv
     if separator != "--" or not command:
-        sys.exit("usage: python -m ckpt_bench.launcher.guard LAUNCHER_PID -- COMMAND...")
+        sys.exit("usage: python -I guard.py LAUNCHER_PID -- COMMAND...")
     _become_subreaper()
     try:
         launcher = os.pidfd_open(int(launcher_pid))
