@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Harness overhead: what ckpt-bench reports for a save vs the bare call on the same state.
 
-    python benchmarks/harness_overhead.py [--backends dcp megatron lightning] [--rounds 3] [--dir DIR]
+    python benchmarks/harness_overhead.py [--backends dcp megatron lightning] [--rounds 10] [--dir DIR]
 
 For each backend and round, interleaved (the order flips every round, so drift in a shared, host-cached
 disk hits both sides alike):
@@ -12,16 +12,23 @@ disk hits both sides alike):
         model, dtype, layout, writer threads, fsync), timing only the framework's call:
         `dcp.save`, megatron-core's `dist_checkpointing.save`, Lightning's `trainer.save_checkpoint`.
 Both write to folders under --dir. The first save of a process is shown apart (megatron-core starts
-its writer's helper process then); `steady` is the median of the later saves over every round, and
-ratio = ours / bare on it; `per round` is the median over rounds of each round's ratio of medians (robust
-to a disk that drifts between rounds). Target: ratio <= 1.05. Run it on an otherwise idle machine.
+its writer's helper process then); `steady` is the median of the later saves over every round.
+
+The ratio is paired by round: each round's ratio of medians (ours / bare, steady saves), which a disk
+that drifts between rounds moves alike on both sides, and their geometric mean over the rounds (a
+ratio's natural average: 1.1 and 1/1.1 average to 1). Its 95 % confidence interval is a bootstrap
+over rounds (rounds drawn with replacement, BOOTSTRAP_SAMPLES times, the 2.5th and 97.5th percentiles
+of the geometric mean). The verdict: `within 5%` when the whole interval is at most 1.05, `over 5%`
+when it is all above, else `undecided` (more rounds narrow it). Run it on an otherwise idle machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -31,6 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+BOOTSTRAP_SAMPLES = 10_000
+TARGET = 1.05  # ours at most 5 % above the bare call
 
 
 @dataclass(frozen=True)
@@ -100,10 +109,37 @@ def summary(samples: list[list[float]]) -> tuple[float, float]:
             statistics.median(value for s in samples for value in s[1:]))
 
 
+@dataclass(frozen=True)
+class PairedRatio:
+    """ours / bare, paired by round: the geometric mean of the rounds' ratios and its bootstrap interval."""
+
+    per_round: tuple[float, ...]
+    estimate: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, ours: list[list[float]], bare: list[list[float]], seed: int = 0) -> PairedRatio:
+        per_round = tuple(statistics.median(o[1:]) / statistics.median(b[1:]) for o, b in zip(ours, bare, strict=True))
+        logs = [math.log(r) for r in per_round]
+        draw = random.Random(seed)
+        means = sorted(statistics.fmean(draw.choices(logs, k=len(logs))) for _ in range(BOOTSTRAP_SAMPLES))
+        low, high = means[int(0.025 * BOOTSTRAP_SAMPLES)], means[int(0.975 * BOOTSTRAP_SAMPLES) - 1]
+        return cls(per_round, math.exp(statistics.fmean(logs)), math.exp(low), math.exp(high))
+
+    @property
+    def verdict(self) -> str:
+        if self.high <= TARGET:
+            return f"within {TARGET - 1:.0%}"
+        if self.low > TARGET:
+            return f"over {TARGET - 1:.0%}"
+        return "undecided"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backends", nargs="+", choices=sorted(CASES), default=["dcp", "megatron", "lightning"])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=10, help="paired rounds (at least 2 for an interval)")
     parser.add_argument("--nproc-per-node", type=int, default=2)
     parser.add_argument("--dir", default=None, help="work folder (default: a new temporary one, removed after)")
     args = parser.parse_args()
@@ -126,21 +162,20 @@ def main() -> int:
             ours.append(saves)
             print(f"{backend} round {round_index + 1}: ours {saves}  bare {[round(b, 3) for b in bare[-1]]}",
                   file=sys.stderr, flush=True)
-        (ours_first, ours_steady), (bare_first, bare_steady) = summary(ours), summary(bare)
-        # Also per round, then the median over rounds: a disk that drifts between rounds moves both alike.
-        per_round = statistics.median(statistics.median(o[1:]) / statistics.median(b[1:]) for o, b in zip(
-            ours, bare, strict=True))
-        rows.append((backend, bare_first, ours_first, bare_steady, ours_steady, ours_steady / bare_steady, per_round))
+        ratio = PairedRatio.of(ours, bare)
+        print(f"{backend} per-round ratios: {' '.join(f'{r:.3f}' for r in ratio.per_round)}", file=sys.stderr)
+        rows.append((backend, *summary(bare), *summary(ours), ratio))
     if args.dir is None:  # kept after a failure: the logs are there
         shutil.rmtree(workdir, ignore_errors=True)
 
     print(f"{'backend':<10} {'bare first':>10} {'ours first':>10} {'bare steady':>11} {'ours steady':>11} {'ratio':>6} "
-          f"{'per round':>9}")
-    for backend, bare_first, ours_first, bare_steady, ours_steady, ratio, per_round in rows:
+          f"{'95% CI':>13}  verdict")
+    for backend, bare_first, bare_steady, ours_first, ours_steady, ratio in rows:
         print(f"{backend:<10} {bare_first:>10.3f} {ours_first:>10.3f} {bare_steady:>11.3f} {ours_steady:>11.3f} "
-              f"{ratio:>6.3f} {per_round:>9.3f}")
-    print(f"seconds per save, slowest rank; steady: median over {args.rounds} rounds x the saves after the first; "
-          "ratio = ours / bare on it (target <= 1.05); per round: the median of each round's ratio")
+              f"{ratio.estimate:>6.3f} {f'{ratio.low:.3f}-{ratio.high:.3f}':>13}  {ratio.verdict}")
+    print(f"seconds per save, slowest rank; steady: median of the saves after the first, over {args.rounds} rounds; "
+          f"ratio = ours / bare paired by round (geometric mean of the rounds' ratios of medians), 95% CI by "
+          f"bootstrap over rounds; target <= {TARGET}")
     return 0
 
 

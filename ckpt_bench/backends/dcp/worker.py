@@ -83,11 +83,12 @@ def save_pass(spec: DcpSpec, events: EventRecorder, context: WorkerContext) -> N
                 future = dcp.async_save(state, storage_writer=writer)
             else:
                 dcp.save(state, storage_writer=writer)
-        events.record(EventKind.SAVE_BLOCK_END, call, path=path)
+        returned = events.now()  # a synchronous save is complete when the call returns: one time for both ends
+        events.record(EventKind.SAVE_BLOCK_END, call, path=path, at=returned)
         if spec.async_save:
             _await_write(future, events, call, path)
         else:
-            events.record(EventKind.SAVE_END, call, path=path)
+            events.record(EventKind.SAVE_END, call, path=path, at=returned)
         _log(context.rank, f"saved checkpoint {call}/{spec.save_calls}")
 
 
