@@ -147,6 +147,12 @@ class LightningConfig(CheckpointOptions, PreflightOptions, StorageOptions):
         self.tunables = _tunables(self.set)
 
 
+def checkpoint_bytes(parameters: int, spec: LightningSpec) -> int:
+    """One checkpoint's bytes: the float32 weights, and once trained Adam's two moments (Lightning saves the
+    optimizer state with the model)."""
+    return parameters * 4 * (3 if spec.train_steps > 0 else 1)
+
+
 def check_memory(parameters: int, spec: LightningSpec, ranks_per_host: int, world_size: int) -> None:
     """Refuse, with one line, a model this CPU host's ranks cannot hold. Per parameter (float32) a rank
     holds its weight, and after training its gradient and Adam's two moments; DDP's load reads the
@@ -155,7 +161,7 @@ def check_memory(parameters: int, spec: LightningSpec, ranks_per_host: int, worl
     activations and the allocator's slack are left out. (On GPUs the state is on the devices.)"""
     trains = spec.train_steps > 0
     state = parameters * 4 * (4 if trains else 1)
-    checkpoint = parameters * 4 * (3 if trains else 1)
+    checkpoint = checkpoint_bytes(parameters, spec)
     sharded = spec.strategy == "fsdp"
     per_rank = RANK_BASE_BYTES + (state / world_size if sharded else state + checkpoint)
     what = "its shard of the state" if sharded else "the state and a loaded or cloned checkpoint"
@@ -357,7 +363,9 @@ class LightningBackend(Backend):
             spec={LightningSpec.section: spec.to_json()},
             run_info=info,
             passes=passes,
-            checkpoints=config.checkpoints(storage),
+            # Every save is kept until the end (saves during fit: their count is the trainer's, not checked).
+            checkpoints=config.checkpoints(storage, expected_bytes=None if spec.steps_per_save else
+                                           checkpoint_bytes(info["model_parameters"], spec) * spec.save_calls),
             show_progress=lambda line: bool(_PROGRESS.search(line.strip())),
             collect=lambda run: [*training_impact_notes(run), *dataflux_lines(run)],
             notes=env_notes(config.env_options),
