@@ -172,16 +172,20 @@ def test_a_rotated_gz_cut_short_loses_only_its_own_end(tmp_path):
 # -- inputs that must not cost the machine (issue 22) -------------------------------------------------------
 
 
+# Prints the process's own high-water mark as it exits. Not wait4's ru_maxrss: that keeps the RSS of the
+# forked copy of the test process from before exec (hundreds of MiB once a test worker has imported torch).
+_REPORT_PEAK = ("import atexit, runpy, sys; atexit.register(lambda: sys.stderr.write(next(line for line in "
+                "open('/proc/self/status') if line.startswith('VmHWM')))); sys.argv = sys.argv[1:]; "
+                "runpy.run_path(sys.argv[0], run_name='__main__')")
+
+
 def _peak_rss_mib(*args) -> tuple[subprocess.CompletedProcess, float]:
-    """`ckpt_report.py ARGS` run to its end, and its own peak RSS (MiB, from wait4)."""
-    with open(os.devnull, "rb") as stdin:
-        process = subprocess.Popen([sys.executable, str(ROOT / "ckpt_report.py"), *map(str, args)], stdin=stdin,
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    stdout = process.stdout.read()
-    stderr = process.stderr.read()
-    _, status, usage = os.wait4(process.pid, 0)
-    result = subprocess.CompletedProcess(args, os.waitstatus_to_exitcode(status), stdout.decode(), stderr.decode())
-    return result, usage.ru_maxrss / 1024
+    """`ckpt_report.py ARGS` run to its end, and its own peak RSS (MiB, the kernel's VmHWM at exit)."""
+    result = subprocess.run([sys.executable, "-c", _REPORT_PEAK, str(ROOT / "ckpt_report.py"), *map(str, args)],
+                            stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    *rest, peak = result.stderr.splitlines()
+    result.stderr = "\n".join(rest)
+    return result, int(peak.split()[1]) / 1024
 
 
 def test_a_file_without_newlines_costs_the_buffer_not_its_size(tmp_path):
