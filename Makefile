@@ -25,8 +25,8 @@ $(STAMP): pyproject.toml constraints.txt
 run: $(STAMP)
 	$(PY) ckpt_launch.py $(ARGS)
 
-# Two test processes: the end-to-end tests mostly wait on process start-up and barriers (-n 2 takes
-# the suite from ~7 to under 6 minutes on 2 cores). PYTEST_ARGS="-n 0" runs them one by one.
+# Two test processes: the end-to-end tests mostly wait on process start-up and barriers; worksteal lets
+# the idle one take the other's remaining tests at the end. PYTEST_ARGS="-n 0" runs them one by one.
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q -n 2 $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n 2 --dist worksteal $(PYTEST_ARGS)

@@ -139,3 +139,17 @@ def test_lightning_writes_paths_and_fsspec_urls_with_its_own_io(tmp_path):
     for save_dir in (str(tmp_path), f"file://{tmp_path}"):
         checkpoint_io = worker_storage(storage_for(save_dir).describe()).lightning_checkpoint_io()
         assert type(checkpoint_io) is TorchCheckpointIO
+
+
+@pytest.mark.parametrize("url", ["{dir}/plain", "file://{dir}/fsspec"])
+def test_plain_file_writers_and_readers_round_trip_a_torch_save(tmp_path, url):
+    """What the workload backend's torch-save engine writes through: a file per `torch.save`, its parent made,
+    fsynced on this host's disk; read back seekable for `torch.load`."""
+    location = url.format(dir=tmp_path)
+    storage = worker_storage(storage_for(location).describe())
+    state = {"0": {"1": torch.arange(10, dtype=torch.float16)}}
+    with storage.file_writer(f"{location}/iter_0000001/model.pt", sync_files=True) as stream:
+        torch.save(state, stream)
+    with storage.file_reader(f"{location}/iter_0000001/model.pt") as stream:
+        loaded = torch.load(stream, weights_only=True)
+    assert torch.equal(loaded["0"]["1"], state["0"]["1"])
