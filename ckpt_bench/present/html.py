@@ -583,7 +583,9 @@ def render_report(report: dict, operations: list[dict] | None = None, source: st
     sections.append(("configuration", "Configuration", _pairs_table(_flat(config), "config-table")
                      + "<h3>What the figures are</h3>" + _pairs_table(_flat(report.get("measurement")))
                      + (("<h3>Storage baseline</h3>" + _pairs_table(_flat(report["storage_baseline"])))
-                        if isinstance(report.get("storage_baseline"), dict) else "")))
+                        if isinstance(report.get("storage_baseline"), dict) else "")
+                     + (("<h3>MLPerf Storage's figures</h3>" + _pairs_table(p.mlperf_rows(report), "mlperf-table"))
+                        if report.get("mlperf") else "")))
     sections.append(("environment", "Environment", _pairs_table(_flat(report.get("environment")), "environment-table")
                      if report.get("environment") else '<p class="hint">Not known (a log does not describe the '
                                                        "machine it ran on).</p>"))

@@ -446,3 +446,23 @@ def comms_table(comms: dict) -> tuple[list[str], list[list[str]]]:
     return (["collective", "size", "time (us)", "algbw (GB/s)", "busbw (GB/s)"],
             [[r["collective"], size(r["size"]), fmt(r.get("time_us"), 1), fmt(r.get("algbw_gbps")),
               fmt(r.get("busbw_gbps"))] for r in comms.get("results") or []])
+
+
+def mlperf_rows(report: dict) -> list[tuple[str, str]]:
+    """A workload run's MLPerf Storage figures (report.mlperf): DLIO's (rank 0) and mlpstorage's (the
+    slowest rank, strict times), GB = 2**30 bytes as DLIO counts it."""
+    section = report.get("mlperf") or {}
+    dlio, strict = section.get("dlio") or {}, section.get("mlpstorage") or {}
+    rows = [("checkpoint size", f"{fmt(dlio.get('checkpoint_size_GB'))} GB (2**30 bytes)")]
+    for kind in ("save", "load"):
+        if dlio.get(f"{kind}_checkpoint_duration_mean_seconds") is None:
+            continue
+        rows.append((f"{kind}, DLIO (rank 0)",
+                     f"{fmt(dlio[f'{kind}_checkpoint_duration_mean_seconds'])} s mean "
+                     f"(stdev {fmt(dlio.get(f'{kind}_checkpoint_duration_stdev_seconds'))}), "
+                     f"{fmt(dlio.get(f'{kind}_checkpoint_io_mean_GB_per_second'))} GB/s"))
+        rows.append((f"{kind}, mlpstorage (slowest rank)",
+                     f"{fmt(strict.get(f'mean_of_max_{kind}_duration'))} s mean of max, "
+                     f"{fmt(strict.get(f'calculated_mean_{kind}_throughput_from_strict_times'))} GB/s from strict "
+                     "times"))
+    return rows

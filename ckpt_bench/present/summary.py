@@ -58,6 +58,8 @@ def report_renderables(report: dict) -> list[RenderableType]:
     if rows or loads:
         parts.append(_grid("Saves and load (seconds; slowest rank: the longest total time)", columns, rows + loads))
     parts.append(_pairs("Summary", p.headline_rows(report)))
+    if report.get("mlperf"):
+        parts.append(_pairs("MLPerf Storage's figures (docs/workloads.md)", p.mlperf_rows(report)))
     advice = report.get("advice")
     if isinstance(advice, dict):
         parts += advice_renderables(advice)

@@ -113,3 +113,22 @@ def test_a_sweep_of_engines_shows_the_storage_peak_beside_each_job():
                                                                                     "900.0", "0.50"]]
     assert 'id="peak-table"' in render_sweep(results)
     assert rows.sweep_peak_table({"jobs": [{"index": 0, "report": {}}]}) is None
+
+
+def test_a_workload_report_shows_mlperf_figures_in_the_summary_and_the_html():
+    import io
+
+    from ckpt_bench.present import summary
+    from ckpt_bench.present.html import render_report
+
+    report = {"saves": [], "notes": [], "mlperf": {
+        "dlio": {"checkpoint_size_GB": 14.24, "save_checkpoint_duration_mean_seconds": 15.3,
+                 "save_checkpoint_duration_stdev_seconds": 8.2, "save_checkpoint_io_mean_GB_per_second": 1.3},
+        "mlpstorage": {"mean_of_max_save_duration": 15.4, "calculated_mean_save_throughput_from_strict_times": 1.2}}}
+    out = io.StringIO()
+    summary.print_report(report, out)
+    text = " ".join(out.getvalue().split())
+    assert "MLPerf Storage's figures" in text and "save, DLIO (rank 0) 15.300 s mean (stdev 8.200), 1.300 GB/s" in text
+    assert "save, mlpstorage (slowest rank) 15.400 s mean of max, 1.200 GB/s from strict times" in text
+    assert "load, DLIO" not in text  # no load measured
+    assert 'id="mlperf-table"' in render_report(report)
