@@ -131,12 +131,17 @@ class PairedRatio:
 
     @classmethod
     def of(cls, ours: list[list[float]], bare: list[list[float]], seed: int = 0) -> PairedRatio:
-        per_round = tuple(statistics.median(o[1:]) / statistics.median(b[1:]) for o, b in zip(ours, bare, strict=True))
+        """From each round's saves, ours and bare: the ratio of their steady medians."""
+        return cls.of_ratios([statistics.median(o[1:]) / statistics.median(b[1:])
+                              for o, b in zip(ours, bare, strict=True)], seed)
+
+    @classmethod
+    def of_ratios(cls, per_round: list[float], seed: int = 0) -> PairedRatio:
         logs = [math.log(r) for r in per_round]
         draw = random.Random(seed)
         means = sorted(statistics.fmean(draw.choices(logs, k=len(logs))) for _ in range(BOOTSTRAP_SAMPLES))
         low, high = means[int(0.025 * BOOTSTRAP_SAMPLES)], means[int(0.975 * BOOTSTRAP_SAMPLES) - 1]
-        return cls(per_round, math.exp(statistics.fmean(logs)), math.exp(low), math.exp(high))
+        return cls(tuple(per_round), math.exp(statistics.fmean(logs)), math.exp(low), math.exp(high))
 
     @property
     def verdict(self) -> str:

@@ -11,6 +11,7 @@ slowest rank's. Rank 0 writes the durations as JSON.
 
 import time
 
+import torch.distributed as dist
 from common import parse_arguments, write_slowest
 from lightning.pytorch import Callback
 
@@ -39,6 +40,8 @@ def main() -> None:
     trainer = build_trainer(spec, None, spec.train_steps, [saves])
     trainer.fit(build_module(spec, spec.train_steps, spec.seed))
     write_slowest(saves.durations, options.out)
+    # Lightning leaves its process group up; gloo's threads still running at exit abort the process.
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
