@@ -182,10 +182,9 @@ def run_sweep_command(values: dict, given: set[str]) -> None:
                                    tuple(values[PEER_OVERRIDES]), values["max_jobs"] or DEFAULT_MAX_JOBS)
     except ConfigError as error:
         fail(str(error))
-    print_report(summary(results), values.get("output"), values.get("format"), sweep_results=results)
-    interrupted = [job for job in results["jobs"] if job["status"] == "interrupted" and job.get("exit_code")]
-    sys.exit(interrupted[0]["exit_code"] if interrupted else 0 if all(job["status"] == "ok" for job in results["jobs"])
-             else 1)
+    print_report(summary(results), values.get("output"), values.get("format"), sweep_results=results.to_json())
+    interrupted = [job for job in results.jobs if job.status == "interrupted" and job.exit_code]
+    sys.exit(interrupted[0].exit_code if interrupted else 0 if all(job.status == "ok" for job in results.jobs) else 1)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -19,6 +19,8 @@ from ckpt_bench.report.schema import Report
 NOT_RUN = "not run"  # the status of a job without a job.json: never started, or its folder was not ours
 # A job's keys written as null when unset; its other optional keys are left out.
 JOB_KEYS_WRITTEN_AS_NULL = ("error",)
+# The sweep's keys left out when unset (results written by hand, or before they were recorded).
+SWEEP_KEYS_LEFT_OUT = ("results_file", "sweep_file")
 
 
 def _check_keys(data: dict, declared: set[str], where: str) -> None:
@@ -101,8 +103,8 @@ class SweepResults:
     name: str
     """The sweep's name (its file's `name:`, or the file's stem)."""
     results_file: str | None = None
-    """This file's own path (results written before it was recorded lack it)."""
-    sweep_file: str | None
+    """This file's own path."""
+    sweep_file: str | None = None
     """The sweep file that was run."""
     dir: str
     """The sweep directory."""
@@ -127,8 +129,7 @@ class SweepResults:
         return cls(**{**data, "jobs": [JobRecord.from_json(job) for job in data.get("jobs", [])]})
 
     def to_json(self) -> dict:
-        data = {item.name: getattr(self, item.name) for item in dataclasses.fields(self)}
-        if self.results_file is None:
-            del data["results_file"]
+        data = {item.name: getattr(self, item.name) for item in dataclasses.fields(self)
+                if not (item.name in SWEEP_KEYS_LEFT_OUT and getattr(self, item.name) is None)}
         data["jobs"] = [job.to_json() for job in self.jobs]
         return data

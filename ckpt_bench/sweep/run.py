@@ -27,6 +27,12 @@ recorded with the job, and it runs through the same `registry.build_launch` as t
         results.csv                 one row per job
         sweep_report.html           each metric against each swept parameter, the table of jobs
 
+A job writes only into its own folder (job.json when it starts and when it ends). The last three files,
+the aggregate (`ResultsWriter`, typed as `ckpt_bench.sweep.results.SweepResults`), hold every job and
+grow with the sweep: each is written whole and atomically when the sweep starts, between jobs at most
+every AGGREGATE_INTERVAL_S, and when it stops (done, stopped, or interrupted); --resume rebuilds them
+from the jobs' folders.
+
 A job whose run fails is recorded as failed and the sweep goes on; Ctrl-C stops the sweep after
 recording the job in flight as interrupted, and says how to resume. `--resume DIR` runs again the
 jobs of DIR that have no result (never started, interrupted, or failed) and skips the others. It
@@ -47,9 +53,12 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import difflib
+import io
 import itertools
 import json
+import math
 import os
 import re
 import shlex
@@ -73,10 +82,12 @@ from ckpt_bench.launcher.repeat import run
 from ckpt_bench.present.html import SWEEP_HTML, write_sweep_html
 from ckpt_bench.report.assembly import to_json
 from ckpt_bench.report.metrics import HEADLINE_KEYS, STEADY_FIGURES, fsync, steady_median
+from ckpt_bench.report.schema import Report
 from ckpt_bench.storage import reopen
 from ckpt_bench.sweep.limits import DEFAULT_MAX_JOBS, check_job_count
 from ckpt_bench.sweep.peers import translation_for
 from ckpt_bench.sweep.peers.outputs import Outputs
+from ckpt_bench.sweep.results import JobRecord, SweepResults, status_counts
 
 # `ckpt_bench.cli.launch.parse_argv`: one command line -> (option values, the options given); ConfigError if it
 # cannot be parsed.
@@ -84,12 +95,13 @@ Parse = Callable[[list[str]], tuple[dict, set]]
 
 # Options a sweep file may not set: they drive the sweep itself.
 RESERVED = ("sweep", "resume", "max_jobs", "output", "format", "runs_dir")
-# A job with one of these statuses has its result: `--resume` skips it.
-FINISHED = ("ok", "verification-failed")
 SWEEP_FILE = "sweep.yaml"
 JOB_FILE = "job.json"  # in every job folder we made: the proof that it is ours to set aside
 ATTEMPTS = "attempts"  # <job>/attempts/<N>/: earlier attempts, set aside by --resume
 CSV_FILE = "results.csv"
+# The aggregate files (run_results.json, results.csv, sweep_report.html) are rewritten at most this often
+# while jobs run, so a watcher sees progress; each job writes its own job.json when it ends.
+AGGREGATE_INTERVAL_S = 60.0
 CSV_METRICS = (
     "world_size", *HEADLINE_KEYS, "iter_folder_size", "num_saved", "verified", "accurate",
     "save_fraction_of_peak", "load_fraction_of_peak",  # with storage_baseline: true
@@ -103,6 +115,11 @@ class Job:
     options: dict  # every option, as the command line's parser gave them
     argv: list[str]  # the equivalent command line (after `ckpt_launch.py`)
     given: set = field(default_factory=set)  # the options the job sets (the rest are defaults)
+
+    @property
+    def command(self) -> str:
+        """The command line the job is, as recorded: `ckpt_launch.py <options>`."""
+        return shlex.join(["ckpt_launch.py", *self.argv])
 
     @property
     def described(self) -> str:
@@ -233,59 +250,59 @@ def _job_dir(root: Path, job: Job) -> Path:
     return root / str(job.index)
 
 
-def _read_job(root: Path, job: Job) -> dict | None:
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def _read_job(root: Path, job: Job) -> JobRecord | None:
     path = _job_dir(root, job) / JOB_FILE
-    return json.loads(path.read_text()) if path.is_file() else None
+    return JobRecord.from_json(json.loads(path.read_text())) if path.is_file() else None
+
+
+def _write_job(root: Path, record: JobRecord) -> None:
+    """`<job>/job.json`: the job's own record, its report beside it in report.json."""
+    _write_json(root / str(record.index) / JOB_FILE, record.to_json(with_report=False))
 
 
 def _write_json(path: Path, data) -> None:
     write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
-def run_job(root: Path, job: Job, outputs: Outputs) -> dict:
+def run_job(root: Path, job: Job, outputs: Outputs) -> JobRecord:
     """Run one job as its own CLI invocation would, its output captured in `<job>/benchmark.log`."""
     job_dir = _job_dir(root, job)
     if job_dir.exists():
         if not (job_dir / JOB_FILE).is_file():  # not a folder we made: never touched
-            return {"index": job.index, "params": job.params, "status": "failed",
-                    "error": f"{job_dir} exists and is not a job folder of this sweep (no {JOB_FILE}): left alone"}
+            return JobRecord(job.index, job.params, status="failed", error=f"{job_dir} exists and is not a job "
+                             f"folder of this sweep (no {JOB_FILE}): left alone")
         set_aside(job_dir, bool(job.options.get("keep_checkpoints")))
     job_dir.mkdir(parents=True, exist_ok=True)
-    record = {
-        "index": job.index,
-        "params": job.params,
-        "command": shlex.join(["ckpt_launch.py", *job.argv]),
-        "options": job.options,
-        "status": "running",
-        "error": None,
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-    _write_json(job_dir / JOB_FILE, record)
+    record = JobRecord(job.index, job.params, job.command, job.options, status="running", started=_now())
+    _write_job(root, record)
     values = {**job.options, "runs_dir": str(job_dir)}
     with open(job_dir / "benchmark.log", "w", encoding="utf-8") as log, \
             contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-        print(f"$ {record['command']}", flush=True)
+        print(f"$ {record.command}", flush=True)
         try:
             launch, _emit = registry.build_launch(values, {*job.given, "runs_dir"}, os.environ)
             result = run(registry.runner_for(launch), launch)
-            report = result.report
-            record["status"] = result.status
-            record["exit_code"] = result.exit_code
-            write_atomic(job_dir / "report.json", to_json(report) + "\n")
+            record.status, record.exit_code = result.status, result.exit_code
+            text = to_json(result.report) + "\n"
+            write_atomic(job_dir / "report.json", text)
             _link(job_dir / "report.json", job_dir / job.report_name)
-            record["report_file"] = job.report_name
-            record["run_dir"] = report["run"]["dir"]
-            if record["status"] != "ok":
-                record["error"] = _failure(report)
+            record = dataclasses.replace(record, report_file=job.report_name, report_json=json.loads(text))
+            record.run_dir = record.report.run.dir
+            if record.status != "ok":
+                record.error = _failure(record.report)
         except ConfigError as error:
             print(f"error: {error}", flush=True)
-            record.update(status="failed", error=str(error))
+            record.status, record.error = "failed", str(error)
         except Exception as error:  # a job's crash is its own: record it, go on with the sweep
             traceback.print_exc()
-            record.update(status="failed", error=f"{type(error).__name__}: {error}")
-    record["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    _write_json(job_dir / JOB_FILE, record)
-    outputs.job_done(job_dir, job.index)
+            record.status, record.error = "failed", f"{type(error).__name__}: {error}"
+    record.finished = _now()
+    _write_job(root, record)
+    outputs.job_done(job_dir, record)
     return record
 
 
@@ -322,64 +339,84 @@ def _link(source: Path, target: Path) -> None:
         shutil.copyfile(source, target)
 
 
-def _failure(report: dict) -> str:
+def _failure(report: Report) -> str:
     """Why a job has no result, in one line, by its run's status."""
-    run_section = report["run"]
-    if run_section["status"] == "interrupted":
-        interrupted = run_section["interrupted"]
+    run_section = report.run
+    if run_section.status == "interrupted":
+        interrupted = run_section.interrupted
         during = f" during the {interrupted['pass']} pass" if interrupted.get("pass") else ""
         return f"interrupted by {interrupted['signal']}{during}"
-    if run_section["status"] == "verification-failed":
-        return f"verification failed: {json.dumps(report.get('verification'))}"
-    passes = [p for p in run_section["passes"] if not p["ok"]]
+    if run_section.status == "verification-failed":
+        verification = dataclasses.asdict(report.verification) if report.verification else None
+        return f"verification failed: {json.dumps(verification)}"
+    passes = [p for p in run_section.passes if not p["ok"]]
     if passes:
         return f"{passes[0]['name']} pass failed (exit code {passes[0]['exit_code']}); logs in {passes[0]['log_dir']}"
-    return f"the run ended {run_section['status']}"
+    return f"the run ended {run_section.status}"
 
 
-def _report(root: Path, job: Job, record: dict | None) -> dict | None:
-    path = _job_dir(root, job) / "report.json"
-    return json.loads(path.read_text()) if record and path.is_file() else None
+def _job_entry(root: Path, job: Job) -> JobRecord:
+    """The job's entry in the sweep's results, from its own files: its job.json with its report.json, or a
+    record that it has not run."""
+    record = _read_job(root, job)
+    if record is None:
+        return JobRecord(job.index, job.params, job.command, job.options)
+    report = _job_dir(root, job) / "report.json"
+    return dataclasses.replace(record, report_json=json.loads(report.read_text())) if report.is_file() else record
 
 
-def write_results(root: Path, sweep: Sweep, started: str) -> dict:
-    """run_results.json and results.csv from every job's directory (so a resumed sweep is whole)."""
-    jobs = []
-    for job in sweep.jobs:
-        record = _read_job(root, job) or {"index": job.index, "params": job.params, "status": "not run",
-                                          "command": shlex.join(["ckpt_launch.py", *job.argv]),
-                                          "options": job.options}
-        jobs.append({**record, "report": _report(root, job, record)})
-    environment = describe_environment()
-    environment.update(package_versions(("boto3", "click", "s3torchconnectorclient")))
-    results = {
-        "name": sweep.name,
-        "results_file": str(root / sweep.outputs.results_file),
-        "sweep_file": sweep.source,
-        "dir": str(root),
-        "started": started,
-        "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "sweep": sweep.definition(),
-        "environment": environment,
-        "summary": {status: sum(j["status"] == status for j in jobs) for status in sorted({j["status"] for j in jobs})},
-        "notes": sweep.notes,
-        "jobs": jobs,
-    }
-    _write_json(root / sweep.outputs.results_file, results)
-    write_sweep_html(root, results)
-    with open(root / CSV_FILE, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["job", "status", *sweep.lists, *CSV_METRICS,
-                         *(f"steady_save_{figure}" for figure in STEADY_FIGURES), "fsync", "report", "error"])
-        for job, record in zip(sweep.jobs, jobs, strict=True):
-            report = record["report"] or {}
-            writer.writerow([
-                job.index, record["status"], *job.params.values(), *(report.get(k) for k in CSV_METRICS),
-                *(steady_median(report, figure) for figure in STEADY_FIGURES), fsync(report) if report else None,
-                record.get("report_file"), record.get("error"),
-            ])
-    sweep.outputs.sweep_done(root, results)
-    return results
+def _write_csv(path: Path, sweep: Sweep, jobs: list[JobRecord]) -> None:
+    table = io.StringIO()
+    writer = csv.writer(table)
+    writer.writerow(["job", "status", *sweep.lists, *CSV_METRICS,
+                     *(f"steady_save_{figure}" for figure in STEADY_FIGURES), "fsync", "report", "error"])
+    for job, record in zip(sweep.jobs, jobs, strict=True):
+        report, report_json = record.report, record.report_json or {}
+        writer.writerow([
+            job.index, record.status, *job.params.values(),
+            *(getattr(report, key) if report else None for key in CSV_METRICS),
+            *(steady_median(report_json, figure) for figure in STEADY_FIGURES), fsync(report_json) if report else None,
+            record.report_file, record.error,
+        ])
+    write_atomic(path, table.getvalue())
+
+
+class ResultsWriter:
+    """A sweep's aggregate files: run_results.json (every job's record and report), results.csv and
+    sweep_report.html. Rebuilt from every job's own files when the sweep (re)starts, a job's entry re-read
+    when it ends; written whole, each file atomically, by `write` and at most every AGGREGATE_INTERVAL_S
+    by `write_if_due` (a 10,000-job sweep's run_results.json is tens of MB: rewritten after every job,
+    writing it would cost more than the jobs)."""
+
+    def __init__(self, root: Path, sweep: Sweep, started: str) -> None:
+        self.root, self.sweep = root, sweep
+        environment = describe_environment()
+        environment.update(package_versions(("boto3", "click", "s3torchconnectorclient")))
+        self.results = SweepResults(
+            name=sweep.name, results_file=str(root / sweep.outputs.results_file), sweep_file=sweep.source,
+            dir=str(root), started=started, updated=started, sweep=sweep.definition(), environment=environment,
+            summary={}, notes=sweep.notes, jobs=[_job_entry(root, job) for job in sweep.jobs])
+        self.written_at = -math.inf  # time.monotonic() of the last write
+
+    def update(self, job: Job) -> None:
+        """Job `job`'s entry from its own files (after it ran, or was stopped)."""
+        self.results.jobs[job.index] = _job_entry(self.root, job)
+
+    def write_if_due(self) -> None:
+        if time.monotonic() - self.written_at >= AGGREGATE_INTERVAL_S:
+            self.write()
+
+    def write(self) -> SweepResults:
+        results = self.results
+        results.updated = _now()
+        results.summary = status_counts(results.jobs)
+        data = results.to_json()
+        _write_json(self.root / self.sweep.outputs.results_file, data)
+        write_sweep_html(self.root, data)
+        _write_csv(self.root / CSV_FILE, self.sweep, results.jobs)
+        self.sweep.outputs.sweep_done(self.root)
+        self.written_at = time.monotonic()
+        return results
 
 
 def _new_root(runs_dir: Path, name: str) -> Path:
@@ -435,63 +472,71 @@ def run_sweep(sweep_file: str | None, runs_dir: str | os.PathLike, resume: str |
                 raise ConfigError(f"--resume {root}: the sweep given differs from the one this directory holds "
                                   f"({saved}); resume without --sweep, or start a new sweep")
         results_path = root / sweep.outputs.results_file
-        started = json.loads(results_path.read_text()).get("started") if results_path.is_file() else None
+        started = SweepResults.from_json(json.loads(results_path.read_text())).started if results_path.is_file() \
+            else None
         for job in sweep.jobs:  # a job still "running" belongs to a sweep process that is gone
             record = _read_job(root, job)
-            if record and record["status"] == "running":
-                record.update(status="interrupted", error="the sweep stopped while this job ran")
-                _write_json(_job_dir(root, job) / JOB_FILE, record)
+            if record and record.status == "running":
+                record.status, record.error = "interrupted", "the sweep stopped while this job ran"
+                _write_job(root, record)
     else:
         sweep = load_sweep(sweep_file, parse, overrides, peer_overrides, max_jobs)
         root = _peer_root(sweep.root) if sweep.root else _new_root(Path(runs_dir).expanduser(), sweep.name)
         write_atomic(root / SWEEP_FILE, yaml.safe_dump(sweep.saved or sweep.definition(), sort_keys=False))
         started = None
-    started = started or time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
-    done = [job for job in sweep.jobs if (_read_job(root, job) or {}).get("status") in FINISHED]
-    todo = [job for job in sweep.jobs if job not in done]
+    aggregate = ResultsWriter(root, sweep, started or _now())
+    done = [job for job in sweep.jobs if aggregate.results.jobs[job.index].has_result]
+    todo = [job for job in sweep.jobs if not aggregate.results.jobs[job.index].has_result]
     print(f"sweep {sweep.name}: {len(sweep.jobs)} jobs in {root}"
           + (f" ({len(done)} finished before, skipped)" if done else ""), file=sys.stderr, flush=True)
     for note in sweep.notes:
         print(f"note: {note}", file=sys.stderr, flush=True)
-    write_results(root, sweep, started)
+    aggregate.write()
     progress = tqdm(total=len(sweep.jobs), initial=len(done), desc=f"sweep {sweep.name}", unit="job",
                     file=sys.stderr, dynamic_ncols=True)
     resume_hint = f"resume the sweep with: ckpt_launch.py --resume {shlex.quote(str(root))}"
     with progress:
-        for job in todo:
-            progress.set_postfix_str(job.described)
-            try:
-                record = run_job(root, job, sweep.outputs)
-            except KeyboardInterrupt:  # Ctrl-C between two passes' handlers (setting up a job): say how to go on
-                progress.write(f"interrupted; {resume_hint}", file=sys.stderr)
-                raise
-            write_results(root, sweep, started)
-            progress.update(1)
-            if record["status"] != "ok":
-                progress.write(f"job {job.index} {record['status']}: {record['error']}", file=sys.stderr)
-            if record["status"] == "interrupted":  # Ctrl-C / SIGTERM: the sweep stops; --resume goes on
-                progress.write(f"sweep stopped at job {job.index}; {resume_hint}", file=sys.stderr)
-                break
-    return root, write_results(root, sweep, started)
+        try:
+            for job in todo:
+                progress.set_postfix_str(job.described)
+                try:
+                    record = run_job(root, job, sweep.outputs)
+                except KeyboardInterrupt:  # Ctrl-C between two passes' handlers (setting up a job): say how to go on
+                    aggregate.update(job)
+                    progress.write(f"interrupted; {resume_hint}", file=sys.stderr)
+                    raise
+                aggregate.update(job)
+                aggregate.write_if_due()
+                progress.update(1)
+                if record.status != "ok":
+                    progress.write(f"job {job.index} {record.status}: {record.error}", file=sys.stderr)
+                if record.status == "interrupted":  # Ctrl-C / SIGTERM: the sweep stops; --resume goes on
+                    progress.write(f"sweep stopped at job {job.index}; {resume_hint}", file=sys.stderr)
+                    break
+        finally:  # every job done, the sweep stopped, or interrupted: the aggregate holds every job's record
+            results = aggregate.write()
+    return root, results
 
 
-def summary(results: dict) -> dict:
-    """What the CLI prints: where the results are and one line of numbers per job."""
+def summary(results: SweepResults | dict) -> dict:
+    """What the CLI prints: where the results are and one line of numbers per job. `results` as run_results.json
+    holds them (`ckpt_report.py SWEEP_DIR`) or typed."""
+    if isinstance(results, dict):
+        results = SweepResults.from_json(results)
+    root = Path(results.dir)
+    jobs = []
+    for job in results.jobs:
+        report = job.report or Report()
+        jobs.append({"job": job.index, "status": job.status, **job.params,
+                     "save_bandwidth_in_mbps": report.save_bandwidth_in_mbps,
+                     "load_bandwidth_in_mbps": report.load_bandwidth_in_mbps})
     return {
-        "sweep": results["name"],
-        "dir": results["dir"],
-        "results": results.get("results_file") or str(sweep_results_file(results["dir"])),
-        "csv": str(Path(results["dir"]) / CSV_FILE),
-        "report_html": str(html) if (html := Path(results["dir"]) / SWEEP_HTML).is_file() else None,
-        "summary": results["summary"],
-        "jobs": [
-            {
-                "job": job["index"],
-                "status": job["status"],
-                **job["params"],
-                **{k: (job["report"] or {}).get(k) for k in ("save_bandwidth_in_mbps", "load_bandwidth_in_mbps")},
-            }
-            for job in results["jobs"]
-        ],
+        "sweep": results.name,
+        "dir": results.dir,
+        "results": results.results_file or str(sweep_results_file(root)),
+        "csv": str(root / CSV_FILE),
+        "report_html": str(html) if (html := root / SWEEP_HTML).is_file() else None,
+        "summary": results.summary,
+        "jobs": jobs,
     }

@@ -13,7 +13,9 @@ from ckpt_bench.cli.launch import launch as launch_command
 from ckpt_bench.cli.launch import parse_argv
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.events import EventKind, EventRecorder
+from ckpt_bench.report.schema import Report
 from ckpt_bench.sweep.peers import s3torchbenchmarking as s3tb
+from ckpt_bench.sweep.results import JobRecord
 from ckpt_bench.sweep.run import load_sweep
 
 PEERS = ROOT / "tests" / "fixtures" / "peers"
@@ -120,12 +122,12 @@ def test_their_metrics_keep_their_meaning(tmp_path):
     _recorded_run(reps[0], {0: [0.5], 1: [0.25]}, 300.0)
     _recorded_run(reps[1], {0: [1.0], 1: [0.5]}, 200.0)
     report = {"config": {"model_state_bytes": 100 * 2**20}, "run": {"repetitions": [str(r) for r in reps]}}
-    metrics = s3tb.job_metrics(report, s3tb.DCP)
+    metrics = s3tb.job_metrics(Report.from_json(report), s3tb.DCP)
     assert metrics["corrected_save_durations_s"] == [0.5, 0.25, 1.0, 0.5]
     assert metrics["throughput_mibs"] == [200.0, 400.0, 100.0, 200.0]
     assert metrics["processing_durations_s"] == [0.5, 1.0]
     assert metrics["model_mib"] == 100 and metrics["written_bytes_bandwidth_mibs"] == [300.0, 200.0]
-    lightning = s3tb.job_metrics({**report, "run": {"dir": str(reps[1])}}, s3tb.LIGHTNING)
+    lightning = s3tb.job_metrics(Report.from_json({**report, "run": {"dir": str(reps[1])}}), s3tb.LIGHTNING)
     assert lightning["save_times_s"] == [1.0] and lightning["throughput_mibs"] == [100.0]
 
 
@@ -135,9 +137,8 @@ def test_result_files_are_in_their_layout(tmp_path):
     run_dir = tmp_path / "0" / "run"
     _recorded_run(run_dir, {0: [0.5]}, 10.0)
     report = {"config": {"model_state_bytes": 2**20}, "run": {"dir": str(run_dir)}}
-    (tmp_path / "0" / "report.json").write_text(json.dumps(report))
-    sweep.outputs.job_done(tmp_path / "0", 0)
-    sweep.outputs.sweep_done(tmp_path, {})
+    sweep.outputs.job_done(tmp_path / "0", JobRecord(0, sweep.jobs[0].params, report_json=report))
+    sweep.outputs.sweep_done(tmp_path)
     job = json.loads((tmp_path / "0" / "job_results.json").read_text())
     assert set(job) == {"config", "metrics"} and job["config"]["checkpoint"] == {"storage": "disk"}
     assert job["config"]["model"] == "tiny" and job["metrics"]["throughput_mibs"] == [2.0]

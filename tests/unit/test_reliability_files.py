@@ -161,7 +161,7 @@ def test_a_job_folder_that_is_not_ours_is_left_alone(tmp_path):
     (root / "sweep.yaml").write_text("name: s\nbackend: dcp\nmodel: tiny\nsweep: {save_calls: [1]}\n")
     (root / "0" / "thesis.txt").write_text("mine")
     record = run_job(root, sweep.jobs[0], sweep.outputs)
-    assert record["status"] == "failed" and "left alone" in record["error"]
+    assert record.status == "failed" and "left alone" in record.error
     assert [p.name for p in (root / "0").iterdir()] == ["thesis.txt"]
 
 

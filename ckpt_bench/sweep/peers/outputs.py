@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ckpt_bench.core.rundir import SWEEP_RESULTS_FILES
+from ckpt_bench.sweep.results import JobRecord
 
 
 class Outputs:
@@ -13,8 +14,8 @@ class Outputs:
 
     results_file = SWEEP_RESULTS_FILES[-1]  # the name of our sweep results (another tool's may take it)
 
-    def job_done(self, job_dir: Path, index: int) -> None:
-        """After job `index` ran in `job_dir`."""
+    def job_done(self, job_dir: Path, record: JobRecord) -> None:
+        """After a job ran in `job_dir`, with its `record` (its report, if it left one)."""
 
-    def sweep_done(self, root: Path, results: dict) -> None:
-        """After our sweep `results` were written in `root` (at every job's end)."""
+    def sweep_done(self, root: Path) -> None:
+        """After our sweep's results were written in `root` (ckpt_bench.sweep.run.ResultsWriter.write)."""

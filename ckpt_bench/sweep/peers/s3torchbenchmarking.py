@@ -45,11 +45,13 @@ from pathlib import Path
 from ckpt_bench.backends.dcp import models
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.events import event_files, read_event_files
-from ckpt_bench.core.rundir import SWEEP_RESULTS_FILES
+from ckpt_bench.core.rundir import SWEEP_RESULTS_FILES, write_atomic
 from ckpt_bench.core.units import MIB
 from ckpt_bench.report.engine import rank_durations
+from ckpt_bench.report.schema import Report
 from ckpt_bench.sweep.limits import DEFAULT_MAX_JOBS, check_job_count
 from ckpt_bench.sweep.peers.outputs import Outputs
+from ckpt_bench.sweep.results import JobRecord
 
 SAVED_KEY = "s3torchbenchmarking"  # sweep.yaml of a translated sweep: {s3torchbenchmarking: {...}}
 JOB_RESULTS_FILE = "job_results.json"
@@ -219,17 +221,15 @@ class Translation(Outputs):
     results_file: str = OUR_RESULTS_FILE
     started: float = field(default_factory=time.perf_counter)
 
-    def job_done(self, job_dir: Path, index: int) -> None:
+    def job_done(self, job_dir: Path, record: JobRecord) -> None:
         """`<job>/job_results.json` for a job that left a report (their callback writes it at job end)."""
-        report_path = job_dir / "report.json"
-        if not report_path.is_file():
+        if record.report is None:
             return
-        report = json.loads(report_path.read_text())
-        metrics = job_metrics(report, self.scenario)
-        (job_dir / JOB_RESULTS_FILE).write_text(json.dumps({"config": self.configs[index], "metrics": metrics},
-                                                           indent=2) + "\n")
+        metrics = job_metrics(record.report, self.scenario)
+        write_atomic(job_dir / JOB_RESULTS_FILE,
+                     json.dumps({"config": self.configs[record.index], "metrics": metrics}, indent=2) + "\n")
 
-    def sweep_done(self, root: Path, results: dict) -> None:
+    def sweep_done(self, root: Path) -> None:
         """run_results.json (their fields, the job_results of every job with one) and multirun.yaml."""
         import yaml
 
@@ -245,8 +245,8 @@ class Translation(Outputs):
             "ec2_metadata": None,  # not queried: IMDS is EC2's, and off EC2 it costs a timeout
             "job_results": job_results,
         }
-        (root / RUN_RESULTS_FILE).write_text(json.dumps(run_results, indent=2) + "\n")
-        (root / MULTIRUN_FILE).write_text(yaml.safe_dump(self.multirun, sort_keys=False))
+        write_atomic(root / RUN_RESULTS_FILE, json.dumps(run_results, indent=2) + "\n")
+        write_atomic(root / MULTIRUN_FILE, yaml.safe_dump(self.multirun, sort_keys=False))
 
 
 def _version(package: str) -> str | None:
@@ -354,19 +354,19 @@ def _rank_saves(run_dir: Path) -> dict[int, list[float]]:
     return rank_durations(events, "save", "total")
 
 
-def _run_dirs(report: dict) -> list[Path]:
-    return [Path(d) for d in report["run"].get("repetitions") or [report["run"]["dir"]]]
+def _run_dirs(report: Report) -> list[Path]:
+    return [Path(d) for d in report.run.repetitions or [report.run.dir]]
 
 
-def job_metrics(report: dict, scenario: Scenario) -> dict:
+def job_metrics(report: Report, scenario: Scenario) -> dict:
     """Their `metrics` with their meanings, from the job's runs (every repetition of a DCP job), and
     ours beside them under names that say what they are."""
-    model_mib = report["config"]["model_state_bytes"] / MIB
+    model_mib = report.config["model_state_bytes"] / MIB
     written: list[float] = []
     per_run = []
     for run_dir in _run_dirs(report):
-        run_report = json.loads((run_dir / "report.json").read_text())
-        written += [save["bandwidth"] for save in run_report.get("saves") or [] if save.get("bandwidth")]
+        run_report = Report.from_json(json.loads((run_dir / "report.json").read_text()))
+        written += [save.bandwidth for save in run_report.saves or [] if save.bandwidth]
         per_run.append(_rank_saves(run_dir))
     ours = {"model_mib": model_mib, "written_bytes_bandwidth_mibs": written}
     if scenario.metrics == "rank0":
