@@ -5,20 +5,25 @@ reader gets it typed (`Report.from_json`) and a key nobody declared is an error,
 published schema (`docs/report.schema.json`, `python -m ckpt_bench.report.schema`) is generated from the
 same types, and the tests check that every report we write validates against it.
 
-Sections that belong to one backend or feature (`config`, `environment`, `advice`, `training`,
-`storage_baseline`, `mlperf`, `preflight`, `comms`, `measurement`) are objects whose keys their own module
-defines; the checkpoint figures every report shares are typed here to the last field.
+Every section a reader reads is typed here to the last field, each naming the module that writes it.
+`config` (the run's and the backend's own settings) and `environment` (the host, its software) stay open
+objects, shown whole; the keys of `config` a reader needs have typed accessors (`Report.fsync`,
+`Report.assumes_constant_structure`). `Report`'s readers (`steady`, `first_save_apart`, `first_saves`,
+`compared`, `fsync`) are report.metrics' definitions, on the typed report.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import keyword
 import sys
 import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Union
+
+from ckpt_bench.report.metrics import Metric
 
 SCHEMA_VERSION = 1
 Section = dict[str, Any]
@@ -120,15 +125,61 @@ class LoadRecord(Operation):
 
 
 @dataclass
+class Mismatch:
+    """The first tensor that came back different (worker.integrity.combine)."""
+
+    rank: int | None = None
+    tensor: str | None = None
+
+
+@dataclass
 class Verification:
-    """Every tensor loaded compared with what was saved."""
+    """Every tensor loaded compared with what was saved (worker.integrity.combine); `reason` when no rank
+    reported a verdict."""
 
     verified: bool | None = None
     ranks_checked: int = 0
     tensors_checked: int = 0
     mismatched: int = 0
-    first_mismatch: Section | None = None
+    first_mismatch: Mismatch | None = None
     calls_checked: int | None = None
+    reason: str | None = None
+
+
+@dataclass
+class FailedRank:
+    """A rank of a failed pass (launcher.torchrun.RankFailure)."""
+
+    rank: int | None = None
+    local_rank: int | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    cause: str | None = None
+    killed_by: str | None = None
+
+
+@dataclass
+class PassSummary:
+    """One pass of one node (launcher.torchrun.PassResult.summary; launcher.nodes for the other nodes')."""
+
+    name: str | None = None
+    exit_code: int | None = None
+    ok: bool = False
+    cause: str | None = None
+    failed_ranks: list[FailedRank] = field(default_factory=list)
+    log_dir: str | None = None
+    interrupted: str | None = None  # the signal that stopped this pass
+    node_rank: int | None = None
+    error: str | None = None  # a node that did not finish in time
+
+
+@dataclass
+class Interrupted:
+    """Ctrl-C or SIGTERM (launcher.lifecycle): the signal, the exit code it gives, the pass it stopped."""
+
+    signal: str | None = None
+    exit_code: int | None = None
+    pass_: str | None = None  # report.json's `pass`
 
 
 @dataclass
@@ -138,11 +189,224 @@ class RunSection:
     dir: str | None = None
     backend: str | None = None
     status: str | None = None
-    passes: list[Section] = field(default_factory=list)
-    interrupted: Section | None = None
+    passes: list[PassSummary] = field(default_factory=list)
+    interrupted: Interrupted | None = None
     launcher: Section | None = None
     repetitions: list[str] | None = None
     node_rank: int | None = None
+
+
+@dataclass
+class Measurement:
+    """What each figure is, in words (report.assembly)."""
+
+    fsync: bool | None = None
+    fsync_means: str | None = None
+    load_cache: str | None = None
+    load_cache_means: str | None = None
+    storage_baseline: str | None = None
+    time: str | None = None
+    memory: str | None = None
+
+
+@dataclass
+class WhatIf:
+    """The advice for a job of another size, with this run's checkpoint and restart cost (report.advice.what_if)."""
+
+    gpus: int = 0
+    mtbf_s: float | None = None
+    young_interval_s: float | None = None
+    daly_interval_s: float | None = None
+    daly_interval_iterations: int | None = None
+    goodput_at_optimum: float | None = None
+
+
+@dataclass
+class Advice:
+    """Checkpoint interval advice and goodput (report.advice.advise); `error` alone when the MTBF could not
+    be worked out."""
+
+    checkpoint_cost_s: float | None = None
+    checkpoint_cost_from: str | None = None
+    restart_cost_s: float | None = None
+    restart_cost_from: str | None = None
+    restart_overhead_s: float | None = None
+    mtbf_s: float | None = None
+    mtbf_from: str | None = None
+    young_interval_s: float | None = None
+    daly_interval_s: float | None = None
+    goodput_at_optimum: float | None = None
+    iteration_time_s: float | None = None
+    iteration_time_from: str | None = None
+    young_interval_iterations: int | None = None
+    daly_interval_iterations: int | None = None
+    configured_interval_iterations: int | None = None
+    configured_interval_s: float | None = None
+    goodput_at_configured: float | None = None
+    model: str | None = None
+    what_if: list[WhatIf] | None = None
+    notes: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+@dataclass
+class AroundSave:
+    """A saving iteration's time and the next one's (Megatron's --training-impact)."""
+
+    iteration: int = 0
+    iteration_time: float | None = None
+    next_iteration_time: float | None = None
+
+
+@dataclass
+class Training:
+    """What the saves cost the training loop, timed without then with saves: Megatron's --training-impact
+    (iterations, backends.megatron.worker) or Lightning's --steps-per-save (fits, backends.lightning.worker).
+    Fields in the order both write theirs."""
+
+    iterations: int | None = None
+    steps_per_save: int | None = None
+    train_steps: int | None = None
+    saves: int | None = None
+    async_save: bool | None = None
+    time_without_saves: float | None = None
+    time_with_saves: float | None = None
+    fit_time_without_saves: float | None = None
+    fit_time_with_saves: float | None = None
+    save_impact_time: float | None = None
+    save_impact_percent: float | None = None
+    iteration_time_without_saves_median: float | None = None
+    around_saves: list[AroundSave] | None = None
+    timing: str | None = None
+
+
+@dataclass
+class BaselineRound:
+    """One round of the storage baseline."""
+
+    write_bandwidth: float | None = None
+    read_bandwidth: float | None = None
+
+
+@dataclass
+class StorageBaseline:
+    """The storage's own write and cold-read bandwidth (MiB/s) with the checkpoint's I/O shape
+    (--storage-baseline: storage.baseline, the median of its rounds)."""
+
+    tool: str | None = None
+    write_bandwidth: float | None = None
+    read_bandwidth: float | None = None
+    write_time: float | None = None
+    read_time: float | None = None
+    files: int | None = None
+    bytes: int | None = None
+    concurrency: int | None = None
+    fsync: bool | None = None
+    read_cache: str | None = None
+    units: dict[str, str] | None = None
+    location: str | None = None
+    fio_version: str | None = None
+    method: str | None = None
+    rounds: list[BaselineRound] | None = None
+    shape_of_iteration: int | None = None
+
+
+@dataclass
+class DlioFigures:
+    """DLIO's figures (rank 0's durations; GB = 2**30 bytes), as its summary.json names them (report.mlperf)."""
+
+    checkpoint_size_GB: float | None = None
+    save_checkpoint_duration_mean_seconds: float | None = None
+    save_checkpoint_duration_stdev_seconds: float | None = None
+    save_checkpoint_io_mean_GB_per_second: float | None = None
+    save_checkpoint_io_stdev_GB_per_second: float | None = None
+    load_checkpoint_duration_mean_seconds: float | None = None
+    load_checkpoint_duration_stdev_seconds: float | None = None
+    load_checkpoint_io_mean_GB_per_second: float | None = None
+    load_checkpoint_io_stdev_GB_per_second: float | None = None
+
+
+@dataclass
+class MlpstorageFigures:
+    """mlpstorage's figures (the slowest rank; strict times over the ranks), as it names them (report.mlperf)."""
+
+    mean_of_max_save_duration: float | None = None
+    calculated_mean_save_throughput_from_strict_times: float | None = None
+    mean_of_max_load_duration: float | None = None
+    calculated_mean_load_throughput_from_strict_times: float | None = None
+
+
+@dataclass
+class MLPerf:
+    """MLPerf Storage's checkpointing figures of a workload run (report.mlperf)."""
+
+    dlio: DlioFigures | None = None
+    mlpstorage: MlpstorageFigures | None = None
+    definitions: dict[str, str] | None = None
+
+
+@dataclass
+class CollectiveResult:
+    """One collective at one message size, nccl-tests' figures (backends.comms.measure.Measurement)."""
+
+    collective: str = ""
+    size: int = 0
+    count: int | None = None
+    iters: int | None = None
+    time_us: float | None = None
+    algbw_gbps: float | None = None
+    busbw_gbps: float | None = None
+
+
+@dataclass
+class Comms:
+    """A comms sweep (backends.comms.worker): the comms backend's report, or a --preflight before the benchmark."""
+
+    dist_backend: str | None = None
+    world_size: int | None = None
+    nnodes: int | None = None
+    device: str | None = None
+    dtype: str | None = None
+    iters: int | None = None
+    warmup: int | None = None
+    results: list[CollectiveResult] = field(default_factory=list)
+    unsupported: dict[str, str] | None = None
+
+
+@dataclass
+class RepeatFigure:
+    """One headline figure over the repetitions of a --repeat series (launcher.repeat.spread)."""
+
+    n: int = 0
+    median: float | None = None
+    min: float | None = None
+    max: float | None = None
+    cv: float | None = None  # sample standard deviation / mean
+
+
+@dataclass
+class RepeatStats:
+    """A --repeat series' spread of each headline figure (report.metrics.HEADLINE)."""
+
+    save_block_time: RepeatFigure | None = None
+    save_total_time: RepeatFigure | None = None
+    save_bandwidth_in_mbps: RepeatFigure | None = None
+    load_time: RepeatFigure | None = None
+    load_bandwidth_in_mbps: RepeatFigure | None = None
+
+
+@dataclass
+class Repetition:
+    """One repetition of a --repeat series: its run and its headline figures (steady saves, its load)."""
+
+    repetition: int = 0
+    dir: str | None = None
+    status: str | None = None
+    save_block_time: float | None = None
+    save_total_time: float | None = None
+    save_bandwidth_in_mbps: float | None = None
+    load_time: float | None = None
+    load_bandwidth_in_mbps: float | None = None
 
 
 @dataclass
@@ -171,7 +435,7 @@ class Report:
     iter_folder_size: int | None = None
     save_bandwidth_in_mbps: float | None = None
     load_bandwidth_in_mbps: float | None = None
-    saves: list[SaveRecord] = field(default_factory=list)
+    saves: list[SaveRecord] | None = None  # None: a report of no checkpoint (a comms run, a follower node)
     stats: SaveStats | None = None
     load: LoadRecord | None = None
     loads: list[LoadRecord] | None = None
@@ -184,24 +448,98 @@ class Report:
     notes: list[str] = field(default_factory=list)
     config: Section | None = None
     unmatched_ends: list[Section] | None = None
-    mlperf: Section | None = None
-    preflight: Section | None = None
-    comms: Section | None = None
-    training: Section | None = None
-    storage_baseline: Section | None = None
+    mlperf: MLPerf | None = None
+    preflight: Comms | None = None
+    comms: Comms | None = None
+    training: Training | None = None
+    storage_baseline: StorageBaseline | None = None
     save_fraction_of_peak: float | None = None
     load_fraction_of_peak: float | None = None
     not_cleaned_up: list[str] | None = None
-    measurement: Section | None = None
-    advice: Section | None = None
-    repeat_stats: Section | None = None
-    repeats: int | None = None
+    measurement: Measurement | None = None
+    advice: Advice | None = None
+    repeat_stats: RepeatStats | None = None
+    repeats: list[Repetition] | None = None
     run: RunSection | None = None
+    sources: list[str] | None = None  # the logs of this run, when logs of several runs are reported apart
     schema_version: int | None = None
 
     @classmethod
     def from_json(cls, data: dict) -> Report:
         """A report.json, typed; raises SchemaError for a key that is not declared or a wrong type."""
+        return _build(cls, data, "report")
+
+    @property
+    def every_load(self) -> list[LoadRecord]:
+        """Every load: `loads` (several load calls, a --repeat series), else the one `load`."""
+        return self.loads or ([self.load] if self.load else [])
+
+    @property
+    def steady(self) -> StatsBlock:
+        """The steady save figures (report.metrics.steady_stats): over the saves after the first of each
+        process, or over every save when no process saved twice; empty without a complete save."""
+        if self.stats is None:
+            return StatsBlock()
+        return self.stats.excluding_first or StatsBlock(self.stats.block_time, self.stats.total_time,
+                                                        self.stats.bandwidth)
+
+    def steady_median(self, figure: str) -> float | None:
+        """The steady median of `figure` ("block_time", "total_time" or "bandwidth")."""
+        stat = getattr(self.steady, figure)
+        return None if stat is None else stat.median
+
+    @property
+    def first_save_apart(self) -> FirstSave | None:
+        """The first save when later saves are summarised without it (report.metrics.first_save_apart)."""
+        return self.stats.first_save if self.stats is not None and self.stats.excluding_first else None
+
+    def first_saves(self) -> list[SaveRecord]:
+        """The first complete save of each process when one saved twice (report.metrics.first_saves; a
+        --repeat series' processes are its repetitions), else none."""
+        complete = [save for save in self.saves or [] if save.complete]
+        first_of_process: dict[int | None, SaveRecord] = {}
+        for save in complete:
+            first_of_process.setdefault(save.repetition, save)
+        return list(first_of_process.values()) if len(first_of_process) < len(complete) else []
+
+    def compared(self, metric: Metric) -> float | None:
+        """The figure runs are compared on (report.metrics.Metric.steady): a save's steady median, falling
+        back to the top-level value (a log without stats); a load's top-level value."""
+        if metric.steady_figure is not None:
+            value = self.steady_median(metric.steady_figure)
+            if value is not None:
+                return value
+        return getattr(self, metric.key)
+
+    @property
+    def says_fsync(self) -> bool:
+        """Whether the report knows if its saves were fsynced (a run does; a log does not say)."""
+        return self.measurement is not None or "fsync" in (self.config or {})
+
+    @property
+    def fsync(self) -> bool | None:
+        """Whether a save counted as complete only once fsynced (None: object storage, or not known: see
+        `says_fsync`)."""
+        if self.measurement is not None:
+            return self.measurement.fsync
+        return (self.config or {}).get("fsync")
+
+    @property
+    def assumes_constant_structure(self) -> bool:
+        """megatron-core's ckpt_assume_constant_structure: later saves reuse the first save's plan."""
+        return bool((self.config or {}).get("ckpt_assume_constant_structure"))
+
+
+@dataclass
+class LogRuns:
+    """ckpt-report of logs that are not one job's (report.assembly): each run's report, with its `sources`,
+    and why they are apart."""
+
+    runs: list[Report] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, data: dict) -> LogRuns:
         return _build(cls, data, "report")
 
 
@@ -213,8 +551,12 @@ def _unwrap(annotation) -> tuple[list, bool]:
     return [annotation], False
 
 
-def _hints(cls) -> dict:
-    return typing.get_type_hints(cls, vars(sys.modules[__name__]))
+def _fields(cls) -> dict[str, tuple[str, Any]]:
+    """{key in report.json: (field name, type)}; a key that is a Python keyword (`pass`) is the field with a
+    trailing underscore (`pass_`)."""
+    hints = typing.get_type_hints(cls, vars(sys.modules[__name__]))
+    return {(name[:-1] if name.endswith("_") and keyword.iskeyword(name[:-1]) else name): (name, hint)
+            for name, hint in hints.items()}
 
 
 def _build(annotation, value, where: str):
@@ -227,11 +569,12 @@ def _build(annotation, value, where: str):
         if dataclasses.is_dataclass(option):
             if not isinstance(value, dict):
                 raise SchemaError(f"{where}: expected an object, got {type(value).__name__}")
-            hints = _hints(option)
-            unknown = sorted(set(value) - set(hints))
+            fields = _fields(option)
+            unknown = sorted(set(value) - set(fields))
             if unknown:
                 raise SchemaError(f"{where}: keys not in the report's types: {', '.join(unknown)}")
-            return option(**{key: _build(hints[key], item, f"{where}.{key}") for key, item in value.items()})
+            return option(**{fields[key][0]: _build(fields[key][1], item, f"{where}.{key}")
+                             for key, item in value.items()})
         origin = typing.get_origin(option)
         if origin is list:
             (item_type,) = typing.get_args(option)
@@ -255,10 +598,9 @@ def _schema(annotation, definitions: dict) -> dict:
             name = option.__name__
             if name not in definitions:
                 definitions[name] = {}  # a placeholder while its fields are made (recursion)
-                hints = _hints(option)
                 definitions[name] = {
                     "type": "object", "description": (option.__doc__ or "").strip(),
-                    "properties": {key: _schema(hint, definitions) for key, hint in hints.items()},
+                    "properties": {key: _schema(hint, definitions) for key, (_, hint) in _fields(option).items()},
                     "additionalProperties": False}
             alternatives.append({"$ref": f"#/$defs/{name}"})
         elif typing.get_origin(option) is list:

@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 from helpers import LOGS, ROOT, assert_valid_report
 
-from ckpt_bench.report.schema import SCHEMA_VERSION, Report, SaveRecord, SchemaError, json_schema
+from ckpt_bench.report.schema import SCHEMA_VERSION, LogRuns, Report, SaveRecord, SchemaError, json_schema
 
 FIXTURE_REPORTS = sorted((LOGS / "reports").glob("*.json"))
 
@@ -23,11 +23,19 @@ def test_the_published_schema_is_the_one_the_types_make():
 @pytest.mark.parametrize("path", FIXTURE_REPORTS, ids=[p.stem for p in FIXTURE_REPORTS])
 def test_every_log_report_has_the_declared_shape(path):
     data = json.loads(path.read_text())
-    for report in data.get("runs", [data]) if "error" not in data else []:
-        report = {key: value for key, value in report.items() if key != "sources"}
+    if "error" in data:
+        return
+    reports = LogRuns.from_json(data).runs if "runs" in data else [Report.from_json(data)]
+    for report, typed in zip(data.get("runs", [data]), reports, strict=True):
         assert_valid_report(report)
-        typed = Report.from_json(report)
         assert typed.schema_version == SCHEMA_VERSION and all(isinstance(s, SaveRecord) for s in typed.saves)
+
+
+def test_a_key_that_is_a_python_keyword_is_a_field_with_an_underscore():
+    run = {"status": "interrupted", "interrupted": {"signal": "SIGINT", "exit_code": 130, "pass": "save"}}
+    assert Report.from_json({"run": run}).run.interrupted.pass_ == "save"
+    assert "pass" in json_schema()["$defs"]["Interrupted"]["properties"]
+    assert_valid_report({"run": run})
 
 
 def test_an_undeclared_key_or_a_wrong_type_is_named():
