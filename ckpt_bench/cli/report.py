@@ -26,6 +26,8 @@ from ckpt_bench.core.errors import ConfigError, ReportError
 from ckpt_bench.core.rundir import sweep_results_file
 from ckpt_bench.report.advice import AdviceOptions, add_advice
 from ckpt_bench.report.assembly import log_report_and_operations, to_json
+from ckpt_bench.report.schema import LogRuns, Report, SchemaError
+from ckpt_bench.sweep.results import SweepResults
 
 
 def _advice_options(command):
@@ -64,36 +66,44 @@ def report(paths, primus_log_dir, ckpt_dir, output, output_format, html_file, co
             _sweep(Path(paths[0]), html_file, output, output_format)
         else:
             _report([*paths, *primus_log_dir], ckpt_dir, html_file, advice, output, output_format)
-    except (ReportError, ConfigError) as error:
+    except (ReportError, ConfigError, SchemaError) as error:  # SchemaError: a report.json of another version
         fail(str(error), getattr(error, "exit_code", 2))
 
 
 def _report(paths, ckpt_dir, html_file, advice, output, output_format) -> None:
-    report, operations = log_report_and_operations(paths, ckpt_dir=ckpt_dir)
-    runs = report.get("runs")
+    data, operations = log_report_and_operations(paths, ckpt_dir=ckpt_dir)
+    runs = data.get("runs")  # logs of several runs: a report of each (report.schema.LogRuns)
     if runs is not None and html_file:
         raise ReportError(f"--html draws one run; these logs are {len(runs)} runs: give the logs of one of them")
-    for one in runs or [report]:
+    for one in runs or [data]:
         add_advice(one, advice)
-    text = to_json(report)
+    text = to_json(data)
     if output:
         _write(output, text + "\n")
+    if runs is not None:
+        if wants_table(output_format):
+            from ckpt_bench.present.summary import print_runs
+
+            print_runs(LogRuns.from_json(json.loads(text)))
+        else:
+            click.echo(text)
+        return
+    if not (html_file or wants_table(output_format)):
+        click.echo(text)
+        return
+    report = Report.from_json(json.loads(text))  # as written (a non-finite number is null), typed
     if html_file:
         from ckpt_bench.present import html as html_report
 
-        run_dir = (report.get("run") or {}).get("dir")
+        run_dir = report.run.dir if report.run else None
         rows = html_report.run_timeline(run_dir) if run_dir else html_report.timeline(operations)
-        _write(html_file, html_report.render_report(json.loads(text), rows, source=", ".join(map(str, paths))))
-    if not wants_table(output_format):
-        click.echo(text)
-    elif runs is not None:
-        from ckpt_bench.present.summary import print_runs
-
-        print_runs(json.loads(text))
-    else:  # the same summary as ckpt_launch.py's
+        _write(html_file, html_report.render_report(report, rows, source=", ".join(map(str, paths))))
+    if wants_table(output_format):  # the same summary as ckpt_launch.py's
         from ckpt_bench.present.summary import print_report
 
-        print_report(json.loads(text))
+        print_report(report)
+    else:
+        click.echo(text)
 
 
 def _sweep(folder: Path, html_file, output, output_format) -> None:
@@ -101,10 +111,11 @@ def _sweep(folder: Path, html_file, output, output_format) -> None:
     from ckpt_bench.sweep.run import summary
 
     try:
-        results = load_results(folder)
-    except (OSError, ValueError) as error:
+        data = load_results(folder)
+        results = SweepResults.from_json(data)
+    except (OSError, ValueError, TypeError) as error:  # TypeError: a key the results need is missing
         raise ReportError(f"cannot read the sweep results in {folder}: {error}") from None
-    text = to_json(summary(results))
+    text = to_json(summary(data))
     if output:
         _write(output, text + "\n")
     if html_file:
@@ -128,14 +139,15 @@ def _compare(paths, primus_log_dir, ckpt_dir, html_file, advice, output, output_
                           f"directories); got {len(paths)}")
     sources = [source for path in paths for source in load_sources(path)]
     for source in sources:
-        add_advice(source["report"], advice)
-    text = to_json(compare(sources))
+        add_advice(source.report, advice)
+    comparison = compare(sources)
+    text = to_json(comparison.to_json())
     if output:
         _write(output, text + "\n")
     if wants_table(output_format):
         from ckpt_bench.present.summary import print_comparison
 
-        print_comparison(json.loads(text))
+        print_comparison(comparison)
     else:
         click.echo(text)
 

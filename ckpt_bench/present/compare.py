@@ -8,66 +8,48 @@ jobs with a report becomes one column). Anything else holds no report: `ReportEr
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from ckpt_bench.core.errors import ReportError
 from ckpt_bench.core.rundir import RunDir, sweep_results_file
-from ckpt_bench.present.rows import number
-from ckpt_bench.report.metrics import HEADLINE_KEYS, STEADY, first_save_apart, fsync, steady_median
-
-
-def _at(path: str) -> Callable[[dict], object]:
-    """The value at a dotted path of a report (None where a key is missing)."""
-    def get(report: dict):
-        value = report
-        for key in path.split("."):
-            if not isinstance(value, dict):
-                return None
-            value = value.get(key)
-        return value
-    return get
-
-
-def _steady(figure: str) -> Callable[[dict], object]:
-    return lambda report: steady_median(report, figure)
-
-
-def _first(figure: str) -> Callable[[dict], object]:
-    return lambda report: (first_save_apart(report) or {}).get(figure)
-
+from ckpt_bench.present.rows import as_report, as_results, number
+from ckpt_bench.report.metrics import HEADLINE_KEYS, STEADY
+from ckpt_bench.report.schema import Report, SchemaError
 
 # (metric, how to read it from a report), in table order. The steady figures are report.metrics' one
 # definition (the median of the saves after the first), as in the summary, sweeps and the advice.
-METRICS: tuple[tuple[str, Callable[[dict], object]], ...] = (
-    ("world_size", _at("world_size")),
-    ("ckpt_format", _at("ckpt_format")),
-    ("async_save", _at("async_save")),
-    ("fsync", fsync),
-    ("num_saved", _at("num_saved")),
-    ("accurate", _at("accurate")),
-    ("verified", _at("verified")),
-    ("save_block_time", _at("save_block_time")),
-    ("save_total_time", _at("save_total_time")),
-    ("save_bandwidth_in_mbps", _at("save_bandwidth_in_mbps")),
-    ("steady_block_time", _steady("block_time")),
-    ("steady_total_time", _steady("total_time")),
-    ("steady_bandwidth", _steady("bandwidth")),
-    ("first_save_total_time", _first("total_time")),
-    ("iter_folder_size", _at("iter_folder_size")),
-    ("load_time", _at("load_time")),
-    ("load_bandwidth_in_mbps", _at("load_bandwidth_in_mbps")),
-    ("save_fraction_of_peak", _at("save_fraction_of_peak")),
-    ("load_fraction_of_peak", _at("load_fraction_of_peak")),
-    ("training_save_impact_time", _at("training.save_impact_time")),
-    ("training_save_impact_percent", _at("training.save_impact_percent")),
-    ("checkpoint_cost_s", _at("advice.checkpoint_cost_s")),
-    ("restart_cost_s", _at("advice.restart_cost_s")),
-    ("daly_interval_s", _at("advice.daly_interval_s")),
-    ("goodput_at_optimum", _at("advice.goodput_at_optimum")),
-    ("goodput_at_configured", _at("advice.goodput_at_configured")),
+METRICS: tuple[tuple[str, Callable[[Report], object]], ...] = (
+    ("world_size", lambda report: report.world_size),
+    ("ckpt_format", lambda report: report.ckpt_format),
+    ("async_save", lambda report: report.async_save),
+    ("fsync", lambda report: report.fsync),
+    ("num_saved", lambda report: report.num_saved),
+    ("accurate", lambda report: report.accurate),
+    ("verified", lambda report: report.verified),
+    ("save_block_time", lambda report: report.save_block_time),
+    ("save_total_time", lambda report: report.save_total_time),
+    ("save_bandwidth_in_mbps", lambda report: report.save_bandwidth_in_mbps),
+    ("steady_block_time", lambda report: report.steady_median("block_time")),
+    ("steady_total_time", lambda report: report.steady_median("total_time")),
+    ("steady_bandwidth", lambda report: report.steady_median("bandwidth")),
+    ("first_save_total_time", lambda report: report.first_save_apart and report.first_save_apart.total_time),
+    ("iter_folder_size", lambda report: report.iter_folder_size),
+    ("load_time", lambda report: report.load_time),
+    ("load_bandwidth_in_mbps", lambda report: report.load_bandwidth_in_mbps),
+    ("save_fraction_of_peak", lambda report: report.save_fraction_of_peak),
+    ("load_fraction_of_peak", lambda report: report.load_fraction_of_peak),
+    ("training_save_impact_time", lambda report: report.training and report.training.save_impact_time),
+    ("training_save_impact_percent", lambda report: report.training and report.training.save_impact_percent),
+    ("checkpoint_cost_s", lambda report: report.advice and report.advice.checkpoint_cost_s),
+    ("restart_cost_s", lambda report: report.advice and report.advice.restart_cost_s),
+    ("daly_interval_s", lambda report: report.advice and report.advice.daly_interval_s),
+    ("goodput_at_optimum", lambda report: report.advice and report.advice.goodput_at_optimum),
+    ("goodput_at_configured", lambda report: report.advice and report.advice.goodput_at_configured),
 )
 # Always shown, even when no source has them (the rest only when one source does).
 CORE = (*HEADLINE_KEYS, "verified", "fsync")
@@ -79,6 +61,40 @@ MEANINGS = {
     "save_block_time": "the last complete save", "save_total_time": "the last complete save",
     "save_bandwidth_in_mbps": "the last complete save",
 }
+RATIO = "value / the first source's value (numbers only; null when either is missing or the first is 0)"
+
+
+@dataclass
+class Source:
+    """A report to compare, named for its column, and where it was read."""
+
+    label: str
+    path: str
+    report: Report | dict  # report.json as read (`--compare` adds the advice to it), or typed
+
+
+@dataclass
+class Column:
+    """One source's figures in the comparison."""
+
+    label: str
+    path: str
+    metrics: dict[str, object]
+    ratio_to_first: dict[str, float | None]
+
+
+@dataclass
+class Comparison:
+    """`--compare`'s table: every metric a source has (and CORE), per source, with its ratio to the first's."""
+
+    baseline: str
+    metrics: list[str]
+    meanings: dict[str, str]
+    sources: list[Column]
+    ratio: str = RATIO
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
 
 
 def _is_report(data) -> bool:
@@ -92,28 +108,28 @@ def _read_json(path: Path):
         raise ReportError(f"cannot read {path}: {getattr(error, 'strerror', None) or error}") from None
 
 
-def _sweep_sources(folder: Path, results: dict) -> list[dict]:
-    sources = []
-    for job in results.get("jobs") or []:
-        if _is_report(job.get("report")):
-            params = ", ".join(f"{k}={v}" for k, v in (job.get("params") or {}).items())
-            sources.append({"label": f"{results.get('name', folder.name)} job {job.get('index')} ({params})",
-                            "path": str(folder / str(job.get("index")) / "report.json"), "report": job["report"]})
+def _sweep_sources(folder: Path, data: dict) -> list[Source]:
+    try:
+        results = as_results(data)
+    except (ValueError, TypeError) as error:  # a key it does not declare, or one it needs missing
+        raise ReportError(f"{folder}: the sweep results are not of this version ({error})") from None
+    sources = [Source(f"{results.name} job {job.index} ({', '.join(f'{k}={v}' for k, v in job.params.items())})",
+                      str(folder / str(job.index) / "report.json"), job.report_json)
+               for job in results.jobs if _is_report(job.report_json)]
     if not sources:
         raise ReportError(f"{folder}: a sweep directory with no job report yet")
     return sources
 
 
-def load_sources(path: str | os.PathLike) -> list[dict]:
-    """The reports `path` holds: [{label, path, report}]; raises ReportError when it holds none."""
+def load_sources(path: str | os.PathLike) -> list[Source]:
+    """The reports `path` holds, as read; raises ReportError when it holds none."""
     path = Path(path)
     if not path.exists():
         raise ReportError(f"no such file or folder: {path}")
     if path.is_file():
         data = _read_json(path) if path.suffix == ".json" else None
         if _is_report(data):
-            return [{"label": path.parent.name if path.name == "report.json" else path.stem, "path": str(path),
-                     "report": data}]
+            return [Source(path.parent.name if path.name == "report.json" else path.stem, str(path), data)]
         if isinstance(data, dict) and "jobs" in data:
             return _sweep_sources(path.parent, data)
         raise ReportError(f"{path} holds no report (give a run directory, a report.json or a sweep directory)")
@@ -122,11 +138,11 @@ def load_sources(path: str | os.PathLike) -> list[dict]:
     if (path / "report.json").is_file():
         data = _read_json(path / "report.json")
         if _is_report(data):
-            return [{"label": path.name, "path": str(path / "report.json"), "report": data}]
+            return [Source(path.name, str(path / "report.json"), data)]
     if RunDir.is_run_dir(path):
         from ckpt_bench.report.assembly import run_report
 
-        return [{"label": path.name, "path": str(path), "report": run_report(path)}]
+        return [Source(path.name, str(path), run_report(path))]
     raise ReportError(f"{path} holds no report (give a run directory, a report.json or a sweep directory)")
 
 
@@ -137,22 +153,26 @@ def _ratio(value, first) -> float | None:
     return round(value / first, 4)
 
 
-def compare(sources: list[dict]) -> dict:
+def _typed(source: Source) -> Report:
+    try:
+        return as_report(source.report)
+    except SchemaError as error:
+        raise ReportError(f"{source.path}: not a report of this version ({error})") from None
+
+
+def compare(sources: list[Source]) -> Comparison:
     """Every metric of every source, and its ratio to the first source's (numbers only)."""
     if len(sources) < 2:
         raise ReportError("--compare needs at least two reports (run directories, report.json files or sweep "
                           "directories)")
-    values = [{name: get(s["report"]) for name, get in METRICS} for s in sources]
+    reports = [_typed(source) for source in sources]
+    values = [{name: get(report) for name, get in METRICS} for report in reports]
     metrics = [name for name, _ in METRICS if name in CORE or any(v[name] is not None for v in values)]
-    return {
-        "baseline": sources[0]["label"],
-        "metrics": metrics,
-        "meanings": {name: MEANINGS[name] for name in metrics if name in MEANINGS},
-        "sources": [
-            {"label": source["label"], "path": source["path"],
-             "metrics": {name: figures[name] for name in metrics},
-             "ratio_to_first": {name: _ratio(figures[name], values[0][name]) for name in metrics}}
-            for source, figures in zip(sources, values, strict=True)
-        ],
-        "ratio": "value / the first source's value (numbers only; null when either is missing or the first is 0)",
-    }
+    return Comparison(
+        baseline=sources[0].label,
+        metrics=metrics,
+        meanings={name: MEANINGS[name] for name in metrics if name in MEANINGS},
+        sources=[Column(source.label, source.path, {name: figures[name] for name in metrics},
+                        {name: _ratio(figures[name], values[0][name]) for name in metrics})
+                 for source, figures in zip(sources, values, strict=True)],
+    )

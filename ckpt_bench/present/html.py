@@ -14,6 +14,7 @@ directory or logs, the checkpoint events themselves for the per-rank timeline.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import io
 import json
@@ -22,6 +23,7 @@ import re
 import sys
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from ckpt_bench.core.events import event_files, read_event_files
@@ -29,7 +31,9 @@ from ckpt_bench.core.rundir import SWEEP_RESULTS_FILES, sweep_results_file, writ
 from ckpt_bench.present import rows as p
 from ckpt_bench.report.advice import per_save_training_cost
 from ckpt_bench.report.engine import CONFIG_KEYS, Operation, pair
-from ckpt_bench.report.metrics import HEADLINE, STEADY, steady_median
+from ckpt_bench.report.metrics import HEADLINE, STEADY
+from ckpt_bench.report.schema import Comms, Report, RunSection
+from ckpt_bench.sweep.results import JobRecord, SweepResults
 
 REPORT_HTML = "report.html"
 SWEEP_HTML = "sweep_report.html"
@@ -74,21 +78,33 @@ nav a { margin-right: 12px; color: #2471a3; text-decoration: none; }
 # --- the timeline of a run, from its events --------------------------------------------------------
 
 
-def timeline(operations: Iterable[Operation]) -> list[dict]:
-    """Every save and load of every rank, as the report engine paired them (`ckpt_bench.report.engine.pair`):
-    {rank, kind, iteration, start_s, block_s, total_s, complete}, start_s from the earliest start (wall
-    clock, comparable across hosts), durations as the report defines them. Operations without a start time
-    are left out (a log without clocks gives none)."""
+@dataclass
+class TimedOperation:
+    """One save or load of one rank on the run's time axis (`timeline`)."""
+
+    rank: int | None
+    kind: str  # "save" | "load"
+    iteration: int | None
+    start_s: float  # from the earliest start of the run
+    block_s: float | None  # a save's blocking part
+    total_s: float | None
+    complete: bool
+
+
+def timeline(operations: Iterable[Operation]) -> list[TimedOperation]:
+    """Every save and load of every rank, as the report engine paired them (`ckpt_bench.report.engine.pair`),
+    start_s from the earliest start (wall clock, comparable across hosts), durations as the report defines
+    them. Operations without a start time are left out (a log without clocks gives none)."""
     operations = [op for op in operations if op.start is not None and op.start.wall_ns is not None]
     if not operations:
         return []
     origin = min(op.start.wall_ns for op in operations)
-    return [{"rank": op.rank, "kind": op.kind, "iteration": op.iteration,
-             "start_s": (op.start.wall_ns - origin) / 1e9, "block_s": op.block_s() if op.kind == "save" else None,
-             "total_s": op.total_s(), "complete": op.complete} for op in operations]
+    return [TimedOperation(op.rank, op.kind, op.iteration, (op.start.wall_ns - origin) / 1e9,
+                           op.block_s() if op.kind == "save" else None, op.total_s(), op.complete)
+            for op in operations]
 
 
-def run_timeline(run_dir: str | os.PathLike) -> list[dict]:
+def run_timeline(run_dir: str | os.PathLike) -> list[TimedOperation]:
     """The timeline of one of our run directories (its events/rank-R.jsonl)."""
     try:
         return timeline(pair(read_event_files(event_files(Path(run_dir) / "events"))))
@@ -148,52 +164,52 @@ def _label(value) -> str:
     return "?" if value is None else str(value)
 
 
-def _lanes(operations: list[dict]) -> tuple[list[int], dict]:
+def _lanes(operations: list[TimedOperation]) -> tuple[list[int], dict]:
     """A lane per operation so that operations of one rank that overlap in time (an async save still
     writing when the next starts) are drawn side by side; and the number of lanes of each rank."""
     ends: dict = defaultdict(list)  # rank -> each lane's end
     lanes = []
     for op in operations:
-        end = op["start_s"] + (op["total_s"] or op["block_s"] or 0.0)
-        free = [i for i, lane_end in enumerate(ends[op["rank"]]) if lane_end <= op["start_s"]]
+        end = op.start_s + (op.total_s or op.block_s or 0.0)
+        free = [i for i, lane_end in enumerate(ends[op.rank]) if lane_end <= op.start_s]
         if free:
             lane = free[0]
-            ends[op["rank"]][lane] = end
+            ends[op.rank][lane] = end
         else:
-            lane = len(ends[op["rank"]])
-            ends[op["rank"]].append(end)
+            lane = len(ends[op.rank])
+            ends[op.rank].append(end)
         lanes.append(lane)
     return lanes, {rank: len(lane_ends) for rank, lane_ends in ends.items()}
 
 
-def plot_timeline(report: dict, operations: list[dict]) -> str | None:
+def plot_timeline(report: Report, operations: list[TimedOperation]) -> str | None:
     """Per rank, every save (blocking part, then background part) and load on one time axis; without
     clock positions, each save's slowest-rank block and total time as bars."""
     from matplotlib.patches import Patch
 
     if operations:
         shown = operations[:MAX_TIMELINE_OPERATIONS]
-        ranks = sorted({op["rank"] for op in shown}, key=lambda r: (r is None, r if r is not None else 0))
+        ranks = sorted({op.rank for op in shown}, key=lambda r: (r is None, r if r is not None else 0))
         figure = _figure(11, min(1.5 + 0.32 * len(ranks), 14), left=0.85, bottom=0.9, top=0.35)
         axes = figure.add_subplot()
         position = {rank: index for index, rank in enumerate(ranks)}
         lanes, lane_count = _lanes(shown)
         for op, lane in zip(shown, lanes, strict=True):
-            count = lane_count[op["rank"]]
+            count = lane_count[op.rank]
             height = 0.7 / count
-            y = position[op["rank"]] - 0.35 + height * (lane + 0.5)  # overlapping saves side by side
-            total = op["total_s"]
-            if op["kind"] == "load":
-                axes.barh(y, total if total is not None else 0.0, left=op["start_s"], height=height * 0.9,
+            y = position[op.rank] - 0.35 + height * (lane + 0.5)  # overlapping saves side by side
+            total = op.total_s
+            if op.kind == "load":
+                axes.barh(y, total if total is not None else 0.0, left=op.start_s, height=height * 0.9,
                           color=LOAD_COLOR)
                 continue
-            block = op["block_s"] if op["block_s"] is not None else total
+            block = op.block_s if op.block_s is not None else total
             if block is not None:
-                axes.barh(y, block, left=op["start_s"], height=height * 0.9, color=BLOCK_COLOR)
+                axes.barh(y, block, left=op.start_s, height=height * 0.9, color=BLOCK_COLOR)
             if total is not None and block is not None and total > block:
-                axes.barh(y, total - block, left=op["start_s"] + block, height=height * 0.9, color=BACKGROUND_COLOR)
-            if not op["complete"]:
-                axes.plot([op["start_s"]], [y], marker="x", color="black")
+                axes.barh(y, total - block, left=op.start_s + block, height=height * 0.9, color=BACKGROUND_COLOR)
+            if not op.complete:
+                axes.plot([op.start_s], [y], marker="x", color="black")
         axes.set_yticks(range(len(ranks)), [f"rank {r}" if r is not None else "job" for r in ranks])
         axes.invert_yaxis()
         _style(axes, "Saves and loads per rank", "seconds since the first save started", "")
@@ -203,20 +219,20 @@ def plot_timeline(report: dict, operations: list[dict]) -> str | None:
                    Patch(color=LOAD_COLOR, label="load")]
         figure.legend(handles=handles, loc="lower center", ncols=3, frameon=False, fontsize=9)
         return _svg(figure)
-    saves = [s for s in report.get("saves") or [] if s.get("block_time") is not None or s.get("total_time")]
-    loads = [x for x in report.get("loads") or ([report["load"]] if report.get("load") else []) if x.get("time")]
+    saves = [s for s in report.saves or [] if s.block_time is not None or s.total_time]
+    loads = [x for x in report.every_load if x.time]
     if not saves and not loads:
         return None
     figure = _figure(11, min(1.2 + 0.3 * (len(saves) + len(loads)), 12), left=1.2, bottom=0.6, top=0.35)
     axes = figure.add_subplot()
-    labels = [f"save {_label(s.get('iteration'))}" for s in saves]
-    blocks = [s.get("block_time") or 0.0 for s in saves]
-    rests = [max(0.0, (s.get("total_time") or 0.0) - (s.get("block_time") or 0.0)) for s in saves]
+    labels = [f"save {_label(s.iteration)}" for s in saves]
+    blocks = [s.block_time or 0.0 for s in saves]
+    rests = [max(0.0, (s.total_time or 0.0) - (s.block_time or 0.0)) for s in saves]
     axes.barh(labels, blocks, color=BLOCK_COLOR, label="save: blocking part")
     axes.barh(labels, rests, left=blocks, color=BACKGROUND_COLOR, label="save: background part")
     if loads:
-        axes.barh([f"load {_label(x.get('iteration'))}" + (f" #{i}" if len(loads) > 1 else "")
-                   for i, x in enumerate(loads, 1)], [x["time"] for x in loads], color=LOAD_COLOR, label="load")
+        axes.barh([f"load {_label(x.iteration)}" + (f" #{i}" if len(loads) > 1 else "")
+                   for i, x in enumerate(loads, 1)], [x.time for x in loads], color=LOAD_COLOR, label="load")
     axes.invert_yaxis()
     _style(axes, "Every save and load, slowest rank (the source gives no start times to place them in time)",
            "seconds", "")
@@ -227,27 +243,27 @@ def plot_timeline(report: dict, operations: list[dict]) -> str | None:
 MAX_PANELS = 12  # operations drawn one by one under the timeline
 
 
-def _grouped(operations: list[dict]) -> list[tuple[str, list[dict]]]:
+def _grouped(operations: list[TimedOperation]) -> list[tuple[str, list[TimedOperation]]]:
     """The operations as checkpoints: the k-th save (or load) of iteration I on every rank is one."""
-    groups: dict[tuple, list[dict]] = {}
+    groups: dict[tuple, list[TimedOperation]] = {}
     seen: dict[tuple, int] = defaultdict(int)
     for op in operations:
-        seen[(op["rank"], op["kind"], op["iteration"])] += 1
-        groups.setdefault((op["kind"], op["iteration"], seen[(op["rank"], op["kind"], op["iteration"])]), []).append(op)
+        seen[(op.rank, op.kind, op.iteration)] += 1
+        groups.setdefault((op.kind, op.iteration, seen[(op.rank, op.kind, op.iteration)]), []).append(op)
     repeated = {(kind, iteration) for kind, iteration, n in groups if n > 1}
     return [(f"{kind} {_label(iteration)}" + (f" #{n}" if (kind, iteration) in repeated else ""), ops)
             for (kind, iteration, n), ops in groups.items()]
 
 
-def plot_operations(operations: list[dict]) -> str | None:
+def plot_operations(operations: list[TimedOperation]) -> str | None:
     """Each save (and, beside them, each load) on a time axis of its own start: one band per
     checkpoint, one thin bar per rank in it, saves split into blocking and background part."""
     groups = _grouped(operations)[:MAX_PANELS]
     if not groups:
         return None
-    ranks = sorted({op["rank"] for _, ops in groups for op in ops}, key=lambda r: (r is None, r or 0))
-    kinds = [kind for kind in ("save", "load") if any(ops[0]["kind"] == kind for _, ops in groups)]
-    bands = max(sum(ops[0]["kind"] == kind for _, ops in groups) for kind in kinds)
+    ranks = sorted({op.rank for _, ops in groups for op in ops}, key=lambda r: (r is None, r or 0))
+    kinds = [kind for kind in ("save", "load") if any(ops[0].kind == kind for _, ops in groups)]
+    bands = max(sum(ops[0].kind == kind for _, ops in groups) for kind in kinds)
     band = 0.3 + min(0.6, 0.08 * len(ranks))
     figure = _figure(11, 0.95 + bands * band, left=0.9, right=0.2, top=0.35, bottom=0.5, wspace=1.1,
                      columns=len(kinds))
@@ -256,15 +272,15 @@ def plot_operations(operations: list[dict]) -> str | None:
     bar = 0.8 / len(ranks)
     position = {rank: index for index, rank in enumerate(ranks)}
     for axes, kind in zip(panels, kinds, strict=True):
-        mine = [(name, ops) for name, ops in groups if ops[0]["kind"] == kind]
+        mine = [(name, ops) for name, ops in groups if ops[0].kind == kind]
         parts: dict[str, tuple[list, list, list]] = {color: ([], [], []) for color in
                                                       (BLOCK_COLOR, BACKGROUND_COLOR, LOAD_COLOR)}
         for index, (_name, ops) in enumerate(mine):
-            origin = min(op["start_s"] for op in ops)
+            origin = min(op.start_s for op in ops)
             for op in ops:
-                y = index - 0.4 + bar * (position[op["rank"]] + 0.5)
-                start, total = op["start_s"] - origin, op["total_s"] or 0.0
-                block = total if kind == "load" or op["block_s"] is None else op["block_s"]
+                y = index - 0.4 + bar * (position[op.rank] + 0.5)
+                start, total = op.start_s - origin, op.total_s or 0.0
+                block = total if kind == "load" or op.block_s is None else op.block_s
                 pieces = [(LOAD_COLOR, start, total)] if kind == "load" else [
                     (BLOCK_COLOR, start, block), (BACKGROUND_COLOR, start + block, max(0.0, total - block))]
                 for color, left, length in pieces:
@@ -282,15 +298,15 @@ def plot_operations(operations: list[dict]) -> str | None:
     return _svg(figure)
 
 
-def plot_bandwidth(report: dict) -> str | None:
-    saves = report.get("saves") or []
-    loads = report.get("loads") or ([report["load"]] if report.get("load") else [])
+def plot_bandwidth(report: Report) -> str | None:
+    saves = report.saves or []
+    loads = report.every_load
     first = _first_save_index(report)
-    bars = [(f"save {_label(s.get('iteration'))}", s.get("bandwidth"), FIRST_SAVE_COLOR if i == first else BLOCK_COLOR)
+    bars = [(f"save {_label(s.iteration)}", s.bandwidth, FIRST_SAVE_COLOR if i == first else BLOCK_COLOR)
             for i, s in enumerate(saves)]
-    repeated = len({x.get("iteration") for x in loads}) < len(loads)
-    bars += [(f"load {_label(x.get('iteration'))}" + (f" #{i}" if repeated else ""), x.get("bandwidth"),
-              LOAD_COLOR) for i, x in enumerate(loads, 1)]
+    repeated = len({x.iteration for x in loads}) < len(loads)
+    bars += [(f"load {_label(x.iteration)}" + (f" #{i}" if repeated else ""), x.bandwidth, LOAD_COLOR)
+             for i, x in enumerate(loads, 1)]
     if not any(p.number(value) is not None for _, value, _ in bars):
         return None
     figure = _figure(11, 3.0 + _bottom(len(bars)) - 0.45, bottom=_bottom(len(bars)))
@@ -304,12 +320,13 @@ def plot_bandwidth(report: dict) -> str | None:
         axes.legend(handles=[Patch(color=FIRST_SAVE_COLOR, label=f"first save: {p.first_save_reason(report)[0]}, "
                                                                   "counted apart")])
         axes.add_artist(axes.get_legend())
-        steady = steady_median(report, "bandwidth")
+        steady = report.steady_median("bandwidth")
         if steady is not None:
             axes.axhline(steady, color=BLOCK_COLOR, linestyle=":", linewidth=1.4,
                          label=f"steady save ({STEADY}): {steady:,.1f} MiB/s")
-    for direction, style in (("write", "-"), ("read", "--")):
-        baseline = p.baseline_mibps(report, direction)
+    measured = report.storage_baseline
+    for direction, style, baseline in (("write", "-", measured and measured.write_bandwidth),
+                                       ("read", "--", measured and measured.read_bandwidth)):
         if baseline is not None:
             top = max(top, baseline)
             axes.axhline(baseline, color=BASELINE_COLOR, linestyle=style, linewidth=1.6,
@@ -326,10 +343,10 @@ def plot_bandwidth(report: dict) -> str | None:
     return _svg(figure)
 
 
-def _first_save_index(report: dict) -> int | None:
+def _first_save_index(report: Report) -> int | None:
     """Where in `saves` the first save is, when it is counted apart and was unusually slow."""
-    for index, save in enumerate(report.get("saves") or []):
-        if save.get("complete"):
+    for index, save in enumerate(report.saves or []):
+        if save.complete:
             return index if any(r.startswith("first save") for r in p.save_remarks(report, save)) else None
     return None
 
@@ -341,10 +358,10 @@ def _rotate(axes, count: int) -> None:
             label.set_horizontalalignment("right")
 
 
-def plot_spread(report: dict, operations: list[dict]) -> str | None:
+def plot_spread(report: Report, operations: list[TimedOperation]) -> str | None:
     """Per save, the fastest and slowest rank's block and total time (every rank's when the events are
     at hand), the slowest rank named."""
-    saves = [s for s in report.get("saves") or [] if s.get("total_time_per_rank") or s.get("block_time_per_rank")]
+    saves = [s for s in report.saves or [] if s.total_time_per_rank or s.block_time_per_rank]
     if not saves:
         return None
     figure = _figure(11, 3.6 + _bottom(len(saves)) - 0.45, bottom=_bottom(len(saves)))
@@ -352,31 +369,30 @@ def plot_spread(report: dict, operations: list[dict]) -> str | None:
     per_rank: dict[tuple, list[float]] = defaultdict(list)
     occurrence: dict[tuple, int] = defaultdict(int)
     for op in operations:
-        if op["kind"] == "save":
-            occurrence[(op["rank"], op["iteration"])] += 1
-            for part in ("block_s", "total_s"):
-                if op[part] is not None:
-                    per_rank[(op["iteration"], occurrence[(op["rank"], op["iteration"])], part)].append(op[part])
+        if op.kind == "save":
+            occurrence[(op.rank, op.iteration)] += 1
+            for part, seconds in (("block", op.block_s), ("total", op.total_s)):
+                if seconds is not None:
+                    per_rank[(op.iteration, occurrence[(op.rank, op.iteration)], part)].append(seconds)
     seen: dict = defaultdict(int)
     for x, save in enumerate(saves):
-        seen[save.get("iteration")] += 1
-        for part, key, color, shift in (("block_s", "block_time_per_rank", BLOCK_COLOR, -0.12),
-                                        ("total_s", "total_time_per_rank", TOTAL_COLOR, 0.12)):
-            spread = save.get(key) or {}
-            if spread.get("max") is None:
+        seen[save.iteration] += 1
+        for part, spread, color, shift in (("block", save.block_time_per_rank, BLOCK_COLOR, -0.12),
+                                           ("total", save.total_time_per_rank, TOTAL_COLOR, 0.12)):
+            if spread is None or spread.max is None:
                 continue
-            points = per_rank.get((save.get("iteration"), seen[save.get("iteration")], part), [])
+            points = per_rank.get((save.iteration, seen[save.iteration], part), [])
             if points:
                 axes.scatter([x + shift] * len(points), points, s=10, color=color, alpha=0.45, linewidths=0)
-            axes.vlines(x + shift, spread["min"], spread["max"], color=color, linewidth=2.2)
-            axes.scatter([x + shift, x + shift], [spread["min"], spread["max"]], color=color, s=22, zorder=3)
-            if key == "total_time_per_rank":
-                axes.annotate(f"r{spread.get('max_rank')}", (x + shift, spread["max"]), textcoords="offset points",
+            axes.vlines(x + shift, spread.min, spread.max, color=color, linewidth=2.2)
+            axes.scatter([x + shift, x + shift], [spread.min, spread.max], color=color, s=22, zorder=3)
+            if part == "total":
+                axes.annotate(f"r{spread.max_rank}", (x + shift, spread.max), textcoords="offset points",
                               xytext=(4, 2), fontsize=8, color="#566573")
-    axes.set_xticks(range(len(saves)), [f"save {_label(s.get('iteration'))}" for s in saves])
+    axes.set_xticks(range(len(saves)), [f"save {_label(s.iteration)}" for s in saves])
     axes.set_xlim(-0.6, len(saves) - 0.4)
-    times = [v for s in saves for key in ("block_time_per_rank", "total_time_per_rank")
-             for v in ((s.get(key) or {}).get("min"), (s.get(key) or {}).get("max")) if p.number(v)]
+    times = [v for s in saves for spread in (s.block_time_per_rank, s.total_time_per_rank) if spread
+             for v in (spread.min, spread.max) if p.number(v)]
     logarithmic = bool(times) and max(times) > 10 * min(times)
     if logarithmic:  # one slow save (the first's start-up) would flatten every other save to the floor
         from matplotlib.ticker import FuncFormatter
@@ -397,22 +413,23 @@ def plot_spread(report: dict, operations: list[dict]) -> str | None:
     return _svg(figure)
 
 
-def plot_memory(report: dict) -> str | None:
+def plot_memory(report: Report) -> str | None:
     """Peak RSS per save and load, against what the rank holds of the checkpoint (its bytes / the ranks):
     how much memory a save needs beyond the state it writes."""
-    loads = report.get("loads") or ([report["load"]] if report.get("load") else [])
-    bars = [(f"save {_label(s.get('iteration'))}", s, PALETTE[4]) for s in report.get("saves") or []]
-    bars += [(f"load {_label(x.get('iteration'))}" + (f" ({i})" if len(loads) > 1 else ""), x, LOAD_COLOR)
+    loads = report.every_load
+    bars = [(f"save {_label(s.iteration)}", s, PALETTE[4]) for s in report.saves or []]
+    bars += [(f"load {_label(x.iteration)}" + (f" ({i})" if len(loads) > 1 else ""), x, LOAD_COLOR)
              for i, x in enumerate(loads, 1)]
-    bars = [(label, p.peak_rss(record), record, color) for label, record, color in bars if p.peak_rss(record)]
+    bars = [(label, record.peak_rss_bytes, record, color) for label, record, color in bars
+            if p.number(record.peak_rss_bytes)]
     if not bars:
         return None
     figure = _figure(11, 3.0 + _bottom(len(bars)) - 0.45, bottom=_bottom(len(bars)))
     axes = figure.add_subplot()
     axes.bar([label for label, *_ in bars], [rss / p.MIB for _, rss, _, _ in bars],
              color=[color for *_, color in bars], width=0.6)
-    shares = [record["bytes"] / record["ranks"] / p.MIB for _, _, record, _ in bars
-              if p.number(record.get("bytes")) and record.get("ranks")]
+    shares = [record.bytes / record.ranks / p.MIB for _, _, record, _ in bars
+              if p.number(record.bytes) and record.ranks]
     if shares:
         share = max(shares)
         axes.axhline(share, color=TOTAL_COLOR, linestyle="--", linewidth=1.4,
@@ -428,26 +445,26 @@ def plot_memory(report: dict) -> str | None:
     return _svg(figure)
 
 
-def plot_preflight(preflight: dict) -> str | None:
-    results = preflight.get("results") or []
+def plot_preflight(preflight: Comms) -> str | None:
+    results = preflight.results
     if not results:
         return None
     figure = _figure(11, 3.4, bottom=0.6)
     axes = figure.add_subplot()
-    by_collective: dict[str, list[dict]] = defaultdict(list)
+    by_collective: dict[str, list] = defaultdict(list)
     for row in results:
-        by_collective[row["collective"]].append(row)
+        by_collective[row.collective].append(row)
     for index, (name, rows) in enumerate(by_collective.items()):
-        rows.sort(key=lambda r: r["size"])
-        axes.plot([r["size"] for r in rows], [r["busbw_gbps"] for r in rows], marker="o", markersize=3,
+        rows.sort(key=lambda r: r.size)
+        axes.plot([r.size for r in rows], [r.busbw_gbps for r in rows], marker="o", markersize=3,
                   color=PALETTE[index % len(PALETTE)], label=name)
     axes.set_xscale("log", base=2)
-    sizes = sorted({row["size"] for row in results})
+    sizes = sorted({row.size for row in results})
     shown = sizes[::max(1, -(-len(sizes) // 10))]
     axes.set_xticks(shown, [p.size(size) for size in shown])
     axes.minorticks_off()
-    _style(axes, f"Comms preflight: bus bandwidth ({preflight.get('dist_backend')}, "
-                 f"{preflight.get('world_size')} ranks)", "message size (bytes)", "busbw (GB/s)")
+    _style(axes, f"Comms preflight: bus bandwidth ({preflight.dist_backend}, {preflight.world_size} ranks)",
+           "message size (bytes)", "busbw (GB/s)")
     axes.legend(frameon=False, fontsize=9)
     return _svg(figure)
 
@@ -498,30 +515,32 @@ def _page(title: str, heading: str, meta: str, sections: list[tuple[str, str, st
             "</body></html>\n")
 
 
-def render_report(report: dict, operations: list[dict] | None = None, source: str | None = None) -> str:
-    """The HTML report of one report dict (any source); `operations` from `timeline` when at hand."""
+def render_report(report: Report | dict, operations: list[TimedOperation] | None = None,
+                  source: str | None = None) -> str:
+    """The HTML report of one report (any source); `operations` from `timeline` when at hand."""
+    report = p.as_report(report)
     operations = operations or []
-    run = report.get("run") or {}
-    verified = report.get("verified")
+    run = report.run or RunSection()
+    verified = report.verified
     verdict = ('<span class="good">verified</span>' if verified else '<span class="bad">verification failed</span>'
                if verified is False else "not verified")
-    heading = (f"Checkpoint benchmark: {run.get('backend') or 'logs'}, {report.get('ckpt_format') or '?'}, "
-               f"world size {report.get('world_size') or '?'}")
-    meta = " · ".join(x for x in (_e(source or run.get("dir") or ""), _e(run.get("status") or ""), verdict) if x)
+    heading = (f"Checkpoint benchmark: {run.backend or 'logs'}, {report.ckpt_format or '?'}, "
+               f"world size {report.world_size or '?'}")
+    meta = " · ".join(x for x in (_e(source or run.dir or ""), _e(run.status or ""), verdict) if x)
     columns = p.save_columns(report)
     rows = p.save_rows(report) + p.load_rows(report)
     sections = [("summary", "Summary",
                  _pairs_table(p.headline_rows(report), "summary-table")
                  + _grid_table(columns, rows, "saves-table"))]
-    advice = report.get("advice")
-    if isinstance(advice, dict):
+    advice = report.advice
+    if advice is not None:
         content = _pairs_table(p.advice_rows(advice), "advice-table")
-        if advice.get("what_if"):
+        if advice.what_if:
             content += ("<h3>What if the job were larger</h3><p class=\"hint\">Same checkpoint and restart cost; job "
                         "MTBF = GPU MTTF / GPUs.</p>" + _grid_table(p.WHAT_IF_COLUMNS, p.what_if_rows(advice),
                                                                      "what-if-table"))
-        content += _notes(advice.get("notes"))
-        content += f'<p class="hint">{_e(advice.get("model", ""))}</p>'
+        content += _notes(advice.notes)
+        content += f'<p class="hint">{_e(advice.model or "")}</p>'
         sections.append(("advice", "Checkpoint interval advice", content))
     sections.append(("timeline", "Timeline", _figure_html(
         plot_timeline(report, operations),
@@ -545,52 +564,64 @@ def render_report(report: dict, operations: list[dict] | None = None, source: st
             memory, "Peak RSS of the highest rank from each operation's start to its end (the kernel's high-water "
                     "mark; a writer in another process is not in it), against the checkpoint's bytes / its ranks.",
             "")))
-    preflight = report.get("preflight") or report.get("comms")  # a --preflight pass, or a comms run's sweep
-    if isinstance(preflight, dict):
+    preflight = report.preflight or report.comms  # a --preflight pass, or a comms run's sweep
+    if preflight is not None:
         table = _grid_table(*p.comms_table(preflight), "preflight-table")
-        name = "Comms preflight" if report.get("preflight") else "Comms"
+        name = "Comms preflight" if report.preflight else "Comms"
         sections.append(("preflight", name, _figure_html(
             plot_preflight(preflight), "Collectives on float32 messages just before the benchmark.",
             "No preflight results.") + table))
-    training = report.get("training")
-    if isinstance(training, dict):
+    training = report.training
+    if training is not None:
         content = _pairs_table(p.training_rows(training), "training-table")
-        if training.get("around_saves"):
-            costs = per_save_training_cost(training)
+        if training.around_saves:
+            costs = per_save_training_cost(dataclasses.asdict(training))  # report.advice reads the section as JSON
             content += _grid_table(["iteration", "iteration time s (with the save)", "next iteration s",
                                     "cost of this save s", "why unusual"],
-                                   [[p.fmt(r.get("iteration")), p.fmt(r.get("iteration_time"), 4),
-                                     p.fmt(r.get("next_iteration_time"), 4), p.fmt(costs.get(r.get("iteration")), 4),
+                                   [[p.fmt(r.iteration), p.fmt(r.iteration_time, 4), p.fmt(r.next_iteration_time, 4),
+                                     p.fmt(costs.get(r.iteration), 4),
                                      "first save: counted apart by the advice" if i == 0 else ""]
-                                    for i, r in enumerate(training["around_saves"])])
+                                    for i, r in enumerate(training.around_saves)])
         sections.append(("training", "Training impact", content))
-    if report.get("repeat_stats"):
-        stats = report["repeat_stats"]
-        rows = [[f"steady {m.label}" if m.steady_figure else m.label,
-                 *(p.fmt((stats.get(m.key) or {}).get(x), m.digits) for x in ("n", "median", "min", "max")),
-                 p.percent((stats.get(m.key) or {}).get("cv"), 1)] for m in HEADLINE]
-        per_repetition = [[str(r["repetition"]), r["status"], *(p.fmt(m.steady(r), m.digits) for m in HEADLINE)]
-                          for r in report.get("repeats") or []]
-        sections.append(("repeats", "Repeats", _grid_table(["figure", "n", "median", "min", "max", "cv"], rows,
-                                                           "repeats-table")
-                         + _grid_table(["repetition", "status", *(f"steady {m.column}" if m.steady_figure
-                                                                  else m.column for m in HEADLINE)],
-                                       per_repetition, "repetitions-table")
-                         + '<p class="hint">Each repetition in fresh processes; its figure is its steady save (the '
-                           "median of its saves after its first) and its load.</p>"))
-    config = {key: report.get(key) for key in CONFIG_KEYS}
-    config.update(report.get("config") or {})
+    if report.repeat_stats is not None:
+        sections.append(("repeats", "Repeats", _repeats(report)))
+    config = {key: getattr(report, key) for key in CONFIG_KEYS}
+    config.update(report.config or {})
     sections.append(("configuration", "Configuration", _pairs_table(_flat(config), "config-table")
-                     + "<h3>What the figures are</h3>" + _pairs_table(_flat(report.get("measurement")))
-                     + (("<h3>Storage baseline</h3>" + _pairs_table(_flat(report["storage_baseline"])))
-                        if isinstance(report.get("storage_baseline"), dict) else "")
-                     + (("<h3>MLPerf Storage's figures</h3>" + _pairs_table(p.mlperf_rows(report), "mlperf-table"))
-                        if report.get("mlperf") else "")))
-    sections.append(("environment", "Environment", _pairs_table(_flat(report.get("environment")), "environment-table")
-                     if report.get("environment") else '<p class="hint">Not known (a log does not describe the '
-                                                       "machine it ran on).</p>"))
-    sections.append(("notes", "Notes", _notes(report.get("notes")) or '<p class="hint">None.</p>'))
-    return _page(f"ckpt-bench report {run.get('dir') or source or ''}", heading, meta, sections)
+                     + "<h3>What the figures are</h3>" + _pairs_table(_flat(_fields(report.measurement)))
+                     + (("<h3>Storage baseline</h3>" + _pairs_table(_flat(_fields(report.storage_baseline))))
+                        if report.storage_baseline is not None else "")
+                     + (("<h3>MLPerf Storage's figures</h3>"
+                         + _pairs_table(p.mlperf_rows(report.mlperf), "mlperf-table"))
+                        if report.mlperf is not None else "")))
+    sections.append(("environment", "Environment", _pairs_table(_flat(report.environment), "environment-table")
+                     if report.environment else '<p class="hint">Not known (a log does not describe the '
+                                                "machine it ran on).</p>"))
+    sections.append(("notes", "Notes", _notes(report.notes) or '<p class="hint">None.</p>'))
+    return _page(f"ckpt-bench report {run.dir or source or ''}", heading, meta, sections)
+
+
+def _repeats(report: Report) -> str:
+    """A --repeat series: each figure's spread over the repetitions, then each repetition's figures."""
+    rows = []
+    for metric in HEADLINE:
+        figures = getattr(report.repeat_stats, metric.key)
+        n, median, low, high, cv = (None,) * 5 if figures is None else \
+            (figures.n, figures.median, figures.min, figures.max, figures.cv)
+        rows.append([f"steady {metric.label}" if metric.steady_figure else metric.label,
+                     *(p.fmt(value, metric.digits) for value in (n, median, low, high)), p.percent(cv, 1)])
+    per_repetition = [[str(r.repetition), str(r.status), *(p.fmt(getattr(r, m.key), m.digits) for m in HEADLINE)]
+                      for r in report.repeats or []]
+    return (_grid_table(["figure", "n", "median", "min", "max", "cv"], rows, "repeats-table")
+            + _grid_table(["repetition", "status", *(f"steady {m.column}" if m.steady_figure else m.column
+                                                     for m in HEADLINE)], per_repetition, "repetitions-table")
+            + '<p class="hint">Each repetition in fresh processes; its figure is its steady save (the median of its '
+              "saves after its first) and its load.</p>")
+
+
+def _fields(section) -> dict | None:
+    """A typed section as its fields and values, to be shown whole."""
+    return None if section is None else dataclasses.asdict(section)
 
 
 def _notes(notes) -> str:
@@ -601,28 +632,28 @@ def _notes(notes) -> str:
 
 # --- sweeps -----------------------------------------------------------------------------------------
 
-def plot_sweep_parameter(results: dict, parameter: str) -> str | None:
+def plot_sweep_parameter(results: SweepResults, parameter: str) -> str | None:
     """Every metric against one swept parameter; one line per combination of the other parameters."""
-    lists = (results.get("sweep") or {}).get("sweep", {})
+    lists = p.swept(results)
     values = [str(v) for v in lists.get(parameter, [])]
     numeric = all(p.number(v) is not None for v in lists.get(parameter, []))
     others = [k for k in lists if k != parameter]
-    jobs = [j for j in results.get("jobs") or [] if j.get("report")]
+    jobs = [j for j in results.jobs if j.report is not None]
     if not jobs:
         return None
-    series: dict[str, list[dict]] = defaultdict(list)
+    series: dict[str, list[JobRecord]] = defaultdict(list)
     for job in jobs:
-        name = (str(job["params"].get(others[0])) if len(others) == 1
-                else ", ".join(f"{k}={job['params'].get(k)}" for k in others) or "all")
+        name = (str(job.params.get(others[0])) if len(others) == 1
+                else ", ".join(f"{k}={job.params.get(k)}" for k in others) or "all")
         series[name].append(job)
     figure = _figure(11, 6.2, left=0.6, right=0.2, top=0.35, bottom=0.55, wspace=0.55, hspace=0.85, columns=3,
                      rows=2)
     axes_list = figure.subplots(2, 3).flatten()
     for axes, metric in zip(axes_list, HEADLINE, strict=False):
         for index, (name, members) in enumerate(series.items()):
-            points = sorted(((values.index(str(j["params"].get(parameter))), metric.steady(j["report"]))
-                             for j in members if p.number(metric.steady(j["report"])) is not None
-                             and str(j["params"].get(parameter)) in values), key=lambda xy: xy[0])
+            points = sorted(((values.index(str(j.params.get(parameter))), j.report.compared(metric))
+                             for j in members if p.number(j.report.compared(metric)) is not None
+                             and str(j.params.get(parameter)) in values), key=lambda xy: xy[0])
             if points:  # a line only between numbers: torch_dist -> torch is no trend
                 axes.plot([x for x, _ in points], [y for _, y in points], marker="o", markersize=5,
                           linestyle="-" if numeric else "none", color=PALETTE[index % len(PALETTE)], label=name)
@@ -644,37 +675,35 @@ def plot_sweep_parameter(results: dict, parameter: str) -> str | None:
     return _svg(figure)
 
 
-def render_sweep(results: dict) -> str:
+def render_sweep(results: SweepResults | dict) -> str:
     """`sweep_report.html` of a sweep's run_results.json."""
-    lists = (results.get("sweep") or {}).get("sweep", {})
-    root = Path(results.get("dir") or ".")
+    results = p.as_results(results)
+    root = Path(results.dir)
     sections = []
-    for parameter in lists:
+    for parameter in p.swept(results):
         sections.append((f"by-{_slug(parameter)}", f"Metrics by {parameter}", _figure_html(
             plot_sweep_parameter(results, parameter), f"Each metric against {parameter}; one colour per combination "
                                                       "of the other swept parameters (lines only between numeric "
                                                       "values).", "No job has a report yet.")))
     columns = [*p.sweep_columns(results), "report"]
     rows = []
-    for job, row in zip(results.get("jobs") or [], p.sweep_rows(results), strict=True):
+    for job, row in zip(results.jobs, p.sweep_rows(results), strict=True):
         link = ""
-        run_dir = job.get("run_dir") or ((job.get("report") or {}).get("run") or {}).get("dir")
+        run_dir = job.run_dir or (job.report.run.dir if job.report is not None and job.report.run else None)
         if run_dir and (Path(run_dir) / REPORT_HTML).is_file():
             target = os.path.relpath(Path(run_dir) / REPORT_HTML, root)
             link = f'<a href="{_e(target)}">report.html</a>'
         rows.append([*(_e(cell) for cell in row), link])
-    errors = [f"job {job['index']}: {job['error']}" for job in results.get("jobs") or [] if job.get("error")]
+    errors = [f"job {job.index}: {job.error}" for job in results.jobs if job.error]
     sections.append(("jobs", "Jobs", _grid_table(columns, rows, "jobs-table", raw=True) + _notes(errors)))
     peak = p.sweep_peak_table(results)
     if peak is not None:
         sections.append(("storage-peak", "The storage's own peak", _grid_table(*peak, "peak-table")))
-    sections.append(("sweep", "Sweep", _pairs_table(_flat({k: v for k, v in (results.get("sweep") or {}).items()}),
-                                                    "sweep-table")))
-    sections.append(("environment", "Environment", _pairs_table(_flat(results.get("environment")),
-                                                                "environment-table")))
-    counts = ", ".join(f"{n} {status}" for status, n in (results.get("summary") or {}).items())
-    meta = f"{_e(results.get('dir') or '')} · {_e(counts)} · updated {_e(results.get('updated') or '')}"
-    return _page(f"ckpt-bench sweep {results.get('name')}", f"Sweep {results.get('name')}", meta, sections)
+    sections.append(("sweep", "Sweep", _pairs_table(_flat(results.sweep), "sweep-table")))
+    sections.append(("environment", "Environment", _pairs_table(_flat(results.environment), "environment-table")))
+    counts = ", ".join(f"{n} {status}" for status, n in results.summary.items())
+    meta = f"{_e(results.dir)} · {_e(counts)} · updated {_e(results.updated)}"
+    return _page(f"ckpt-bench sweep {results.name}", f"Sweep {results.name}", meta, sections)
 
 
 def _slug(text: str) -> str:
@@ -688,7 +717,7 @@ def enabled() -> bool:
     return os.environ.get(HTML_ENV, "1") != "0"
 
 
-def write_run_html(run_dir: str | os.PathLike, report: dict) -> Path | None:
+def write_run_html(run_dir: str | os.PathLike, report: Report | dict) -> Path | None:
     """`<run dir>/report.html`; a failure to draw is one line on stderr, never the run's failure."""
     if not enabled():
         return None
@@ -696,7 +725,7 @@ def write_run_html(run_dir: str | os.PathLike, report: dict) -> Path | None:
     return _write(path, lambda: render_report(report, run_timeline(run_dir)))
 
 
-def write_sweep_html(root: str | os.PathLike, results: dict) -> Path | None:
+def write_sweep_html(root: str | os.PathLike, results: SweepResults | dict) -> Path | None:
     """`<sweep dir>/sweep_report.html`, rewritten after every job."""
     if not enabled():
         return None

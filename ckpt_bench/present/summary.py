@@ -13,6 +13,9 @@ from rich.table import Table
 from rich.text import Text
 
 from ckpt_bench.present import rows as p
+from ckpt_bench.present.compare import Comparison
+from ckpt_bench.report.schema import Advice, LogRuns, Report, RunSection
+from ckpt_bench.sweep.results import SweepResults
 
 WIDTH = 120  # when stdout is not a terminal (--format table into a pipe or a file)
 
@@ -47,10 +50,10 @@ def _grid(title: str, columns: list[str], rows: list[list[str]], first_left: boo
     return _titled(title, table)
 
 
-def report_renderables(report: dict) -> list[RenderableType]:
+def report_renderables(report: Report) -> list[RenderableType]:
     """One report: its saves and load, the headline, the advice when asked, where its files are."""
     parts: list[RenderableType] = []
-    if "saves" not in report:  # a comms run, or a follower node of a multi-node run: no checkpoint
+    if report.saves is None:  # a comms run, or a follower node of a multi-node run: no checkpoint
         return _without_checkpoints(report)
     columns = p.save_columns(report)
     rows = p.save_rows(report)
@@ -58,38 +61,38 @@ def report_renderables(report: dict) -> list[RenderableType]:
     if rows or loads:
         parts.append(_grid("Saves and load (seconds; slowest rank: the longest total time)", columns, rows + loads))
     parts.append(_pairs("Summary", p.headline_rows(report)))
-    if report.get("mlperf"):
-        parts.append(_pairs("MLPerf Storage's figures (docs/workloads.md)", p.mlperf_rows(report)))
-    advice = report.get("advice")
-    if isinstance(advice, dict):
-        parts += advice_renderables(advice)
-    notes = report.get("notes") or []
-    if notes:
-        parts.append(Text("notes:\n" + "\n".join(f"  - {note}" for note in notes)))
+    if report.mlperf is not None:
+        parts.append(_pairs("MLPerf Storage's figures (docs/workloads.md)", p.mlperf_rows(report.mlperf)))
+    if report.advice is not None:
+        parts += advice_renderables(report.advice)
+    if report.notes:
+        parts.append(_notes("notes:\n", report.notes))
     return parts
 
 
-def _without_checkpoints(report: dict) -> list[RenderableType]:
-    run = report.get("run") or {}
-    status = f"{run.get('status')} ({run.get('backend') or p.NONE})"
-    parts: list[RenderableType] = [_pairs("Summary", [("status", status)])]
-    comms = report.get("comms")
-    if isinstance(comms, dict):
-        parts.append(_grid(f"Collectives ({comms.get('dist_backend')}, {comms.get('world_size')} ranks; time: mean per "
-                           "op on the slowest rank; GB/s = 1e9 bytes/s)",
-                           *p.comms_table(comms)))
-    if report.get("notes"):
-        parts.append(Text("notes:\n" + "\n".join(f"  - {note}" for note in report["notes"])))
+def _notes(title: str, notes: list[str]) -> Text:
+    return Text(title + "\n".join(f"  - {note}" for note in notes))
+
+
+def _without_checkpoints(report: Report) -> list[RenderableType]:
+    run = report.run or RunSection()
+    parts: list[RenderableType] = [_pairs("Summary", [("status", f"{run.status} ({run.backend or p.NONE})")])]
+    comms = report.comms
+    if comms is not None:
+        parts.append(_grid(f"Collectives ({comms.dist_backend}, {comms.world_size} ranks; time: mean per op on the "
+                           "slowest rank; GB/s = 1e9 bytes/s)", *p.comms_table(comms)))
+    if report.notes:
+        parts.append(_notes("notes:\n", report.notes))
     return parts
 
 
-def advice_renderables(advice: dict) -> list[RenderableType]:
+def advice_renderables(advice: Advice) -> list[RenderableType]:
     parts: list[RenderableType] = [_pairs("Checkpoint interval advice", p.advice_rows(advice))]
-    if advice.get("what_if"):
+    if advice.what_if:
         parts.append(_grid("What if the job were larger (same C and R; job MTBF = GPU MTTF / GPUs)",
                            p.WHAT_IF_COLUMNS, p.what_if_rows(advice)))
-    if advice.get("notes"):
-        parts.append(Text("\n".join(f"  - {note}" for note in advice["notes"])))
+    if advice.notes:
+        parts.append(_notes("", advice.notes))
     return parts
 
 
@@ -100,60 +103,61 @@ def _print_paths(out: Console, rows: list[tuple[str, str]]) -> None:
         out.print(f"{label}: {path}", soft_wrap=True, markup=False)
 
 
-def print_report(report: dict, file: TextIO | None = None) -> None:
+def print_report(report: Report | dict, file: TextIO | None = None) -> None:
+    report = p.as_report(report)
     out = console(file)
     out.print(Group(*report_renderables(report)))
     _print_paths(out, p.where_rows(report))
 
 
-def print_runs(report: dict, file: TextIO | None = None) -> None:
+def print_runs(report: LogRuns | dict, file: TextIO | None = None) -> None:
     """Logs of several runs (`ckpt_report.py` on logs that are not one job's): each run's summary under its
     sources, then why they are apart."""
+    report = report if isinstance(report, LogRuns) else LogRuns.from_json(report)
     out = console(file)
-    runs = report["runs"]
-    for index, run in enumerate(runs, 1):
-        out.print(Text(f"Run {index} of {len(runs)}: {', '.join(run.get('sources') or [])}", style="bold reverse"),
+    for index, run in enumerate(report.runs, 1):
+        out.print(Text(f"Run {index} of {len(report.runs)}: {', '.join(run.sources or [])}", style="bold reverse"),
                   soft_wrap=True)
         out.print(Group(*report_renderables(run)))
         out.print()
-    out.print(Text("\n".join(f"  - {note}" for note in report.get("notes") or [])), soft_wrap=True)
+    out.print(_notes("", report.notes), soft_wrap=True)
 
 
-def print_sweep(summary: dict, results: dict, file: TextIO | None = None) -> None:
-    """A sweep: one row per job, then where its files are."""
+def print_sweep(summary: dict, results: SweepResults | dict, file: TextIO | None = None) -> None:
+    """A sweep: one row per job, then where its files are (`summary`: sweep.run.summary's, not a report)."""
+    results = p.as_results(results)
     where = [(label, summary[key]) for label, key in (("sweep directory", "dir"), ("results", "results"),
                                                        ("csv", "csv"), ("sweep_report.html", "report_html"))
              if summary.get(key)]
-    counts = ", ".join(f"{n} {status}" for status, n in (summary.get("summary") or {}).items())
+    counts = ", ".join(f"{n} {status}" for status, n in results.summary.items())
     out = console(file)
-    out.print(_grid(f"Sweep {summary.get('sweep')}: {counts}", p.sweep_columns(results), p.sweep_rows(results)))
+    out.print(_grid(f"Sweep {results.name}: {counts}", p.sweep_columns(results), p.sweep_rows(results)))
     peak = p.sweep_peak_table(results)
     if peak is not None:
         out.print(_grid("the storage's own peak (--storage-baseline, each job's I/O shape)", *peak))
     _print_paths(out, where)
 
 
-def print_comparison(comparison: dict, file: TextIO | None = None) -> None:
+def print_comparison(comparison: Comparison, file: TextIO | None = None) -> None:
     """`ckpt_report.py --compare`: every headline metric side by side, each column named by its source,
     with its ratio to the first."""
-    sources = comparison["sources"]
+    sources = comparison.sources
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("metric", no_wrap=True)
     for source in sources:
-        table.add_column(source["label"], justify="right", overflow="fold")
-    for metric in comparison["metrics"]:
+        table.add_column(source.label, justify="right", overflow="fold")
+    for metric in comparison.metrics:
         row = [metric]
         for index, source in enumerate(sources):
-            value = p.fmt(source["metrics"].get(metric), 2 if "bandwidth" in metric else 3)
-            ratio = source["ratio_to_first"].get(metric)
+            value = p.fmt(source.metrics.get(metric), 2 if "bandwidth" in metric else 3)
+            ratio = source.ratio_to_first.get(metric)
             row.append(value if index == 0 or ratio is None else f"{value}\nx{ratio:.2f}")
         table.add_row(*row)
     out = console(file)
-    out.print(_titled(f"Comparison (under each value: its ratio to {sources[0]['label']}'s)", table))
-    meanings = comparison.get("meanings") or {}
-    if meanings:
-        out.print(Text("\n".join(f"  {name}: {meaning}" for name, meaning in meanings.items())))
-    _print_paths(out, [(source["label"], source["path"]) for source in sources])
+    out.print(_titled(f"Comparison (under each value: its ratio to {sources[0].label}'s)", table))
+    if comparison.meanings:
+        out.print(Text("\n".join(f"  {name}: {meaning}" for name, meaning in comparison.meanings.items())))
+    _print_paths(out, [(source.label, source.path) for source in sources])
 
 
 PREVIEW_RANKS_SHOWN = 16

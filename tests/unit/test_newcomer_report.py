@@ -12,10 +12,12 @@ from html_page import Page
 
 from ckpt_bench.launcher.repeat import combined_report
 from ckpt_bench.present import html, rows, summary
-from ckpt_bench.present.compare import compare
+from ckpt_bench.present.compare import Source, compare
 from ckpt_bench.report import metrics
 from ckpt_bench.report.advice import AdviceOptions, add_advice, advise
 from ckpt_bench.report.metrics import save_stats
+from ckpt_bench.report.schema import Report
+from ckpt_bench.sweep.results import SweepResults
 
 MIB = 2**20
 
@@ -46,6 +48,12 @@ def _report(saves, fsync=True, cache="cold", backend="megatron", ckpt_format="to
 FIRST_SLOW = [_save(2, 8.5, 8.6), _save(4, 0.4, 0.55), _save(6, 0.7, 0.65), _save(8, 0.5, 0.6)]
 
 
+def _sweep(lists: dict, jobs: list[dict]) -> SweepResults:
+    return SweepResults.from_json({"name": "demo", "sweep_file": None, "dir": "/nowhere", "started": "now",
+                                   "updated": "now", "sweep": {"sweep": lists}, "environment": {}, "summary": {},
+                                   "jobs": jobs})
+
+
 def _text(report: dict) -> str:
     out = io.StringIO()
     summary.print_report(report, out)
@@ -58,9 +66,9 @@ def test_the_first_save_is_apart_and_explained_beside_it():
     assert "first save iteration 2: block 8.500 s, total 8.600 s" in text
     assert "counted apart: megatron-core starts its writer's helper process" in text
     assert "steady save (n=3) median of the saves after the first: block 0.500 s (0.400-0.700), total 0.600 s" in text
-    assert rows.save_remarks(report, report["saves"][0]) == [
-        "first save: megatron-core's writer start-up (counted apart)"]
-    assert rows.save_remarks(report, report["saves"][1]) == []
+    typed = Report.from_json(report)
+    assert rows.save_remarks(typed, typed.saves[0]) == ["first save: megatron-core's writer start-up (counted apart)"]
+    assert rows.save_remarks(typed, typed.saves[1]) == []
     page = Page(html.render_report(report))
     assert "megatron-core's writer start-up" in html.render_report(report) and page.tables["saves-table"] == 1 + 4 + 1
 
@@ -68,12 +76,14 @@ def test_the_first_save_is_apart_and_explained_beside_it():
 def test_a_first_save_as_fast_as_the_others_gets_no_story():
     report = _report([_save(1, 0.7, 0.71), _save(2, 0.9, 0.89), _save(3, 0.7, 0.67)], ckpt_format="torch_dcp")
     assert "counted apart: no slower than the later ones here" in " ".join(_text(report).split())
-    assert rows.save_remarks(report, report["saves"][0]) == []
+    typed = Report.from_json(report)
+    assert rows.save_remarks(typed, typed.saves[0]) == []
 
 
 def test_overlaps_waits_and_rank_spread_are_named_beside_the_save():
     saves = [_save(2, 0.5, 0.6), _save(4, 0.6, 2.0, rank_times=(0.1, 0.6), overlapped=True, wait_for_previous=0.3)]
-    remarks = rows.save_remarks(_report(saves), saves[1])
+    typed = Report.from_json(_report(saves))
+    remarks = rows.save_remarks(typed, typed.saves[1])
     assert remarks == ["overlapped the previous save (an async save started before that one was written)",
                        "waited 0.300 s for the previous save's write",
                        "ranks differ: rank 1 blocked 0.600 s, rank 0 0.100 s"]
@@ -84,20 +94,20 @@ def test_one_steady_median_for_the_summary_compare_sweeps_and_advice():
     steady_total = metrics.steady_median(report, "total_time")
     assert steady_total == 0.6
     other = _report([_save(2, 9.0, 9.2), _save(4, 0.6, 1.2), _save(6, 0.6, 1.2)])
-    table = compare([{"label": "fast", "path": "a", "report": report}, {"label": "slow", "path": "b", "report": other}])
-    assert table["sources"][0]["metrics"]["steady_total_time"] == steady_total
-    assert table["sources"][1]["ratio_to_first"]["steady_total_time"] == 2.0
-    assert "first_save_total_time" in table["metrics"] and "fsync" in table["metrics"]
+    table = compare([Source("fast", "a", report), Source("slow", "b", other)])
+    assert table.sources[0].metrics["steady_total_time"] == steady_total
+    assert table.sources[1].ratio_to_first["steady_total_time"] == 2.0
+    assert "first_save_total_time" in table.metrics and "fsync" in table.metrics
     out = io.StringIO()
     summary.print_comparison(table, out)
     header = out.getvalue().splitlines()[2]
     assert "fast" in header and "slow" in header  # the columns are the sources, not "1" and "2"
     advice = advise(report, AdviceOptions(mtbf_hours=1.0))
     assert advice["checkpoint_cost_s"] == steady_total  # synchronous saves: the steady total time
-    results = {"sweep": {"sweep": {"ckpt_format": ["torch_dist", "torch"]}},
-               "jobs": [{"index": 0, "status": "ok", "params": {"ckpt_format": "torch_dist"}, "report": report},
-                        {"index": 1, "status": "ok", "params": {"ckpt_format": "torch"},
-                         "report": _report(FIRST_SLOW, fsync=False, ckpt_format="torch")}]}
+    results = _sweep({"ckpt_format": ["torch_dist", "torch"]},
+                     [{"index": 0, "status": "ok", "params": {"ckpt_format": "torch_dist"}, "report": report},
+                      {"index": 1, "status": "ok", "params": {"ckpt_format": "torch"},
+                       "report": _report(FIRST_SLOW, fsync=False, ckpt_format="torch")}])
     columns, job_rows = rows.sweep_columns(results), rows.sweep_rows(results)
     assert job_rows[0][columns.index("steady save total s")] == "0.600"
     assert [row[columns.index("fsync")] for row in job_rows] == ["yes", "no"]
@@ -140,22 +150,24 @@ def test_a_repeat_series_is_one_report_read_like_any_other(tmp_path):
 def test_a_run_without_saves_does_not_claim_accurate_ones():
     failed = {**_report(FIRST_SLOW), "saves": [], "stats": None, "num_saved": 0, "load": None,
               "run": {"status": "failed", "backend": "megatron"}}
-    assert ("saves complete", "none: the run ended before its first save (see the notes)") in rows.headline_rows(failed)
+    assert ("saves complete", "none: the run ended before its first save (see the notes)") in rows.headline_rows(
+        Report.from_json(failed))
 
 
 def test_labels_say_of_what():
-    training = {"iterations": 8, "saves": 3, "async_save": True, "time_without_saves": 2.261,
-                "time_with_saves": 15.229, "save_impact_time": 12.968, "save_impact_percent": 574.0,
-                "iteration_time_without_saves_median": 0.28}
+    measured = {"iterations": 8, "saves": 3, "async_save": True, "time_without_saves": 2.261, "time_with_saves": 15.229,
+                "save_impact_time": 12.968, "save_impact_percent": 574.0, "iteration_time_without_saves_median": 0.28}
+    training = Report.from_json({"training": measured}).training
     assert rows.training_impact_words(training).startswith(
         "+12.968 s of training time for 3 saves (+574.0 % over 2.261 s without saves")
     assert ("cost of the saves, % of the time without", "574.0 %") in rows.training_rows(training)
     assert not any("_" in label for label, _ in rows.training_rows(training))
     report = _report(FIRST_SLOW)
     report["loads"] = [{**report["load"]}, {**report["load"]}]
-    assert [row[0] for row in rows.load_rows(report)] == ["load 8 (call 1)", "load 8 (call 2)"]
-    logged = {**FIRST_SLOW[1], "ranks": 1}  # a log's (min, max) timer: the slowest time, not which rank
-    assert rows.slowest_rank(logged) == rows.NONE and rows.slowest_rank(FIRST_SLOW[1]) == "1"
+    assert [row[0] for row in rows.load_rows(Report.from_json(report))] == ["load 8 (call 1)", "load 8 (call 2)"]
+    # A log's (min, max) timer: the slowest time, not which rank.
+    logged, ours = Report.from_json({"saves": [{**FIRST_SLOW[1], "ranks": 1}, FIRST_SLOW[1]]}).saves
+    assert rows.slowest_rank(logged) == rows.NONE and rows.slowest_rank(ours) == "1"
     from_log = advise({**report, "run": None}, AdviceOptions(mtbf_hours=1.0))
     assert any("the report of a log has no iteration time" in note for note in from_log["notes"])
 
@@ -169,25 +181,25 @@ def _captured(monkeypatch) -> list:
 def test_charts_that_can_be_read(monkeypatch):
     figures = _captured(monkeypatch)
     report = _report(FIRST_SLOW)
-    html.plot_spread(report, [])
+    html.plot_spread(Report.from_json(report), [])
     [spread] = figures.pop().axes
     assert spread.get_yscale() == "log"  # the first save's 8.5 s would flatten the others
     assert all(handle.get_linestyle() == "None" and handle.get_marker() == "o"
                for handle in spread.get_legend().legend_handles)  # dots drawn, dots in the legend
-    html.plot_spread(_report([_save(2, 0.5, 0.6), _save(4, 0.6, 0.7)]), [])
+    html.plot_spread(Report.from_json(_report([_save(2, 0.5, 0.6), _save(4, 0.6, 0.7)])), [])
     assert figures.pop().axes[0].get_yscale() == "linear"
     report["saves"][0]["peak_rss_bytes"] = 500 * MIB
-    html.plot_memory(report)
+    html.plot_memory(Report.from_json(report))
     [memory] = figures.pop().axes
     # the state's size is a line
     assert "share of the checkpoint" in memory.get_title(loc="left") and memory.get_lines()
-    html.plot_bandwidth(report)
+    html.plot_bandwidth(Report.from_json(report))
     [bandwidth] = figures.pop().axes
     assert any("first save" in text.get_text() for text in bandwidth.get_legend().get_texts())
-    results = {"sweep": {"sweep": {"ckpt_format": ["torch_dist", "torch"], "nproc_per_node": [1, 2]}},
-               "jobs": [{"index": i, "status": "ok", "params": {"ckpt_format": f, "nproc_per_node": n},
-                         "report": _report(FIRST_SLOW)}
-                        for i, (f, n) in enumerate([("torch_dist", 1), ("torch", 1), ("torch_dist", 2), ("torch", 2)])]}
+    results = _sweep({"ckpt_format": ["torch_dist", "torch"], "nproc_per_node": [1, 2]},
+                     [{"index": i, "status": "ok", "params": {"ckpt_format": f, "nproc_per_node": n},
+                       "report": _report(FIRST_SLOW)}
+                      for i, (f, n) in enumerate([("torch_dist", 1), ("torch", 1), ("torch_dist", 2), ("torch", 2)])])
     html.plot_sweep_parameter(results, "ckpt_format")
     assert all(line.get_linestyle() == "None" for axes in figures.pop().axes for line in axes.get_lines())
     html.plot_sweep_parameter(results, "nproc_per_node")

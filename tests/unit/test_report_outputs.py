@@ -53,7 +53,7 @@ def run_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def report(run_dir) -> dict:
     report = run_report(run_dir)
-    report["storage_baseline"] = {"tool": "fio", "write_bandwidth_in_mbps": 100.0, "read_bandwidth_in_mbps": 150.0}
+    report["storage_baseline"] = {"tool": "fio", "write_bandwidth": 100.0, "read_bandwidth": 150.0}
     report["save_fraction_of_peak"], report["load_fraction_of_peak"] = 0.213, 0.21
     report["saves"][0]["peak_rss_bytes"] = 900 * MIB
     report["saves"][1]["peak_rss_bytes"] = 950 * MIB
@@ -65,10 +65,10 @@ def report(run_dir) -> dict:
 
 def test_report_html_has_every_part_and_fetches_nothing(run_dir, report):
     operations = run_timeline(run_dir)
-    assert {(op["rank"], op["kind"], op["iteration"]) for op in operations} == {
+    assert {(op.rank, op.kind, op.iteration) for op in operations} == {
         (r, "save", 10) for r in (0, 1)} | {(r, "save", 20) for r in (0, 1)} | {(r, "load", 20) for r in (0, 1)}
-    saved = next(op for op in operations if op["rank"] == 1 and op["iteration"] == 20 and op["kind"] == "save")
-    assert (saved["start_s"], saved["block_s"], saved["total_s"]) == (10.0, 1.0, 4.0)
+    saved = next(op for op in operations if op.rank == 1 and op.iteration == 20 and op.kind == "save")
+    assert (saved.start_s, saved.block_s, saved.total_s) == (10.0, 1.0, 4.0)
     text = render_report(json.loads(to_json(report)), operations)
     page = Page(text)
     assert page.external == []
@@ -110,7 +110,7 @@ def sweep_results(tmp_path: Path, report: dict) -> dict:
                      "error": None, "report": job_report, "run_dir": report["run"]["dir"]})
     jobs.append({"index": 4, "params": {"thread_count": 4, "model": "tiny"}, "status": "failed",
                  "error": "save pass failed", "report": None})
-    results = {"name": "demo", "dir": str(tmp_path), "started": "now", "updated": "now",
+    results = {"name": "demo", "sweep_file": None, "dir": str(tmp_path), "started": "now", "updated": "now",
                "sweep": {"name": "demo", "backend": "dcp",
                          "sweep": {"thread_count": [1, 2, 4], "model": ["tiny", "small"]}},
                "environment": {"host": "test"}, "summary": {"failed": 1, "ok": 4}, "jobs": jobs}
@@ -165,11 +165,11 @@ def test_compare_sources_and_ratios(tmp_path, report):
     sweep.mkdir()
     sweep_results(sweep, report)
     sources = [s for path in (first.parent, slower, sweep) for s in load_sources(path)]
-    assert [s["label"] for s in sources][:2] == ["a", "b"] and len(sources) == 6
+    assert [s.label for s in sources][:2] == ["a", "b"] and len(sources) == 6
     table = compare(sources)
-    assert table["sources"][1]["ratio_to_first"]["save_total_time"] == 2.0
-    assert table["sources"][1]["ratio_to_first"]["load_time"] is None
-    assert "goodput_at_optimum" in table["metrics"] and "training_save_impact_time" not in table["metrics"]
+    assert table.sources[1].ratio_to_first["save_total_time"] == 2.0
+    assert table.sources[1].ratio_to_first["load_time"] is None
+    assert "goodput_at_optimum" in table.metrics and "training_save_impact_time" not in table.metrics
 
 
 def test_compare_cli_json_and_table(tmp_path, run_dir, report):
@@ -222,12 +222,12 @@ def test_one_log_gives_the_same_times_in_the_json_and_the_html(log):
     timed = [op for op in operations if op.start is not None and op.start.wall_ns is not None]
     rows = timeline(operations)
     assert rows and len(rows) == len(timed)
-    by_save: dict[tuple, list[dict]] = defaultdict(list)
+    by_save: dict[tuple, list] = defaultdict(list)
     seen: dict[tuple, int] = defaultdict(int)
     for row in rows:
-        if row["kind"] == "save":
-            key = (row["rank"], row["iteration"])
-            by_save[(row["iteration"], seen[key])].append(row)
+        if row.kind == "save":
+            key = (row.rank, row.iteration)
+            by_save[(row.iteration, seen[key])].append(row)
             seen[key] += 1
     occurrence: dict[int, int] = defaultdict(int)
     checked = 0
@@ -235,7 +235,7 @@ def test_one_log_gives_the_same_times_in_the_json_and_the_html(log):
         mine = by_save[(save["iteration"], occurrence[save["iteration"]])]
         occurrence[save["iteration"]] += 1
         for field, figure in (("block_s", "block_time"), ("total_s", "total_time")):
-            times = [row[field] for row in mine if row[field] is not None]
+            times = [getattr(row, field) for row in mine if getattr(row, field) is not None]
             if save[figure] is not None and times and len(mine) == save["ranks"]:
                 assert save[figure] == pytest.approx(max(times), abs=1e-3), (save["iteration"], figure)
                 checked += 1

@@ -97,22 +97,27 @@ def test_a_sweep_of_engines_shows_the_storage_peak_beside_each_job():
     each engine came, in the terminal and in sweep_report.html."""
     from ckpt_bench.present import rows
     from ckpt_bench.present.html import render_sweep
+    from ckpt_bench.sweep.results import SweepResults
 
     def job(index, engine, write, fraction):
         report = {"storage_baseline": {"write_bandwidth": write, "read_bandwidth": 900.0},
                   "save_fraction_of_peak": fraction, "load_fraction_of_peak": 0.5, "saves": []}
         return {"index": index, "status": "ok", "params": {"engine": engine}, "report": report}
 
-    results = {"name": "engines", "sweep": {"sweep": {"engine": ["torch-save", "dcp"]}},
-               "jobs": [job(0, "torch-save", 800.0, 0.61), job(1, "dcp", 820.0, 0.4), {"index": 2, "status": "failed",
-                                                                                        "params": {"engine": "x"}}]}
+    def sweep(jobs: list[dict]) -> SweepResults:
+        return SweepResults.from_json({"name": "engines", "sweep_file": None, "dir": "/nowhere", "started": "now",
+                                       "updated": "now", "sweep": {"sweep": {"engine": ["torch-save", "dcp"]}},
+                                       "environment": {}, "summary": {}, "jobs": jobs})
+
+    results = sweep([job(0, "torch-save", 800.0, 0.61), job(1, "dcp", 820.0, 0.4),
+                     {"index": 2, "status": "failed", "params": {"engine": "x"}}])
     columns, peak_rows = rows.sweep_peak_table(results)
     assert columns == ["job", "engine", "peak write MiB/s", "steady save of peak", "peak cold read MiB/s",
                        "load of peak"]
     assert peak_rows == [["0", "torch-save", "800.0", "0.61", "900.0", "0.50"], ["1", "dcp", "820.0", "0.40",
                                                                                     "900.0", "0.50"]]
     assert 'id="peak-table"' in render_sweep(results)
-    assert rows.sweep_peak_table({"jobs": [{"index": 0, "report": {}}]}) is None
+    assert rows.sweep_peak_table(sweep([{"index": 0, "params": {}, "report": {}}])) is None
 
 
 def test_a_workload_report_shows_mlperf_figures_in_the_summary_and_the_html():
