@@ -19,7 +19,8 @@ class RunFacts:
     verifies: bool = True
     """Whether its load pass checks what it loaded (a framework's does not)."""
     run_info: dict[str, Any] = field(default_factory=dict)
-    """The report's configuration keys and the backend's own (`Plan.run_info`, `save` filled in)."""
+    """The report's configuration keys and the backend's own (`launcher.run_info.RunInfo.to_json()`, `save`
+    filled in)."""
     checkpoint_dir: str | None = None
     """The run's checkpoint folder or URL, once created."""
     storage: dict[str, Any] | None = None
@@ -30,7 +31,7 @@ class RunFacts:
     environment: dict[str, Any] | None = None
     """The host and software versions (`core.environment`)."""
     passes: list[dict[str, Any]] = field(default_factory=list)
-    """Every node's pass results, in order (`PassResult.summary()`)."""
+    """Every node's pass results, in order (`launcher.torchrun.PassSummary.to_json()`)."""
     notes: list[str] = field(default_factory=list)
     """What the report should say about the run."""
     launcher: dict[str, Any] = field(default_factory=dict)
@@ -58,3 +59,10 @@ class RunFacts:
         if facts.folder_sizes is not None:
             facts.folder_sizes = {int(iteration): size for iteration, size in facts.folder_sizes.items()}
         return facts
+
+
+def stated(facts) -> dict[str, Any]:
+    """A facts dataclass's fields by name, as run.json and the report write them: an optional one (None by
+    default) is left out while None, a fact its writer does not know."""
+    return {f.name: getattr(facts, f.name) for f in dataclasses.fields(facts)
+            if not (f.default is None and getattr(facts, f.name) is None)}

@@ -2,8 +2,10 @@
 a `Plan`; `ckpt_bench.launcher.lifecycle` carries the plan out the same way for all of them.
 
 A backend (the built-in Megatron worker, DCP, Lightning, the comms sweep) or a framework mode (Primus,
-Megatron-LM) is one file: its `Config` dataclass (its options, their defaults and checks), and
-`plan()`. `ckpt_bench.launcher.registry` lists them; the CLI, sweeps and `--emit` all go through it.
+Megatron-LM) is its `Config` dataclass (its options, their defaults and checks) and `plan()`, whose `Plan`
+carries the typed spec its ranks read (`core.worker_spec.WorkerSpec`) and what the report says the run is
+(`launcher.run_info.RunInfo`). `ckpt_bench.launcher.registry` lists them; the CLI, sweeps and `--emit` all
+go through it.
 
 Options several backends read are declared here once (`ASYNC_SAVE`, `SAVE_CALLS`, `LOAD_CALLS`,
 `THREAD_COUNT`, `SYNC_FILES`, `DIST_BACKEND`, `SET`), each backend giving its own default.
@@ -14,14 +16,18 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from ckpt_bench.core.options import Flag, Options
+from ckpt_bench.core.worker_spec import WorkerSpec
+from ckpt_bench.launcher.run_info import RunInfo
 
 if TYPE_CHECKING:
     from ckpt_bench.core.rundir import RunDir
     from ckpt_bench.launcher.config import LaunchConfig
     from ckpt_bench.storage import CheckpointStorage
+
+ConfigT = TypeVar("ConfigT", bound=Options)  # a runner's options (`Backend[DcpConfig]`)
 
 ASYNC_SAVE = Flag(("--async-save",), "Save asynchronously: training resumes before the write ends.", type=bool,
                   toggle="--no-async-save")
@@ -35,15 +41,6 @@ DIST_BACKEND = Flag(("--dist-backend",), "torch.distributed backend (default: nc
 SET = Flag(("--set",), "Override a setting, e.g. --set num_layers=8 (repeatable): Megatron-LM arguments for the "
            "Megatron backend and frameworks, the demo model's sizes for Lightning.", multiple=True,
            metavar="KEY=VALUE")
-
-
-def placement_info(launch: LaunchConfig, storage: dict, sync_files: bool) -> dict:
-    """The run-info keys every checkpointing backend reports alike: where its ranks ran, its storage
-    (`CheckpointStorage.describe()`), and whether files were fsynced (None on object storage, where an
-    upload is durable once acknowledged). Keys of the report's configuration a backend leaves out are
-    null in the report (`report.engine.CONFIG_KEYS`)."""
-    return {"sync_files": sync_files, "fsync": sync_files if storage["storage"] != "s3" else None,
-            "nnodes": launch.topology.nnodes, "nproc_per_node": launch.topology.nproc_per_node, **storage}
 
 
 @dataclass
@@ -64,15 +61,17 @@ class WorkerPass:
     nproc_per_node: int | None = None  # ranks per node of this pass; None: the run's (--load-nproc-per-node)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Plan:
     """What a backend wants run, decided and validated before anything is launched."""
 
     name: str  # run name (e.g. the experiment name)
     worker_module: str  # run with `python -m torch.distributed.run ... -m <worker_module>`
-    resolved_config: dict  # written to resolved.yaml
-    spec: dict  # written to worker.json; the lifecycle adds the run's paths
-    run_info: dict  # the report's configuration keys (ckpt_bench.report.engine.CONFIG_KEYS) and more
+    resolved_config: dict[str, Any]  # written to resolved.yaml: the backend's document (Megatron: its experiment)
+    # What the ranks read (worker.json, the lifecycle adds the run's paths); None: the run's paths alone
+    # (the comms sweep, a framework's own script).
+    spec: WorkerSpec | None = None
+    run_info: RunInfo  # run.json's run_info: the report's configuration and the backend's own facts
     passes: list[WorkerPass]
     checkpoints: Checkpoints | None  # None: the passes save nothing (the comms sweep); the report is theirs
     show_progress: Callable[[str], bool] = lambda line: False
@@ -89,17 +88,18 @@ class Plan:
     notes: list[str] = field(default_factory=list)  # what the report should say about this plan
 
 
-class Backend(ABC):
-    """A runner: the options it reads and the plan it makes of them. Subclasses set the class
-    attributes and implement `plan`."""
+class Backend(ABC, Generic[ConfigT]):
+    """A runner: the options it reads and the plan it makes of them. Subclasses name their `Config` as the
+    type argument too (`Backend[DcpConfig]`), so that `plan` gets `launch.options` typed; they set the
+    class attributes and implement `plan`."""
 
     name: ClassVar[str]  # --backend NAME (or --framework NAME when `framework`)
     title: ClassVar[str]  # its --help section
-    Config: ClassVar[type[Options]]  # its typed options
+    Config: type[ConfigT]  # its typed options: build_launch makes `launch.options` of it
     framework: ClassVar[bool] = False  # chosen with --framework, not --backend
     selected_by: ClassVar[str | None] = None  # an option of its own that chooses it without --backend
 
-    def preview(self, launch: LaunchConfig) -> dict | None:
+    def preview(self, launch: LaunchConfig[ConfigT]) -> dict | None:
         """What the run would do, when its options ask only for that (a workload's `--plan`): printed
         instead of running. None: run. Creates nothing."""
         return None
@@ -112,7 +112,7 @@ class Backend(ABC):
         return dict(values)
 
     @abstractmethod
-    def plan(self, launch: LaunchConfig) -> Plan:
+    def plan(self, launch: LaunchConfig[ConfigT]) -> Plan:
         """Resolve and validate; raise ConfigError with one line for a user mistake. Creates nothing."""
 
 

@@ -6,13 +6,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Generic, TypeVar
 
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.options import Flag, Options
 from ckpt_bench.core.rundir import check_run_id
 from ckpt_bench.launcher.torchrun import Topology
 from ckpt_bench.report.advice import AdviceOptions
+
+# A launch's runner options (its Config). Covariant: a launch of a framework mode's options is a launch of the
+# Megatron options they extend (`LaunchConfig[PrimusConfig]` where `LaunchConfig[MegatronConfig]` is asked).
+OptionsT_co = TypeVar("OptionsT_co", bound=Options, covariant=True)
 
 
 @dataclass
@@ -45,12 +49,12 @@ class CommonOptions(Options):
 
 
 @dataclass
-class LaunchConfig(CommonOptions, AdviceOptions):
+class LaunchConfig(CommonOptions, AdviceOptions, Generic[OptionsT_co]):
     """Everything one run needs, typed: the common options, the advice options, the runner's name and its
     options."""
 
     runner: str = "megatron"  # a backend or framework mode of ckpt_bench.launcher.registry
-    options: Options = field(default_factory=Options)  # the runner's typed options (its Config)
+    options: OptionsT_co = field(kw_only=True)  # the runner's typed options (its Config)
     topology: Topology = field(init=False)
 
     def __post_init__(self) -> None:

@@ -32,6 +32,7 @@ import socket
 import sys
 import uuid
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 
 import yaml
@@ -42,40 +43,47 @@ from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.run_facts import RunFacts
 from ckpt_bench.core.rundir import RunDir, write_atomic
 from ckpt_bench.core.units import MIB
+from ckpt_bench.core.worker_spec import RunPaths
 from ckpt_bench.launcher import nodes
 from ckpt_bench.launcher.base import Backend, Plan
 from ckpt_bench.launcher.config import LaunchConfig
 from ckpt_bench.launcher.interrupts import Interrupts
 from ckpt_bench.launcher.resources import check_free_space, check_ranks_per_node
-from ckpt_bench.launcher.torchrun import PassResult, free_port, run_command, run_pass
+from ckpt_bench.launcher.torchrun import PassResult, PassSummary, free_port, run_command, run_pass
 from ckpt_bench.present.html import write_run_html
 from ckpt_bench.report.advice import AdviceOptions, add_advice
 from ckpt_bench.report.assembly import run_report, to_json
+from ckpt_bench.report.schema import Report, RunSection
 from ckpt_bench.storage.baseline import IOShape, measure_rounds
 
 # Run status -> exit code; an interrupted run exits 128 + the signal's number; anything else is 1.
 EXIT_CODES = {"ok": 0, "verification-failed": 3}
 
 
-def exit_code(run_section: dict) -> int:
+def exit_code(run: RunSection) -> int:
     """The exit code of a report's `run` section."""
-    if run_section["status"] == "interrupted":
-        return run_section["interrupted"]["exit_code"]
-    return EXIT_CODES.get(run_section["status"], 1)
+    if run.status == "interrupted" and run.interrupted is not None and run.interrupted.exit_code is not None:
+        return run.interrupted.exit_code
+    return EXIT_CODES.get(run.status or "", 1)
 
 
 @dataclass
 class RunResult:
     run_dir: RunDir
-    report: dict
+    report: dict  # report.json as written: what the CLI prints
+
+    @cached_property
+    def run(self) -> RunSection:
+        """The report's `run` section, typed (every report of a run of ours has one)."""
+        return Report.from_json(self.report).run or RunSection()
 
     @property
-    def status(self) -> str:
-        return self.report["run"]["status"]
+    def status(self) -> str | None:
+        return self.run.status
 
     @property
     def exit_code(self) -> int:
-        return exit_code(self.report["run"])
+        return exit_code(self.run)
 
 
 def execute(runner: Backend, launch: LaunchConfig) -> RunResult:
@@ -84,17 +92,18 @@ def execute(runner: Backend, launch: LaunchConfig) -> RunResult:
         if not nodes.is_leader(launch.topology):
             return follow(plan, launch, interrupts)
         run, spec_path, facts = set_up(plan, launch)
-        commands, facts.passes = run_passes(plan, launch, run, spec_path, interrupts, facts)
+        commands, summaries = run_passes(plan, launch, run, spec_path, interrupts, facts)
+        facts.passes = [summary.to_json() for summary in summaries]
         run.write("commands.sh", "#!/usr/bin/env bash\nset -e\n" + "\n".join(commands) + "\n")
         notes = facts.notes
-        notes += [f"{p['name']} pass failed: {p['cause']}" for p in facts.passes if p.get("cause")]
+        notes += [f"{s.name} pass failed: {s.cause}" for s in summaries if s.cause]
         if interrupts.signal is not None:
             facts.interrupted = {"signal": interrupts.signal.name, "exit_code": interrupts.exit_code,
-                                 "pass": facts.passes[-1]["name"] if facts.passes else None}
+                                 "pass": summaries[-1].name if summaries else None}
         if plan.collect is not None:
             notes += plan.collect(run)
         notes += measure(plan, facts)
-        notes += measure_storage(plan, facts, launch)
+        notes += measure_storage(plan, facts, launch, passed=all(s.ok for s in summaries))
         notes += clean_up(plan, facts)
         report = write_report(run, facts, launch)
         if plan.outputs is not None:
@@ -126,27 +135,23 @@ def set_up(plan: Plan, launch: LaunchConfig) -> tuple[RunDir, Path, RunFacts]:
             checkpoint_dir = plan.checkpoints.storage.create(run.path)
             check_free_space(plan.checkpoints.storage, plan.checkpoints.expected_bytes)
         warm = plan.checkpoints is not None and plan.checkpoints.warm_load
-        spec = {
-            **plan.spec,
-            "run_dir": str(run.path),
-            "checkpoint_dir": checkpoint_dir,
-            "events_dir": str(run.events_dir),
-            "integrity_dir": str(run.integrity_dir),
-            "warm_load": warm,
-            "run_id": uuid.uuid4().hex,
-        }
+        paths = RunPaths(run_dir=str(run.path), checkpoint_dir=checkpoint_dir, events_dir=str(run.events_dir),
+                         integrity_dir=str(run.integrity_dir), warm_load=warm)
+        spec = paths if plan.spec is None else replace(plan.spec, **paths.to_json())
         spec_path = run.path / "worker.json"
-        _write_or_refuse(spec_path, json.dumps(spec, indent=2, default=str) + "\n")
+        _write_or_refuse(spec_path, json.dumps({**spec.to_json(), "run_id": uuid.uuid4().hex}, indent=2,
+                                               default=str) + "\n")
         if plan.bind is not None:
             plan.bind(run, checkpoint_dir)
         resolved = {**plan.resolved_config,
                     "ckpt_bench": {"backend": launch.runner, "checkpoint_dir": checkpoint_dir}}
         _write_or_refuse(run.path / "resolved.yaml", yaml.safe_dump(resolved, sort_keys=False))
+        run_info = plan.run_info.to_json()
         facts = RunFacts(
             backend=launch.runner,
             checkpoints=plan.checkpoints is not None,
             verifies=plan.verifies,
-            run_info={**plan.run_info, "save": checkpoint_dir} if plan.checkpoints is not None else plan.run_info,
+            run_info={**run_info, "save": checkpoint_dir} if plan.checkpoints is not None else run_info,
             checkpoint_dir=checkpoint_dir,
             storage=plan.checkpoints.storage.describe() if plan.checkpoints is not None else None,
             load_cache="warm" if warm else "cold",
@@ -181,13 +186,14 @@ def _write_or_refuse(path: Path, text: str) -> None:
 
 
 def run_passes(plan: Plan, launch: LaunchConfig, run: RunDir, spec_path: Path, interrupts: Interrupts,
-               facts: RunFacts | None = None) -> tuple[list[str], list[dict]]:
+               facts: RunFacts | None = None) -> tuple[list[str], list[PassSummary]]:
     """Run the passes in order, on this node; stop after the first that failed on any node, or once
     interrupted. Returns this node's commands and the pass results of every node. With `facts` (node 0),
     run.json is rewritten after each pass: what ran is on disk even if the launcher is killed later."""
     storage_env = plan.checkpoints.storage.worker_env() if plan.checkpoints is not None else {}
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **storage_env}
-    commands, summaries = [], []
+    commands: list[str] = []
+    summaries: list[PassSummary] = []
     for worker_pass in plan.passes:
         if worker_pass.evict_before:
             _evict(plan)
@@ -208,7 +214,7 @@ def run_passes(plan: Plan, launch: LaunchConfig, run: RunDir, spec_path: Path, i
         commands.append(shlex.join(result.command))
         if interrupts.signal is not None:
             interrupts.reap()
-            summaries.append({**result.summary(), "interrupted": interrupts.signal.name})
+            summaries.append(replace(result.summary(), interrupted=interrupts.signal.name))
             break
         if not result.ok:
             if result.cause is None and plan.checkpoints is not None:
@@ -217,8 +223,8 @@ def run_passes(plan: Plan, launch: LaunchConfig, run: RunDir, spec_path: Path, i
         every_node = nodes.finish_pass(run, launch.topology, result)
         summaries += every_node
         if facts is not None:
-            run.write_json("run.json", {**facts.to_json(), "passes": summaries})
-        if not all(s["ok"] for s in every_node):
+            run.write_json("run.json", {**facts.to_json(), "passes": [s.to_json() for s in summaries]})
+        if not all(s.ok for s in every_node):
             break
     return commands, summaries
 
@@ -237,23 +243,24 @@ def measure(plan: Plan, facts: RunFacts) -> list[str]:
     return []
 
 
-def measure_storage(plan: Plan, facts: RunFacts, launch: LaunchConfig) -> list[str]:
+def measure_storage(plan: Plan, facts: RunFacts, launch: LaunchConfig, passed: bool) -> list[str]:
     """--storage-baseline: the storage's own write and cold-read bandwidth (median of 3 rounds) with the
     last saved checkpoint's shape -- its files and their sizes, written by as many writers at once as the
     save had (ranks x writer threads), fsynced as the save was -- into the run facts (`storage_baseline`).
-    Only after passes that all succeeded: a failed or interrupted run has no shape to copy. Returns notes."""
+    Only after passes that all succeeded (`passed`): a failed or interrupted run has no shape to copy.
+    Returns notes."""
     checkpoints = plan.checkpoints
     if checkpoints is None or not checkpoints.storage_baseline:
         return []
     sizes = facts.folder_sizes or {}
-    if facts.interrupted or not all(p["ok"] for p in facts.passes) or not sizes:
+    if facts.interrupted or not passed or not sizes:
         facts.storage_baseline = None
         return ["storage baseline not measured: the benchmark did not complete a save to copy the shape of"]
     iteration = max(sizes)
     ranks = launch.topology.nnodes * launch.topology.nproc_per_node
     try:
         shape = IOShape.of(checkpoints.storage.iteration_files(iteration), ranks * checkpoints.writers_per_rank,
-                           facts.run_info.get("fsync"))
+                           plan.run_info.fsync)
         print(f"storage baseline: {len(shape.file_sizes)} files, {shape.total_bytes / MIB:.1f} MiB, "
               f"{shape.concurrency} writers at once, fsync {'on' if shape.fsync else 'off'}",
               file=sys.stderr, flush=True)
@@ -332,10 +339,11 @@ def follow(plan: Plan, launch: LaunchConfig, interrupts: Interrupts) -> RunResul
     print(f"node {launch.topology.node_rank}: run directory {run.path}", file=sys.stderr, flush=True)
     spec_path = run.path / "worker.json"
     if plan.bind is not None:
-        plan.bind(run, json.loads(spec_path.read_text())["checkpoint_dir"])
+        plan.bind(run, RunPaths.from_file(spec_path).checkpoint_dir)
     _, summaries = run_passes(plan, launch, run, spec_path, interrupts)
-    status = "interrupted" if interrupts.signal else ("ok" if all(s["ok"] for s in summaries) else "failed")
-    section = {"dir": str(run.path), "node_rank": launch.topology.node_rank, "status": status, "passes": summaries}
+    status = "interrupted" if interrupts.signal else ("ok" if all(s.ok for s in summaries) else "failed")
+    section = {"dir": str(run.path), "node_rank": launch.topology.node_rank, "status": status,
+               "passes": [s.to_json() for s in summaries]}
     if interrupts.signal:
         section["interrupted"] = {"signal": interrupts.signal.name, "exit_code": interrupts.exit_code}
     report = {"run": section, "notes": [f"node 0 writes the report of all nodes: {run.report_path}"]}

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.rundir import RUN_FILE, RunDir, write_atomic  # several nodes read what one writes
-from ckpt_bench.launcher.torchrun import PassResult, Topology
+from ckpt_bench.launcher.torchrun import PassResult, PassSummary, Topology
 
 JOIN_TIMEOUT_S = 900.0  # node 0 may start minutes after the others (image pull, slow imports)
 PEER_TIMEOUT_S = 300.0  # as long as torchrun's own exit barrier waits for the other agents
@@ -72,22 +73,23 @@ def log_dir(run: RunDir, name: str, topology: Topology) -> Path:
     return base / f"node-{topology.node_rank}" if topology.nnodes > 1 else base
 
 
-def finish_pass(run: RunDir, topology: Topology, result: PassResult, timeout: float = PEER_TIMEOUT_S) -> list[dict]:
+def finish_pass(run: RunDir, topology: Topology, result: PassResult,
+                timeout: float = PEER_TIMEOUT_S) -> list[PassSummary]:
     """Record this node's result of a pass and wait for every node's: the pass results of all nodes."""
     if topology.nnodes == 1:
         return [result.summary()]
-    own = {**result.summary(), "node_rank": topology.node_rank}
+    own = replace(result.summary(), node_rank=topology.node_rank)
     folder = run.path / "nodes" / result.name
-    write_atomic(folder / f"node-{topology.node_rank}.json", json.dumps(own, indent=2) + "\n")
+    write_atomic(folder / f"node-{topology.node_rank}.json", json.dumps(own.to_json(), indent=2) + "\n")
     summaries = []
     for node in range(topology.nnodes):
         path = folder / f"node-{node}.json"
         if node == topology.node_rank:
             summaries.append(own)
         elif _wait(path, timeout):
-            summaries.append(json.loads(path.read_text()))
+            summaries.append(PassSummary(**json.loads(path.read_text())))
         else:
-            summaries.append({"name": result.name, "node_rank": node, "exit_code": None, "ok": False,
-                              "failed_ranks": [], "error": f"node {node} did not finish within {timeout:.0f} s "
-                              f"of node {topology.node_rank}"})
+            summaries.append(PassSummary(name=result.name, exit_code=None, ok=False, cause=None, failed_ranks=[],
+                                         log_dir=None, node_rank=node, error=f"node {node} did not finish within "
+                                         f"{timeout:.0f} s of node {topology.node_rank}"))
     return summaries

@@ -7,8 +7,8 @@
                  does not read, and builds the typed configs (their checks run there)
 
 The CLI, sweeps and `--emit` all go through `build_launch`, so a sweep's `framework:` runs the
-framework, and `--backend dcp --tp 2` is refused everywhere alike. A new backend is one file and one
-line in `RUNNERS`.
+framework, and `--backend dcp --tp 2` is refused everywhere alike. A new backend is one package
+(`ckpt_bench.backends.<name>`: launcher.py, spec.py, worker.py) and one line in `RUNNERS`.
 """
 
 from __future__ import annotations

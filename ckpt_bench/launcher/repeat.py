@@ -33,6 +33,7 @@ from ckpt_bench.present.html import write_run_html
 from ckpt_bench.report.advice import add_advice
 from ckpt_bench.report.assembly import to_json
 from ckpt_bench.report.metrics import HEADLINE, save_stats
+from ckpt_bench.report.schema import Report, RunSection
 
 # Per repetition, its steady save figures and its load (report.metrics.Metric.steady).
 REPEATED_METRICS = HEADLINE
@@ -102,16 +103,19 @@ def _tagged(reports: list[dict], key: str) -> list[dict]:
 
 
 def combined_report(folder: RunDir, planned: int, reports: list[dict]) -> dict:
-    completed = [r for r in reports if r["run"]["status"] == "ok"]
+    """The series' report from its repetitions' reports: each read typed (`Report`), its saves and loads
+    copied as written."""
+    typed = [Report.from_json(report) for report in reports]
+    runs = [report.run or RunSection() for report in typed]
+    completed = [report for report, repetition in zip(reports, runs, strict=True) if repetition.status == "ok"]
     stats, notes = repeat_stats(completed)
-    last = reports[-1]
-    status = last["run"]["status"]
+    status = runs[-1].status
     if len(reports) < planned:
         notes.append(f"repetition {len(reports)} of {planned} ended {status}: the series stopped there")
-    run = {"dir": str(folder.path), "backend": last["run"].get("backend"), "status": status, "passes": [],
-           "repetitions": [r["run"]["dir"] for r in reports]}
+    run = {"dir": str(folder.path), "backend": runs[-1].backend, "status": status, "passes": [],
+           "repetitions": [repetition.dir for repetition in runs]}
     if status == "interrupted":
-        run["interrupted"] = last["run"]["interrupted"]
+        run["interrupted"] = reports[-1]["run"]["interrupted"]  # copied as written
     headline = {metric.key: (stats.get(metric.key) or {}).get("median") for metric in REPEATED_METRICS}
     saves, loads = _tagged(reports, "saves"), _tagged(reports, "loads")
     median_load = headline.get("load_time")
@@ -126,12 +130,12 @@ def combined_report(folder: RunDir, planned: int, reports: list[dict]) -> dict:
         "stats": save_stats(saves),
         "load": load,
         "loads": loads,
-        "verified": all(r.get("verified") is not False for r in reports),
+        "verified": all(report.verified is not False for report in typed),
         "repeat_stats": stats,
         "repeats": [
-            {"repetition": index, "dir": r["run"]["dir"], "status": r["run"]["status"],
-             **{metric.key: metric.steady(r) for metric in REPEATED_METRICS}}
-            for index, r in enumerate(reports, start=1)
+            {"repetition": index, "dir": repetition.dir, "status": repetition.status,
+             **{metric.key: metric.steady(report) for metric in REPEATED_METRICS}}
+            for index, (report, repetition) in enumerate(zip(reports, runs, strict=True), start=1)
         ],
         "notes": [f"a series of {len(reports)} repetition(s), each in fresh processes: saves and loads are every "
                   "repetition's; each repetition's figure is its steady save (the median of its saves after its "

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ckpt_bench.core.run_facts import stated
 from ckpt_bench.launcher import oom
 from ckpt_bench.launcher.guard import guarded
 
@@ -97,6 +98,11 @@ class RankFailure:
             return "first failure"
         return "stopped by torchrun after the first failure" if self.signal in ("SIGTERM", "SIGKILL") else "failed"
 
+    def to_json(self) -> dict:
+        """As a pass summary lists it (`PassSummary.failed_ranks`)."""
+        return {"rank": self.rank, "local_rank": self.local_rank, "exit_code": self.exit_code, "signal": self.signal,
+                "cause": self.cause, **({"killed_by": self.killed_by} if self.killed_by else {})}
+
     def describe(self) -> str:
         how = self.killed_by or (f"killed by {self.signal}" if self.signal else f"exit code {self.exit_code}")
         return f"rank {self.rank} failed ({self.cause}; {how})"
@@ -117,20 +123,36 @@ class PassResult:
     def ok(self) -> bool:
         return self.exit_code == 0
 
+    def summary(self) -> PassSummary:
+        return PassSummary(
+            name=self.name, exit_code=self.exit_code, ok=self.ok, cause=self.cause,
+            failed_ranks=[failure.to_json() for failure in self.failures], log_dir=str(self.log_dir),
+        )
 
-    def summary(self) -> dict:
-        return {
-            "name": self.name,
-            "exit_code": self.exit_code,
-            "ok": self.ok,
-            "cause": self.cause,
-            "failed_ranks": [
-                {"rank": f.rank, "local_rank": f.local_rank, "exit_code": f.exit_code, "signal": f.signal,
-                 "cause": f.cause, **({"killed_by": f.killed_by} if f.killed_by else {})}
-                for f in self.failures
-            ],
-            "log_dir": str(self.log_dir),
-        }
+
+@dataclass(kw_only=True)
+class PassSummary:
+    """One node's result of one pass, as run.json and the report list it (`run.passes`)."""
+
+    name: str
+    exit_code: int | None
+    """The pass's exit code on this node; None: the node did not report it (`error` says why)."""
+    ok: bool
+    cause: str | None
+    """What went wrong with the storage, when known (`PassResult.cause`)."""
+    failed_ranks: list[dict]
+    """Each failed rank: rank, local_rank, exit_code, signal, cause, and killed_by where known."""
+    log_dir: str | None
+    """The pass's torchrun logs on this node."""
+    node_rank: int | None = None
+    """The node, in a run of several."""
+    interrupted: str | None = None
+    """The signal that stopped the pass (Ctrl-C, SIGTERM)."""
+    error: str | None = None
+    """Why the node has no result (it did not finish in time)."""
+
+    def to_json(self) -> dict:
+        return stated(self)
 
 
 def free_port() -> int:

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from ckpt_bench.backends.megatron.spec import SpecError, WorkerSpec
+from ckpt_bench.backends.megatron.spec import MegatronSpec
+from ckpt_bench.backends.megatron.worker_args import SpecError, megatron_args
 from ckpt_bench.core.checkpoint_dir import latest_iteration
 from ckpt_bench.core.events import EventKind, event_files, read_event_files
 from ckpt_bench.report.engine import build_report
@@ -40,18 +41,15 @@ def _free_port() -> int:
 class Run:
     """One benchmark run folder: spec, checkpoint, events and integrity dirs."""
 
-    def __init__(self, root: Path, **megatron):
+    def __init__(self, root: Path, **arguments):
         self.root = root
         self.save = root / "ckpt"
         self.events = root / "events"
         self.integrity = root / "integrity"
         self.spec = root / "spec.json"
-        spec = {
-            "megatron": {**TINY_MODEL, "save": str(self.save), **megatron},
-            "events_dir": str(self.events),
-            "integrity_dir": str(self.integrity),
-        }
-        self.spec.write_text(json.dumps(spec))
+        spec = MegatronSpec(arguments={**TINY_MODEL, "save": str(self.save), **arguments},
+                            events_dir=str(self.events), integrity_dir=str(self.integrity))
+        self.spec.write_text(json.dumps(spec.to_json()))
 
     def torchrun(self, phase: str) -> subprocess.CompletedProcess:
         command = [
@@ -171,16 +169,17 @@ def test_torch_format_detects_a_changed_tensor(tmp_path):
 
 def test_spec_defaults_derived_values_and_errors(tmp_path):
     path = tmp_path / "spec.json"
-    path.write_text(json.dumps({"megatron": {"save": "/c", "tensor_model_parallel_size": 2, "unknown_key": 1},
+    path.write_text(json.dumps({"megatron": {"arguments": {"save": "/c", "tensor_model_parallel_size": 2,
+                                                           "unknown_key": 1}},
                                 "events_dir": "/e", "integrity_dir": "/i"}))  # fmt: skip
-    args = WorkerSpec.from_file(path).megatron_args(world_size=4)
+    args = megatron_args(MegatronSpec.from_file(path), world_size=4)
     assert (args.data_parallel_size, args.load, args.unknown_key) == (2, "/c", 1)
     assert args.padded_vocab_size % 256 == 0 and args.ffn_hidden_size == 4 * args.hidden_size
-    # The launcher names the run's checkpoint folder at the top level; it is then save and load.
-    spec = WorkerSpec({"save": None, "load": None}, "/e", "/i", checkpoint_dir="/run/ckpt")
-    assert (spec.megatron_args(1).save, spec.megatron_args(1).load) == ("/run/ckpt", "/run/ckpt")
+    # The launcher names the run's checkpoint folder beside the arguments; it is then save and load.
+    spec = MegatronSpec(arguments={"save": None, "load": None}, checkpoint_dir="/run/ckpt")
+    assert (megatron_args(spec, 1).save, megatron_args(spec, 1).load) == ("/run/ckpt", "/run/ckpt")
 
     with pytest.raises(SpecError, match="async_save needs ckpt_format torch_dist"):
-        WorkerSpec({"save": "/c", "ckpt_format": "torch", "async_save": True}, "/e", "/i").megatron_args(2)
+        megatron_args(MegatronSpec(arguments={"save": "/c", "ckpt_format": "torch", "async_save": True}), 2)
     with pytest.raises(SpecError, match="not a multiple"):
-        WorkerSpec({"save": "/c", "tensor_model_parallel_size": 2}, "/e", "/i").megatron_args(3)
+        megatron_args(MegatronSpec(arguments={"save": "/c", "tensor_model_parallel_size": 2}), 3)

@@ -16,6 +16,7 @@ from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.options import Flag, Options
 from ckpt_bench.launcher.base import DIST_BACKEND, Backend, CheckpointOptions, Plan, WorkerPass
 from ckpt_bench.launcher.config import LaunchConfig
+from ckpt_bench.launcher.run_info import Ranks, RunInfo
 
 WORKER = "ckpt_bench.backends.comms.worker"
 # Results of a pass named P are written to <run>/comms/P.json (see RunDir.comms_results).
@@ -104,22 +105,19 @@ class CommsConfig(Preflight):
     dist_backend: str | None = DIST_BACKEND.field()
 
 
-class CommsBackend(Backend):
+class CommsBackend(Backend[CommsConfig]):
     name = "comms"
     title = "Comms backend (--backend comms): collective bandwidth, no checkpoint"
     Config = CommsConfig
 
-    def plan(self, launch: LaunchConfig) -> Plan:
-        config: CommsConfig = launch.options
-        topology = launch.topology
+    def plan(self, launch: LaunchConfig[CommsConfig]) -> Plan:
+        config = launch.options
         args = config.worker_args("comms", FULL_ARGS, config.dist_backend)
         return Plan(
             name="comms",
             worker_module=WORKER,
             resolved_config={"comms": {"worker": WORKER, "args": args}},
-            spec={},
-            run_info={"backend": self.name, "world_size": topology.world_size, "nnodes": topology.nnodes,
-                      "nproc_per_node": topology.nproc_per_node},
+            run_info=RunInfo(backend=self.name, ranks=Ranks.of(launch.topology)),
             passes=[*config.preflight_passes(config.dist_backend), WorkerPass("comms", args)],
             checkpoints=None,
             show_progress=show_progress,

@@ -30,10 +30,10 @@ from ckpt_bench.launcher.base import (
     CheckpointOptions,
     Plan,
     WorkerPass,
-    placement_info,
 )
 from ckpt_bench.launcher.config import LaunchConfig
 from ckpt_bench.launcher.resources import check_host_memory, default_dist_backend
+from ckpt_bench.launcher.run_info import Ranks, RunInfo, SaveConfig, fsynced
 from ckpt_bench.storage import StorageOptions, storage_for
 
 WORKER = "ckpt_bench.backends.dcp.worker"  # the ranks' module
@@ -91,34 +91,50 @@ def check_memory(model: str, dtype: str, copies_per_rank: int, ranks_per_host: i
     return state
 
 
-def run_info(config: DcpConfig, spec: DcpSpec, state_bytes: int, launch: LaunchConfig) -> dict:
-    world_size = launch.topology.world_size
-    return {
-        "world_size": world_size,
-        "data_parallel_size": world_size,  # the state is replicated on every rank, as under DDP
-        "ckpt_format": "torch_dcp",
-        "async_save": config.async_save,
-        "params_dtype": f"torch.{config.dtype}",
-        # Beyond the Primus keys.
-        "backend": "dcp",
-        "model": config.model,
-        "model_parameters": models.parameter_count(config.model),
-        "model_state_bytes": state_bytes,
-        "dtype": config.dtype,
-        "dist_backend": spec.dist_backend,
-        "thread_count": config.thread_count,
-        "save_calls": config.save_calls,
-        **placement_info(launch, spec.storage, spec.sync_files),
-    }
+@dataclass(kw_only=True)
+class DcpRunInfo(RunInfo):
+    """A DCP run: its model's state and how it was written."""
+
+    model: str
+    model_parameters: int
+    model_state_bytes: int
+    """One copy of the state (every rank holds it, as under DDP)."""
+    dtype: str
+    dist_backend: str
+    thread_count: int
+    save_calls: int
 
 
-class DcpBackend(Backend):
+def run_info(config: DcpConfig, spec: DcpSpec, state_bytes: int, launch: LaunchConfig) -> DcpRunInfo:
+    return DcpRunInfo(
+        backend="dcp",
+        ranks=Ranks.of(launch.topology),
+        saves=SaveConfig(
+            data_parallel_size=launch.topology.world_size,  # the state is replicated on every rank, as under DDP
+            ckpt_format="torch_dcp",
+            async_save=config.async_save,
+            params_dtype=f"torch.{config.dtype}",
+            sync_files=spec.sync_files,
+            fsync=fsynced(spec.sync_files, spec.storage),
+        ),
+        storage=spec.storage,
+        model=config.model,
+        model_parameters=models.parameter_count(config.model),
+        model_state_bytes=state_bytes,
+        dtype=config.dtype,
+        dist_backend=spec.dist_backend,
+        thread_count=config.thread_count,
+        save_calls=config.save_calls,
+    )
+
+
+class DcpBackend(Backend[DcpConfig]):
     name = "dcp"
     title = "DCP backend (--backend dcp): torch.distributed.checkpoint of a named model's state"
     Config = DcpConfig
 
-    def plan(self, launch: LaunchConfig) -> Plan:
-        config: DcpConfig = launch.options
+    def plan(self, launch: LaunchConfig[DcpConfig]) -> Plan:
+        config = launch.options
         storage = storage_for(config.save_dir, config)  # validates the S3 settings; no I/O
         sync_files = True if config.sync_files is None else config.sync_files
         if storage.kind != "disk":
@@ -136,8 +152,8 @@ class DcpBackend(Backend):
         return Plan(
             name=f"dcp-{config.model}",
             worker_module=WORKER,
-            resolved_config={DcpSpec.section: spec.to_json(), "save_dir": config.save_dir},
-            spec={DcpSpec.section: spec.to_json()},
+            resolved_config={DcpSpec.section: spec.section_json(), "save_dir": config.save_dir},
+            spec=spec,
             run_info=run_info(config, spec, state_bytes, launch),
             passes=[*config.preflight_passes(dist_backend), WorkerPass("save", ["--phase", "save"]),
                     WorkerPass("load", ["--phase", "load"])],

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ckpt_bench.core.checkpoint_dir import iter_dir_name
 from ckpt_bench.core.worker_spec import WorkerSpec
 
 
@@ -33,6 +32,3 @@ class DcpSpec(WorkerSpec):
     """`CheckpointStorage.describe()`: how a rank reaches the storage."""
     seed: int
     """Seeds the state's random values."""
-
-    def location(self, call: int) -> str:
-        return f"{self.checkpoint_dir.rstrip('/')}/{iter_dir_name(call)}"

@@ -73,7 +73,7 @@ def save_pass(spec: DcpSpec, events: EventRecorder, context: WorkerContext) -> N
     for call in range(1, spec.save_calls + 1):
         _perturb(state, call)
         integrity.write_manifest(spec.integrity_dir, call, context.rank, integrity.state_digests(state))
-        path = spec.location(call)
+        path = spec.iteration_dir(call)
         # Not timed: building the writer creates the S3 client (as s3torchbenchmarking).
         writer = storage.dcp_writer(path, spec.thread_count, spec.sync_files)
         dist.barrier()
@@ -98,7 +98,7 @@ def load_pass(spec: DcpSpec, events: EventRecorder, context: WorkerContext) -> d
     state = build_state(spec.model, spec.dtype, device=context.device, zeros=True)
     verdicts = {}
     for call in range(1, spec.save_calls + 1):
-        path = spec.location(call)
+        path = spec.iteration_dir(call)
         for tensor in state.values():
             tensor.zero_()
         context.evict(storage.local_path(path), spec.warm_load)

@@ -103,7 +103,7 @@ def megatron_arguments(args: dict, known: set[str] | None) -> tuple[list[str], l
     return argv, skipped
 
 
-def resolve_for_framework(launch: LaunchConfig, runner: str) -> tuple:
+def resolve_for_framework(launch: LaunchConfig[FrameworkConfig], runner: str) -> tuple:
     """`ckpt_bench.backends.megatron.launcher.resolve`, plus the mock data a framework needs without a data path."""
     experiment, args, sizes = resolve(launch, runner)
     if not args.get("data_path"):
@@ -113,17 +113,16 @@ def resolve_for_framework(launch: LaunchConfig, runner: str) -> tuple:
     return experiment, args, sizes
 
 
-def framework_plan(launch: LaunchConfig, experiment, args: dict, sizes: dict, passes: list[WorkerPass],
-                   bind: Callable, collect: Callable, worker_module: str) -> Plan:
+def framework_plan(launch: LaunchConfig[FrameworkConfig], experiment, args: dict, sizes: dict,
+                   passes: list[WorkerPass], bind: Callable, collect: Callable, worker_module: str) -> Plan:
     """A framework's plan: its own save and load passes, reported from its logs (no integrity check:
-    the framework does not digest what it saved)."""
-    config: FrameworkConfig = launch.options
+    the framework does not digest what it saved). Its ranks read no spec of ours."""
+    config = launch.options
     return Plan(
         name=experiment.exp_name,
         worker_module=worker_module,
         resolved_config={**experiment.to_yaml_dict(), "exp_root": str(experiment.exp_root)},
-        spec={},
-        run_info={**run_info(args, sizes, launch), "backend": launch.runner},
+        run_info=run_info(args, sizes, launch),
         passes=[*config.preflight_passes(), *passes],
         checkpoints=config.checkpoints(storage_for(checkpoint_parent(config, args)),
                                        writers_per_rank=rules.writers_per_rank(args)),

@@ -43,14 +43,14 @@ def _pythonpath(root: Path) -> str:
     return os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)
 
 
-class MegatronLMBackend(Backend):
+class MegatronLMBackend(Backend[MegatronLMConfig]):
     name = "megatron-lm"
     title = "Megatron-LM (--framework megatron-lm): the real pretrain_gpt.py, timed from its logs"
     Config = MegatronLMConfig
     framework = True
 
-    def plan(self, launch: LaunchConfig) -> Plan:
-        config: MegatronLMConfig = launch.options
+    def plan(self, launch: LaunchConfig[MegatronLMConfig]) -> Plan:
+        config = launch.options
         root = config.root
         experiment, args, sizes = resolve_for_framework(launch, "--framework megatron-lm")
         known = known_megatron_flags(root)

@@ -39,14 +39,14 @@ class PrimusConfig(FrameworkConfig):
         self.root = self.checkout("primus_path", SCRIPT, PrimusBackend.name)
 
 
-class PrimusBackend(Backend):
+class PrimusBackend(Backend[PrimusConfig]):
     name = "primus"
     title = "Primus (--framework primus): Primus's run_pretrain.sh, timed from its logs"
     Config = PrimusConfig
     framework = True
 
-    def plan(self, launch: LaunchConfig) -> Plan:
-        config: PrimusConfig = launch.options
+    def plan(self, launch: LaunchConfig[PrimusConfig]) -> Plan:
+        config = launch.options
         experiment, args, sizes = resolve_for_framework(launch, "--framework primus")
         topology = launch.topology
         # The load reads a cold checkpoint, as ours do: the lifecycle evicts it first.

@@ -58,6 +58,7 @@ from ckpt_bench.launcher.base import (
 )
 from ckpt_bench.launcher.config import LaunchConfig
 from ckpt_bench.launcher.resources import RANK_BASE_BYTES, check_host_memory
+from ckpt_bench.launcher.run_info import Ranks, RunInfo, SaveConfig
 from ckpt_bench.report.engine import rank_durations
 from ckpt_bench.storage import StorageOptions, storage_for
 
@@ -274,50 +275,76 @@ def _accelerator(requested: str) -> str:
     return requested
 
 
-def run_info(spec: LightningSpec, launch: LaunchConfig, env_options: dict) -> dict:
+@dataclass(kw_only=True)
+class LightningRunInfo(RunInfo):
+    """A Lightning run: the strategy, the model and the calls."""
+
+    strategy: str
+    strategy_class: str
+    """What --strategy runs (`spec.STRATEGY_CLASSES`)."""
+    accelerator: str
+    dist_backend: str
+    num_layers: int | None
+    """The demo Transformer's layers; None with a named model."""
+    named_model: str | None
+    model_parameters: int
+    model_state_bytes: int
+    """float32 parameters, without optimizer state."""
+    model: dict | None
+    """The demo Transformer's sizes; None with a named model."""
+    save_calls: int
+    load_calls: int
+    steps_per_save: int | None
+    train_steps: int
+    env_options: dict | None
+    """dataflux's variables that were read, by name."""
+    storage_scheme: str
+
+
+def run_info(spec: LightningSpec, launch: LaunchConfig, env_options: dict) -> LightningRunInfo:
     from ckpt_bench.backends.lightning.model import (
         parameter_count,  # torch and lightning: only once a Lightning run is planned
     )
 
-    world_size = launch.topology.world_size
     named = spec.named_model
     parameters = models.parameter_count(named) if named else parameter_count(spec.num_layers, **spec.model)
-    return {
-        "world_size": world_size,
-        "data_parallel_size": world_size,  # DDP replicates; FSDP2 shards over one data-parallel mesh of all ranks
-        "ckpt_format": "lightning_dcp" if spec.strategy == "fsdp" else "lightning",
-        "async_save": spec.async_save,
-        "save_interval": spec.steps_per_save,
-        "optimizer": "adam",
-        "params_dtype": "torch.float32",
-        "exp_avg_dtype": "torch.float32",
-        "exp_avg_sq_dtype": "torch.float32",
-        # Beyond the Primus keys.
-        "backend": "lightning",
-        "strategy": spec.strategy,
-        "strategy_class": STRATEGY_CLASSES[spec.strategy],
-        "accelerator": spec.accelerator,
-        "dist_backend": spec.dist_backend,
-        "num_layers": None if named else spec.num_layers,
-        "named_model": named,
-        "model_parameters": parameters,
-        "model_state_bytes": parameters * 4,  # float32 parameters, without optimizer state
-        "model": None if named else spec.model,
-        "save_calls": spec.save_calls,
-        "load_calls": spec.load_calls,
-        "steps_per_save": spec.steps_per_save,
-        "train_steps": spec.train_steps,
-        "nnodes": launch.topology.nnodes,
-        "nproc_per_node": launch.topology.nproc_per_node,
-        "env_options": env_options or None,
-        **{k: v for k, v in spec.storage.items() if k != "scheme"},
-        "storage_scheme": spec.storage["scheme"],
-        # FSDP2's DCP folder: FileSystemWriter fsyncs by default; DDP's single file: torch.save, no fsync.
-        "fsync": (spec.strategy == "fsdp") if spec.storage["scheme"] in ("local", "file") else None,
-    }
+    scheme = spec.storage["scheme"]
+    return LightningRunInfo(
+        backend="lightning",
+        ranks=Ranks.of(launch.topology),
+        saves=SaveConfig(
+            # DDP replicates; FSDP2 shards over one data-parallel mesh of all ranks.
+            data_parallel_size=launch.topology.world_size,
+            ckpt_format="lightning_dcp" if spec.strategy == "fsdp" else "lightning",
+            async_save=spec.async_save,
+            save_interval=spec.steps_per_save,
+            optimizer="adam",
+            params_dtype="torch.float32",
+            exp_avg_dtype="torch.float32",
+            exp_avg_sq_dtype="torch.float32",
+            # FSDP2's DCP folder: FileSystemWriter fsyncs by default; DDP's single file: torch.save, no fsync.
+            fsync=(spec.strategy == "fsdp") if scheme in ("local", "file") else None,
+        ),
+        storage={key: value for key, value in spec.storage.items() if key != "scheme"},
+        strategy=spec.strategy,
+        strategy_class=STRATEGY_CLASSES[spec.strategy],
+        accelerator=spec.accelerator,
+        dist_backend=spec.dist_backend,
+        num_layers=None if named else spec.num_layers,
+        named_model=named,
+        model_parameters=parameters,
+        model_state_bytes=parameters * 4,
+        model=None if named else spec.model,
+        save_calls=spec.save_calls,
+        load_calls=spec.load_calls,
+        steps_per_save=spec.steps_per_save,
+        train_steps=spec.train_steps,
+        env_options=env_options or None,
+        storage_scheme=scheme,
+    )
 
 
-class LightningBackend(Backend):
+class LightningBackend(Backend[LightningConfig]):
     name = "lightning"
     title = "Lightning backend (--backend lightning): trainer.save_checkpoint / strategy.load_checkpoint"
     Config = LightningConfig
@@ -328,8 +355,8 @@ class LightningBackend(Backend):
         shape the topology and the save dir like the flags they stand for."""
         return options_from_env(values, environ, given)
 
-    def plan(self, launch: LaunchConfig) -> Plan:
-        config: LightningConfig = launch.options
+    def plan(self, launch: LaunchConfig[LightningConfig]) -> Plan:
+        config = launch.options
         save_dir = config.save_dir
         scheme = save_dir.split("://", 1)[0] if save_dir and "://" in save_dir else "local"
         if config.strategy == "fsdp" and scheme != "local":
@@ -350,7 +377,7 @@ class LightningBackend(Backend):
             storage={**storage.describe(), "scheme": scheme})
         info = run_info(spec, launch, config.env_options)
         if accelerator == "cpu":
-            check_memory(info["model_parameters"], spec, launch.topology.nproc_per_node, launch.topology.world_size)
+            check_memory(info.model_parameters, spec, launch.topology.nproc_per_node, launch.topology.world_size)
         passes = [*config.preflight_passes(dist_backend), WorkerPass("save", ["--phase", "save"])]
         if spec.load_calls:
             passes.append(WorkerPass("load", ["--phase", "load"]))
@@ -359,13 +386,13 @@ class LightningBackend(Backend):
         return Plan(
             name=name,
             worker_module="ckpt_bench.backends.lightning.worker",
-            resolved_config={LightningSpec.section: spec.to_json(), "save_dir": save_dir},
-            spec={LightningSpec.section: spec.to_json()},
+            resolved_config={LightningSpec.section: spec.section_json(), "save_dir": save_dir},
+            spec=spec,
             run_info=info,
             passes=passes,
             # Every save is kept until the end (saves during fit: their count is the trainer's, not checked).
             checkpoints=config.checkpoints(storage, expected_bytes=None if spec.steps_per_save else
-                                           checkpoint_bytes(info["model_parameters"], spec) * spec.save_calls),
+                                           checkpoint_bytes(info.model_parameters, spec) * spec.save_calls),
             show_progress=lambda line: bool(_PROGRESS.search(line.strip())),
             collect=lambda run: [*training_impact_notes(run), *dataflux_lines(run)],
             notes=env_notes(config.env_options),

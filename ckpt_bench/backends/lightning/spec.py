@@ -29,7 +29,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from ckpt_bench.core.checkpoint_dir import iter_dir_name
 from ckpt_bench.core.worker_spec import WorkerSpec
 from ckpt_bench.storage import LocalStorage
 
@@ -66,10 +65,6 @@ class LightningSpec(WorkerSpec):
     seed: int = 1234
     model: dict = field(default_factory=lambda: dict(MODEL_DEFAULTS))
     storage: dict = field(default_factory=lambda: {"storage": LocalStorage.kind})
-
-    def iteration_dir(self, iteration: int) -> str:
-        """A string, not a Path: `s3://` and other URLs must keep their double slash."""
-        return f"{self.checkpoint_dir.rstrip('/')}/{iter_dir_name(iteration)}"
 
     def checkpoint_path(self, iteration: int) -> str:
         """What `trainer.save_checkpoint` is given: the file (DDP) or the DCP folder (FSDP2)."""

@@ -9,12 +9,13 @@ run the same experiment with the same overrides.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 from ckpt_bench.backends.comms.launcher import PreflightOptions
 from ckpt_bench.backends.megatron import arguments, rules
 from ckpt_bench.backends.megatron.memory import check_megatron_memory, checkpoint_bytes
+from ckpt_bench.backends.megatron.spec import MegatronSpec
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.experiment import (
     CONFIGS_DIR,
@@ -29,6 +30,7 @@ from ckpt_bench.core.options import Flag
 from ckpt_bench.launcher.base import ASYNC_SAVE, SET, Backend, CheckpointOptions, Plan, WorkerPass
 from ckpt_bench.launcher.config import LaunchConfig
 from ckpt_bench.launcher.resources import visible_gpus
+from ckpt_bench.launcher.run_info import Ranks, RunInfo, SaveConfig
 from ckpt_bench.storage import storage_for
 
 PROGRESS = re.compile(
@@ -139,11 +141,11 @@ def shows_progress(line: str) -> bool:
     return bool(PROGRESS.search(line))
 
 
-def resolve(launch: LaunchConfig, runner: str) -> tuple[Experiment, dict, dict]:
+def resolve(launch: LaunchConfig[MegatronConfig], runner: str) -> tuple[Experiment, dict, dict]:
     """The experiment, its trainer arguments with the command line's overrides, checked against
     Megatron's rules, and the parallel sizes. `runner` names what will run it, for the error about a
     non-Megatron experiment. A key of the experiment that no Megatron-LM knows (a typo) is refused."""
-    config: MegatronConfig = launch.options
+    config = launch.options
     experiment = load_experiment(config.config or DEFAULT_EXPERIMENT)
     if experiment.framework != "megatron":
         raise ConfigError(f"{experiment.path}: framework {experiment.framework!r} cannot be run by {runner}: "
@@ -181,42 +183,57 @@ def _params_dtype(args: dict) -> str:
     return "torch.float32"
 
 
-def run_info(args: dict, sizes: dict, launch: LaunchConfig) -> dict:
+@dataclass(kw_only=True)
+class MegatronRunInfo(RunInfo):
+    """A Megatron experiment's run (the built-in worker or a framework): the Primus checkpoint tool's keys
+    (`saves`), and what a reader needs to compare runs."""
+
+    use_persistent_ckpt_worker: bool
+    ckpt_assume_constant_structure: bool
+    tensor_model_parallel_size: int
+    pipeline_model_parallel_size: int
+    expert_model_parallel_size: int
+    context_parallel_size: int
+    train_iters: int
+    model: dict
+    """The model's shape: num_layers, hidden_size, ffn_hidden_size, num_attention_heads, num_query_groups,
+    seq_length, vocab_size, num_experts."""
+    load_layout: dict | None = None
+    """The load pass's parallel sizes (tp, pp, ep, cp, dp, world_size) where --load-* changes them."""
+
+
+def run_info(args: dict, sizes: dict, launch: LaunchConfig) -> MegatronRunInfo:
     """The report's configuration keys, with the types the Primus tool's report has."""
-    return {
-        "world_size": launch.topology.world_size,
-        "data_parallel_size": sizes["dp"],
-        "ckpt_format": args["ckpt_format"],
-        # Beyond the Primus keys, here for its neighbours: megatron-core's torch_dist writer fsyncs each
-        # file it writes; the legacy torch format is plain torch.save.
-        "fsync": args["ckpt_format"] == "torch_dist",
-        "ckpt_fully_parallel_save": bool(args.get("ckpt_fully_parallel_save")),
-        "ckpt_fully_parallel_load": bool(args.get("ckpt_fully_parallel_load")),
-        "async_save": bool(args.get("async_save")),
-        "save_interval": args["save_interval"],
-        "optimizer": args.get("optimizer", "adam"),
-        "use_distributed_optimizer": bool(args.get("use_distributed_optimizer")),
-        "use_persistent_ckpt_worker": bool(args.get("use_persistent_ckpt_worker")),
-        "ckpt_assume_constant_structure": bool(args.get("ckpt_assume_constant_structure")),
-        "params_dtype": _params_dtype(args),
-        "main_params_dtype": _DTYPE_NAMES.get(args.get("main_params_dtype", "fp32"), args.get("main_params_dtype")),
-        "exp_avg_dtype": _DTYPE_NAMES.get(args.get("exp_avg_dtype", "fp32"), args.get("exp_avg_dtype")),
-        "exp_avg_sq_dtype": _DTYPE_NAMES.get(args.get("exp_avg_sq_dtype", "fp32"), args.get("exp_avg_sq_dtype")),
-        # Beyond the Primus keys: what a reader needs to compare runs.
-        "backend": launch.runner,
-        "tensor_model_parallel_size": sizes["tp"],
-        "pipeline_model_parallel_size": sizes["pp"],
-        "expert_model_parallel_size": sizes["ep"],
-        "context_parallel_size": sizes["cp"],
-        "nnodes": launch.topology.nnodes,
-        "nproc_per_node": launch.topology.nproc_per_node,
-        "train_iters": args["train_iters"],
-        "model": {
-            key: args.get(key)
-            for key in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
-                        "num_query_groups", "seq_length", "vocab_size", "num_experts")
-        },
-    }
+    return MegatronRunInfo(
+        backend=launch.runner,
+        ranks=Ranks.of(launch.topology),
+        saves=SaveConfig(
+            data_parallel_size=sizes["dp"],
+            ckpt_format=args["ckpt_format"],
+            # megatron-core's torch_dist writer fsyncs each file it writes; the legacy torch format is plain
+            # torch.save.
+            fsync=args["ckpt_format"] == "torch_dist",
+            ckpt_fully_parallel_save=bool(args.get("ckpt_fully_parallel_save")),
+            ckpt_fully_parallel_load=bool(args.get("ckpt_fully_parallel_load")),
+            async_save=bool(args.get("async_save")),
+            save_interval=args["save_interval"],
+            optimizer=args.get("optimizer", "adam"),
+            use_distributed_optimizer=bool(args.get("use_distributed_optimizer")),
+            params_dtype=_params_dtype(args),
+            main_params_dtype=_DTYPE_NAMES.get(args.get("main_params_dtype", "fp32"), args.get("main_params_dtype")),
+            exp_avg_dtype=_DTYPE_NAMES.get(args.get("exp_avg_dtype", "fp32"), args.get("exp_avg_dtype")),
+            exp_avg_sq_dtype=_DTYPE_NAMES.get(args.get("exp_avg_sq_dtype", "fp32"), args.get("exp_avg_sq_dtype")),
+        ),
+        use_persistent_ckpt_worker=bool(args.get("use_persistent_ckpt_worker")),
+        ckpt_assume_constant_structure=bool(args.get("ckpt_assume_constant_structure")),
+        tensor_model_parallel_size=sizes["tp"],
+        pipeline_model_parallel_size=sizes["pp"],
+        expert_model_parallel_size=sizes["ep"],
+        context_parallel_size=sizes["cp"],
+        train_iters=args["train_iters"],
+        model={key: args.get(key) for key in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
+                                              "num_query_groups", "seq_length", "vocab_size", "num_experts")},
+    )
 
 
 def checkpoint_parent(config: MegatronConfig, args: dict) -> str | None:
@@ -255,13 +272,13 @@ def load_layout(config: MegatronConfig, args: dict, launch: LaunchConfig) -> tup
     return layout, {**sizes, "world_size": world}
 
 
-class MegatronBackend(Backend):
+class MegatronBackend(Backend[MegatronConfig]):
     name = "megatron"
     title = "Megatron backend (the default): megatron-core's dist_checkpointing in the built-in worker"
     Config = MegatronConfig
 
-    def plan(self, launch: LaunchConfig) -> Plan:
-        config: MegatronConfig = launch.options
+    def plan(self, launch: LaunchConfig[MegatronConfig]) -> Plan:
+        config = launch.options
         experiment, args, sizes = resolve(launch, "the built-in worker")
         unread = not_acted_on_notes(args, given_by_user(experiment, config))
         trainer_args = {**arguments.MEGATRON_DEFAULTS, **args}
@@ -280,8 +297,8 @@ class MegatronBackend(Backend):
             name=experiment.exp_name,
             worker_module="ckpt_bench.backends.megatron.worker",
             resolved_config={**experiment.to_yaml_dict(), "exp_root": str(experiment.exp_root)},
-            spec={"megatron": args, "training_impact": config.training_impact, "load_layout": layout},
-            run_info={**run_info(args, sizes, launch), "load_layout": load_sizes},
+            spec=MegatronSpec(arguments=args, training_impact=config.training_impact, load_layout=layout),
+            run_info=replace(run_info(args, sizes, launch), load_layout=load_sizes),
             passes=[*config.preflight_passes(), WorkerPass("save", ["--phase", "save"]),
                     WorkerPass("load", ["--phase", "load"], nproc_per_node=config.load_nproc_per_node)],
             checkpoints=config.checkpoints(storage_for(parent), writers_per_rank=rules.writers_per_rank(args),

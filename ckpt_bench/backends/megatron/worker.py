@@ -31,10 +31,12 @@ from megatron.core import parallel_state
 from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
 
 from ckpt_bench.backends.megatron import cpu_compat, megatron_log
+from ckpt_bench.backends.megatron.arguments import MEGATRON_DEFAULTS
 from ckpt_bench.backends.megatron.checkpointer import Checkpointer
 from ckpt_bench.backends.megatron.formats import checkpoint_format
-from ckpt_bench.backends.megatron.spec import MEGATRON_DEFAULTS, WorkerSpec
+from ckpt_bench.backends.megatron.spec import MegatronSpec
 from ckpt_bench.backends.megatron.training import Trainer
+from ckpt_bench.backends.megatron.worker_args import megatron_args
 from ckpt_bench.core.rundir import MEASUREMENTS_FILE
 from ckpt_bench.worker.entry import WorkerContext, worker_main
 
@@ -129,11 +131,11 @@ def train_and_save(args: argparse.Namespace, trainer: Trainer, checkpointer: Che
         path.write_text(json.dumps({"training": training_impact(args, without, with_saves)}, indent=2) + "\n")
 
 
-def run(spec: WorkerSpec, phase: str) -> None:
+def run(spec: MegatronSpec, phase: str) -> None:
     context = WorkerContext.join()  # nccl and one GPU per local rank where CUDA exists, else gloo on the CPU
-    args = spec.megatron_args(context.world_size, phase)
+    args = megatron_args(spec, context.world_size, phase)
     init_model_parallel(args)
-    megatron_log.print_arguments(args, sorted(set(spec.megatron) - set(MEGATRON_DEFAULTS)))
+    megatron_log.print_arguments(args, sorted(set(spec.arguments) - set(MEGATRON_DEFAULTS)))
 
     trainer = Trainer(args, context.device)
     with context.recorder(spec.events_dir) as events:
@@ -147,7 +149,7 @@ def run(spec: WorkerSpec, phase: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return worker_main(__doc__, WorkerSpec.from_file, run, argv)
+    return worker_main(__doc__, MegatronSpec.from_file, run, argv)
 
 
 if __name__ == "__main__":

@@ -39,10 +39,10 @@ from ckpt_bench.launcher.base import (
     CheckpointOptions,
     Plan,
     WorkerPass,
-    placement_info,
 )
 from ckpt_bench.launcher.config import LaunchConfig
 from ckpt_bench.launcher.resources import RANK_BASE_BYTES, check_host_memory, default_dist_backend
+from ckpt_bench.launcher.run_info import Ranks, RunInfo, SaveConfig, fsynced
 from ckpt_bench.storage import StorageOptions, storage_for
 
 WORKER = "ckpt_bench.backends.workload.worker"
@@ -175,56 +175,91 @@ def preview(config: WorkloadConfig, launch: LaunchConfig, run: WorkloadRun) -> d
     }
 
 
-def run_info(config: WorkloadConfig, run: WorkloadRun, spec: WorkloadSpec, launch: LaunchConfig) -> dict:
+@dataclass(kw_only=True)
+class WorkloadRunInfo(RunInfo):
+    """A workload run: whose checkpoint, through which engine, and its bytes by DLIO's and MLPerf's counts."""
+
+    workload: str
+    engine: str
+    job_world_size: int
+    """Ranks of the whole job the workload describes."""
+    subset: int | None
+    """Ranks that ran of it (--subset); None: all."""
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    zero_stage: int
+    tensor_bytes_per_save: int
+    """Tensor bytes the ranks that ran save each time."""
+    job_tensor_bytes_per_save: int
+    mlperf_checkpoint_bytes: int
+    """What DLIO reports as checkpoint_size_GB (the report's MLPerf section is computed from it)."""
+    save_calls: int
+    load_calls: int
+    time_between_checkpoints: float
+    thread_count: int
+    dlio_applies_fsync: bool
+    workload_asks_fsync: bool
+    dist_backend: str
+
+
+def run_info(config: WorkloadConfig, run: WorkloadRun, spec: WorkloadSpec, launch: LaunchConfig) -> WorkloadRunInfo:
     workload, layout = run.workload, run.layout
-    megatron = config.engine_info.state == "megatron"  # a Megatron GPT's state: fully parallel, DistributedOptimizer
-    return {
-        "world_size": run.ranks,
-        "data_parallel_size": layout.data_parallelism,
-        "ckpt_format": config.engine,
-        "async_save": config.async_save,
-        "params_dtype": workload.model_datatype,
-        "exp_avg_dtype": workload.optimizer_datatype,
-        "exp_avg_sq_dtype": workload.optimizer_datatype,
-        **({"ckpt_fully_parallel_save": True, "ckpt_fully_parallel_load": True, "optimizer": "adam",
-            "use_distributed_optimizer": True, "main_params_dtype": workload.optimizer_datatype} if megatron else {}),
-        # Beyond the Primus keys.
-        "backend": "workload",
-        "workload": workload.name,
-        "engine": config.engine,
-        "job_world_size": layout.world_size,
-        "subset": run.ranks if layout.is_subset else None,
-        "tensor_parallel_size": workload.tensor_parallelism,
-        "pipeline_parallel_size": workload.pipeline_parallelism,
-        "zero_stage": workload.zero_stage,
-        "tensor_bytes_per_save": layout.run_bytes,
-        "job_tensor_bytes_per_save": layout.total_bytes,
-        "mlperf_checkpoint_bytes": layout.dlio_reported_bytes,
-        "save_calls": run.save_calls,
-        "load_calls": run.load_calls,
-        "time_between_checkpoints": run.time_between,
-        "thread_count": spec.thread_count,
-        "dlio_applies_fsync": DLIO_APPLIES_FSYNC,
-        "workload_asks_fsync": workload.fsync,
-        "dist_backend": spec.dist_backend,
-        **placement_info(launch, spec.storage, spec.sync_files),
-    }
+    # A Megatron GPT's state is saved fully parallel, with the DistributedOptimizer's Adam state; DLIO's state
+    # has no such settings (None: null in the report).
+    megatron = config.engine_info.state == "megatron"
+    return WorkloadRunInfo(
+        backend="workload",
+        ranks=Ranks.of(launch.topology),
+        saves=SaveConfig(
+            data_parallel_size=layout.data_parallelism,
+            ckpt_format=config.engine,
+            ckpt_fully_parallel_save=True if megatron else None,
+            ckpt_fully_parallel_load=True if megatron else None,
+            async_save=config.async_save,
+            optimizer="adam" if megatron else None,
+            use_distributed_optimizer=True if megatron else None,
+            params_dtype=workload.model_datatype,
+            main_params_dtype=workload.optimizer_datatype if megatron else None,
+            exp_avg_dtype=workload.optimizer_datatype,
+            exp_avg_sq_dtype=workload.optimizer_datatype,
+            sync_files=spec.sync_files,
+            fsync=fsynced(spec.sync_files, spec.storage),
+        ),
+        storage=spec.storage,
+        workload=workload.name,
+        engine=config.engine,
+        job_world_size=layout.world_size,
+        subset=run.ranks if layout.is_subset else None,
+        tensor_parallel_size=workload.tensor_parallelism,
+        pipeline_parallel_size=workload.pipeline_parallelism,
+        zero_stage=workload.zero_stage,
+        tensor_bytes_per_save=layout.run_bytes,
+        job_tensor_bytes_per_save=layout.total_bytes,
+        mlperf_checkpoint_bytes=layout.dlio_reported_bytes,
+        save_calls=run.save_calls,
+        load_calls=run.load_calls,
+        time_between_checkpoints=run.time_between,
+        thread_count=spec.thread_count,
+        dlio_applies_fsync=DLIO_APPLIES_FSYNC,
+        workload_asks_fsync=workload.fsync,
+        dist_backend=spec.dist_backend,
+    )
 
 
-class WorkloadBackend(Backend):
+class WorkloadBackend(Backend[WorkloadConfig]):
     name = "workload"
     title = "Workloads (--workload): a real job's checkpoint, without its GPUs"
     Config = WorkloadConfig
     selected_by: ClassVar[str] = "workload"
 
-    def preview(self, launch: LaunchConfig) -> dict | None:
-        config: WorkloadConfig = launch.options
+    def preview(self, launch: LaunchConfig[WorkloadConfig]) -> dict | None:
+        config = launch.options
         if not config.plan_only:
             return None
         return preview(config, launch, resolve(config, launch))
 
-    def plan(self, launch: LaunchConfig) -> Plan:
-        config: WorkloadConfig = launch.options
+    def plan(self, launch: LaunchConfig[WorkloadConfig]) -> Plan:
+        config = launch.options
         info = config.engine_info
         storage = storage_for(config.save_dir, config)  # validates the S3 settings; no I/O
         if storage.kind not in info.storage_kinds:
@@ -254,8 +289,8 @@ class WorkloadBackend(Backend):
         return Plan(
             name=f"workload-{run.workload.name}-{config.engine}",
             worker_module=WORKER,
-            resolved_config={SECTION: spec.to_json(), "save_dir": config.save_dir},
-            spec={SECTION: spec.to_json()},
+            resolved_config={SECTION: spec.section_json(), "save_dir": config.save_dir},
+            spec=spec,
             run_info=run_info(config, run, spec, launch),
             passes=passes,
             checkpoints=config.checkpoints(storage, writers_per_rank=spec.thread_count,

@@ -8,7 +8,6 @@ from typing import ClassVar
 
 from ckpt_bench.backends.workload.engines import ENGINES, state_layout
 from ckpt_bench.backends.workload.shapes import Layout, Workload
-from ckpt_bench.core.checkpoint_dir import iter_dir_name
 from ckpt_bench.core.worker_spec import WorkerSpec
 
 SECTION = "workload"  # worker.json: {"workload": WorkloadSpec fields, "checkpoint_dir": ..., ...}
@@ -49,7 +48,3 @@ class WorkloadSpec(WorkerSpec):
     def layout(self) -> Layout:
         """The layout of what the engine saves (DLIO's tensors, or a Megatron GPT's for torch_dist)."""
         return state_layout(ENGINES[self.engine], Workload(**self.workload), self.world_size, self.subset_ranks)
-
-    def location(self, call: int) -> str:
-        """Where save number `call` (1-based) goes."""
-        return f"{self.checkpoint_dir.rstrip('/')}/{iter_dir_name(call)}"

@@ -80,7 +80,7 @@ def save_pass(spec: WorkloadSpec, engine: Engine, events: EventRecorder, context
     for call in range(1, spec.save_calls + 1):
         _perturb(state, call, digests)
         integrity.write_manifest(spec.integrity_dir, call, context.rank, digests)
-        path = spec.location(call)
+        path = spec.iteration_dir(call)
         engine.prepare(state, path)
         time.sleep(spec.time_between_checkpoints)
         dist.barrier()
@@ -102,7 +102,7 @@ def load_pass(spec: WorkloadSpec, engine: Engine, events: EventRecorder, context
     state = engine.allocate_for_load()
     verdicts = []
     for call in range(1, spec.load_calls + 1):
-        path = spec.location(call)
+        path = spec.iteration_dir(call)
         engine.prepare(state, path)
         context.evict(engine.storage.local_path(path), spec.warm_load)
         time.sleep(spec.time_between_checkpoints)
