@@ -26,6 +26,7 @@ from ckpt_bench.core.rundir import write_atomic
 from ckpt_bench.launcher import registry
 from ckpt_bench.report.assembly import to_json
 from ckpt_bench.sweep.limits import DEFAULT_MAX_JOBS
+from ckpt_bench.sweep.results import SweepResults
 
 SWEEP_SECTION = "Sweeps"  # options of this command itself: they drive sweeps, never a single run
 PEER_OVERRIDES = "hydra_overrides"  # positional KEY=VALUE arguments: for another benchmark's sweep file only
@@ -106,7 +107,7 @@ def write_output(text: str, output: str | None) -> None:
 
 
 def print_report(report: dict, output: str | None, output_format: str | None = None,
-                 sweep_results: dict | None = None) -> None:
+                 sweep_results: SweepResults | None = None) -> None:
     """The report on stdout (a summary table or JSON, see `wants_table`); `--output` always gets JSON."""
     text = to_json(report)
     write_output(text, output)
@@ -182,7 +183,7 @@ def run_sweep_command(values: dict, given: set[str]) -> None:
                                    tuple(values[PEER_OVERRIDES]), values["max_jobs"] or DEFAULT_MAX_JOBS)
     except ConfigError as error:
         fail(str(error))
-    print_report(summary(results), values.get("output"), values.get("format"), sweep_results=results.to_json())
+    print_report(summary(results), values.get("output"), values.get("format"), sweep_results=results)
     interrupted = [job for job in results.jobs if job.status == "interrupted" and job.exit_code]
     sys.exit(interrupted[0].exit_code if interrupted else 0 if all(job.status == "ok" for job in results.jobs) else 1)
 

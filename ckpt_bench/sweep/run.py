@@ -81,7 +81,7 @@ from ckpt_bench.launcher import registry
 from ckpt_bench.launcher.repeat import run
 from ckpt_bench.present.html import SWEEP_HTML, write_sweep_html
 from ckpt_bench.report.assembly import to_json
-from ckpt_bench.report.metrics import HEADLINE_KEYS, STEADY_FIGURES, fsync, steady_median
+from ckpt_bench.report.metrics import HEADLINE_KEYS, STEADY_FIGURES
 from ckpt_bench.report.schema import Report
 from ckpt_bench.storage import reopen
 from ckpt_bench.sweep.limits import DEFAULT_MAX_JOBS, check_job_count
@@ -344,14 +344,14 @@ def _failure(report: Report) -> str:
     run_section = report.run
     if run_section.status == "interrupted":
         interrupted = run_section.interrupted
-        during = f" during the {interrupted['pass']} pass" if interrupted.get("pass") else ""
-        return f"interrupted by {interrupted['signal']}{during}"
+        during = f" during the {interrupted.pass_} pass" if interrupted.pass_ else ""
+        return f"interrupted by {interrupted.signal}{during}"
     if run_section.status == "verification-failed":
         verification = dataclasses.asdict(report.verification) if report.verification else None
         return f"verification failed: {json.dumps(verification)}"
-    passes = [p for p in run_section.passes if not p["ok"]]
-    if passes:
-        return f"{passes[0]['name']} pass failed (exit code {passes[0]['exit_code']}); logs in {passes[0]['log_dir']}"
+    failed = [p for p in run_section.passes if not p.ok]
+    if failed:
+        return f"{failed[0].name} pass failed (exit code {failed[0].exit_code}); logs in {failed[0].log_dir}"
     return f"the run ended {run_section.status}"
 
 
@@ -371,11 +371,10 @@ def _write_csv(path: Path, sweep: Sweep, jobs: list[JobRecord]) -> None:
     writer.writerow(["job", "status", *sweep.lists, *CSV_METRICS,
                      *(f"steady_save_{figure}" for figure in STEADY_FIGURES), "fsync", "report", "error"])
     for job, record in zip(sweep.jobs, jobs, strict=True):
-        report, report_json = record.report, record.report_json or {}
+        report = record.report or Report()
         writer.writerow([
-            job.index, record.status, *job.params.values(),
-            *(getattr(report, key) if report else None for key in CSV_METRICS),
-            *(steady_median(report_json, figure) for figure in STEADY_FIGURES), fsync(report_json) if report else None,
+            job.index, record.status, *job.params.values(), *(getattr(report, key) for key in CSV_METRICS),
+            *(report.steady_median(figure) for figure in STEADY_FIGURES), report.fsync,
             record.report_file, record.error,
         ])
     write_atomic(path, table.getvalue())
@@ -410,9 +409,8 @@ class ResultsWriter:
         results = self.results
         results.updated = _now()
         results.summary = status_counts(results.jobs)
-        data = results.to_json()
-        _write_json(self.root / self.sweep.outputs.results_file, data)
-        write_sweep_html(self.root, data)
+        _write_json(self.root / self.sweep.outputs.results_file, results.to_json())
+        write_sweep_html(self.root, results)
         _write_csv(self.root / CSV_FILE, self.sweep, results.jobs)
         self.sweep.outputs.sweep_done(self.root)
         self.written_at = time.monotonic()
