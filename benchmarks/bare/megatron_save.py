@@ -20,9 +20,10 @@ from megatron.core.dist_checkpointing.strategies.fully_parallel import FullyPara
 
 from ckpt_bench.backends.megatron import cpu_compat
 from ckpt_bench.backends.megatron.formats import checkpoint_format
-from ckpt_bench.backends.megatron.spec import WorkerSpec
+from ckpt_bench.backends.megatron.spec import MegatronSpec
 from ckpt_bench.backends.megatron.training import Trainer
 from ckpt_bench.backends.megatron.worker import init_model_parallel
+from ckpt_bench.backends.megatron.worker_args import megatron_args
 
 cpu_compat.install()  # megatron-core on the CPU (no-op with CUDA): the platform, not the harness
 
@@ -34,7 +35,7 @@ def main() -> None:
     if cuda:
         torch.cuda.set_device(device)
     torch.distributed.init_process_group("nccl" if cuda else "gloo")
-    args = WorkerSpec.from_file(options.spec).megatron_args(torch.distributed.get_world_size())
+    args = megatron_args(MegatronSpec.from_file(options.spec), torch.distributed.get_world_size())
     init_model_parallel(args)
     trainer = Trainer(args, device)
     state = checkpoint_format(args, trainer)

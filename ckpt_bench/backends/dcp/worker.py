@@ -67,28 +67,39 @@ def _await_write(future, events: EventRecorder, call: int, path: str) -> None:
     future.result()  # raises the writer's error, if any
 
 
+def prepare_save(state: dict, call: int, integrity_dir: str, rank: int) -> None:
+    """Untimed, before save `call`: make it differ from the others and write its digests for the load pass."""
+    _perturb(state, call)
+    integrity.write_manifest(integrity_dir, call, rank, integrity.state_digests(state))
+
+
+def timed_save(state: dict, writer, events: EventRecorder, call: int, path: str, async_save: bool) -> None:
+    """Save `call` as the report times it: SAVE_START, the call, SAVE_BLOCK_END when it returns, SAVE_END
+    when the checkpoint is written (at once for a synchronous save)."""
+    with timed(events, EventKind.SAVE_START, EventKind.SAVE_END, call, path=path):
+        if async_save:
+            future = dcp.async_save(state, storage_writer=writer)
+        else:
+            dcp.save(state, storage_writer=writer)
+    returned = events.now()  # a synchronous save is complete when the call returns: one time for both ends
+    events.record(EventKind.SAVE_BLOCK_END, call, path=path, at=returned)
+    if async_save:
+        _await_write(future, events, call, path)
+    else:
+        events.record(EventKind.SAVE_END, call, path=path, at=returned)
+
+
 def save_pass(spec: DcpSpec, events: EventRecorder, context: WorkerContext) -> None:
     storage = worker_storage(spec.storage)
     state = build_state(spec.model, spec.dtype, seed=spec.seed, device=context.device)
     for call in range(1, spec.save_calls + 1):
-        _perturb(state, call)
-        integrity.write_manifest(spec.integrity_dir, call, context.rank, integrity.state_digests(state))
+        prepare_save(state, call, spec.integrity_dir, context.rank)
         path = spec.iteration_dir(call)
         # Not timed: building the writer creates the S3 client (as s3torchbenchmarking).
         writer = storage.dcp_writer(path, spec.thread_count, spec.sync_files)
         dist.barrier()
         _log(context.rank, f"saving checkpoint {call}/{spec.save_calls} to {path}")
-        with timed(events, EventKind.SAVE_START, EventKind.SAVE_END, call, path=path):
-            if spec.async_save:
-                future = dcp.async_save(state, storage_writer=writer)
-            else:
-                dcp.save(state, storage_writer=writer)
-        returned = events.now()  # a synchronous save is complete when the call returns: one time for both ends
-        events.record(EventKind.SAVE_BLOCK_END, call, path=path, at=returned)
-        if spec.async_save:
-            _await_write(future, events, call, path)
-        else:
-            events.record(EventKind.SAVE_END, call, path=path, at=returned)
+        timed_save(state, writer, events, call, path, spec.async_save)
         _log(context.rank, f"saved checkpoint {call}/{spec.save_calls}")
 
 
