@@ -49,11 +49,11 @@ from ckpt_bench.launcher.base import Backend, Plan
 from ckpt_bench.launcher.config import LaunchConfig
 from ckpt_bench.launcher.interrupts import Interrupts
 from ckpt_bench.launcher.resources import check_free_space, check_ranks_per_node
-from ckpt_bench.launcher.torchrun import PassResult, PassSummary, free_port, run_command, run_pass
+from ckpt_bench.launcher.torchrun import PassResult, free_port, run_command, run_pass
 from ckpt_bench.present.html import write_run_html
 from ckpt_bench.report.advice import AdviceOptions, add_advice
 from ckpt_bench.report.assembly import run_report, to_json
-from ckpt_bench.report.schema import Report, RunSection
+from ckpt_bench.report.schema import PassSummary, Report, RunSection
 from ckpt_bench.storage.baseline import IOShape, measure_rounds
 
 # Run status -> exit code; an interrupted run exits 128 + the signal's number; anything else is 1.

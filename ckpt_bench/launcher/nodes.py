@@ -24,7 +24,8 @@ from pathlib import Path
 
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.rundir import RUN_FILE, RunDir, write_atomic  # several nodes read what one writes
-from ckpt_bench.launcher.torchrun import PassResult, PassSummary, Topology
+from ckpt_bench.launcher.torchrun import PassResult, Topology
+from ckpt_bench.report.schema import PassSummary
 
 JOIN_TIMEOUT_S = 900.0  # node 0 may start minutes after the others (image pull, slow imports)
 PEER_TIMEOUT_S = 300.0  # as long as torchrun's own exit barrier waits for the other agents
@@ -87,7 +88,7 @@ def finish_pass(run: RunDir, topology: Topology, result: PassResult,
         if node == topology.node_rank:
             summaries.append(own)
         elif _wait(path, timeout):
-            summaries.append(PassSummary(**json.loads(path.read_text())))
+            summaries.append(PassSummary.from_json(json.loads(path.read_text())))
         else:
             summaries.append(PassSummary(name=result.name, exit_code=None, ok=False, cause=None, failed_ranks=[],
                                          log_dir=None, node_rank=node, error=f"node {node} did not finish within "

@@ -17,9 +17,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ckpt_bench.core.run_facts import stated
 from ckpt_bench.launcher import oom
 from ckpt_bench.launcher.guard import guarded
+from ckpt_bench.report.schema import FailedRank, PassSummary
 
 # torchrun's --tee prefixes every line with `[<role><local_rank>]:`.
 _TEE_PREFIX = re.compile(r"^\[default(\d+)\]:(.*)$")
@@ -40,6 +40,12 @@ STORAGE_FAILURES = (
     (re.compile(r"AccessDenied|InvalidAccessKeyId|SignatureDoesNotMatch|ExpiredToken"), "access denied"),
     (re.compile(r"(?i)connection refused|could not connect to the endpoint|error trying to connect|dispatch failure|"
                 r"connection reset|tcp connect error|timed out"), "endpoint unreachable"),
+    # s3torchconnector's client (the CRT) closes a connection that moves no bytes for a while and, its
+    # retries spent (minutes), fails the request with this code: an endpoint that accepted the upload
+    # and never answered it.
+    (re.compile(r"AWS_ERROR_HTTP_CHANNEL_THROUGHPUT_FAILURE|failure to meet throughput minimum"),
+     "the endpoint stopped answering (the S3 client gave up after its retries: no bytes moved)"),
+    (re.compile(r"CRT error \d+: [\w-]+: (?P<code>AWS_[A-Z_]+)"), "S3 client error"),
 )
 
 
@@ -48,8 +54,10 @@ def storage_failure(text: str) -> str | None:
     for pattern, meaning in STORAGE_FAILURES:
         match = pattern.search(text)
         if match:
-            path = match.groupdict().get("path")
-            return f"{meaning} on {path}" if path else meaning
+            found = match.groupdict()
+            if found.get("code"):
+                return f"{meaning} {found['code']}"
+            return f"{meaning} on {found['path']}" if found.get("path") else meaning
     return None
 
 
@@ -98,10 +106,9 @@ class RankFailure:
             return "first failure"
         return "stopped by torchrun after the first failure" if self.signal in ("SIGTERM", "SIGKILL") else "failed"
 
-    def to_json(self) -> dict:
+    def failed_rank(self) -> FailedRank:
         """As a pass summary lists it (`PassSummary.failed_ranks`)."""
-        return {"rank": self.rank, "local_rank": self.local_rank, "exit_code": self.exit_code, "signal": self.signal,
-                "cause": self.cause, **({"killed_by": self.killed_by} if self.killed_by else {})}
+        return FailedRank(self.rank, self.local_rank, self.exit_code, self.signal, self.cause, self.killed_by)
 
     def describe(self) -> str:
         how = self.killed_by or (f"killed by {self.signal}" if self.signal else f"exit code {self.exit_code}")
@@ -126,33 +133,8 @@ class PassResult:
     def summary(self) -> PassSummary:
         return PassSummary(
             name=self.name, exit_code=self.exit_code, ok=self.ok, cause=self.cause,
-            failed_ranks=[failure.to_json() for failure in self.failures], log_dir=str(self.log_dir),
+            failed_ranks=[failure.failed_rank() for failure in self.failures], log_dir=str(self.log_dir),
         )
-
-
-@dataclass(kw_only=True)
-class PassSummary:
-    """One node's result of one pass, as run.json and the report list it (`run.passes`)."""
-
-    name: str
-    exit_code: int | None
-    """The pass's exit code on this node; None: the node did not report it (`error` says why)."""
-    ok: bool
-    cause: str | None
-    """What went wrong with the storage, when known (`PassResult.cause`)."""
-    failed_ranks: list[dict]
-    """Each failed rank: rank, local_rank, exit_code, signal, cause, and killed_by where known."""
-    log_dir: str | None
-    """The pass's torchrun logs on this node."""
-    node_rank: int | None = None
-    """The node, in a run of several."""
-    interrupted: str | None = None
-    """The signal that stopped the pass (Ctrl-C, SIGTERM)."""
-    error: str | None = None
-    """Why the node has no result (it did not finish in time)."""
-
-    def to_json(self) -> dict:
-        return stated(self)
 
 
 def free_port() -> int:

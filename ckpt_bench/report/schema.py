@@ -23,6 +23,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+from ckpt_bench.core.run_facts import stated
 from ckpt_bench.report.metrics import Metric
 
 SCHEMA_VERSION = 1
@@ -148,29 +149,47 @@ class Verification:
 
 @dataclass
 class FailedRank:
-    """A rank of a failed pass (launcher.torchrun.RankFailure)."""
+    """A rank of a failed pass (launcher.torchrun.RankFailure.failed_rank)."""
 
-    rank: int | None = None
-    local_rank: int | None = None
-    exit_code: int | None = None
-    signal: str | None = None
-    cause: str | None = None
+    rank: int | None
+    local_rank: int | None
+    exit_code: int | None
+    signal: str | None
+    """The signal that ended it (a negative exit code), e.g. SIGKILL."""
+    cause: str | None
+    """`first failure`, `stopped by torchrun after the first failure` or `failed`."""
     killed_by: str | None = None
+    """Who sent a root cause's SIGKILL, as far as known (launcher.oom)."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class PassSummary:
-    """One pass of one node (launcher.torchrun.PassResult.summary; launcher.nodes for the other nodes')."""
+    """One pass of one node, as the launcher writes it to run.json and the report (`run.passes`):
+    launcher.torchrun.PassResult.summary, launcher.nodes for the other nodes'."""
 
-    name: str | None = None
-    exit_code: int | None = None
-    ok: bool = False
-    cause: str | None = None
-    failed_ranks: list[FailedRank] = field(default_factory=list)
-    log_dir: str | None = None
-    interrupted: str | None = None  # the signal that stopped this pass
+    name: str
+    exit_code: int | None
+    """The pass's exit code on this node; None: the node did not report it (`error` says why)."""
+    ok: bool
+    cause: str | None
+    """What went wrong with the storage, when known (launcher.torchrun.PassResult.cause)."""
+    failed_ranks: list[FailedRank]
+    log_dir: str | None
+    """The pass's torchrun logs on this node."""
     node_rank: int | None = None
-    error: str | None = None  # a node that did not finish in time
+    """The node, in a run of several."""
+    interrupted: str | None = None
+    """The signal that stopped the pass (Ctrl-C, SIGTERM)."""
+    error: str | None = None
+    """Why the node has no result (it did not finish in time)."""
+
+    @classmethod
+    def from_json(cls, data: dict) -> PassSummary:
+        return _build(cls, data, "pass")
+
+    def to_json(self) -> dict:
+        """Its fields in order; an optional one left out while unset, as each failed rank's `killed_by`."""
+        return {**stated(self), "failed_ranks": [stated(rank) for rank in self.failed_ranks]}
 
 
 @dataclass
@@ -573,8 +592,11 @@ def _build(annotation, value, where: str):
             unknown = sorted(set(value) - set(fields))
             if unknown:
                 raise SchemaError(f"{where}: keys not in the report's types: {', '.join(unknown)}")
-            return option(**{fields[key][0]: _build(fields[key][1], item, f"{where}.{key}")
-                             for key, item in value.items()})
+            try:
+                return option(**{fields[key][0]: _build(fields[key][1], item, f"{where}.{key}")
+                                 for key, item in value.items()})
+            except TypeError as error:  # a field without a default is missing
+                raise SchemaError(f"{where}: {error}") from None
         origin = typing.get_origin(option)
         if origin is list:
             (item_type,) = typing.get_args(option)
@@ -598,9 +620,14 @@ def _schema(annotation, definitions: dict) -> dict:
             name = option.__name__
             if name not in definitions:
                 definitions[name] = {}  # a placeholder while its fields are made (recursion)
+                fields = _fields(option)
+                without_default = {f.name for f in dataclasses.fields(option)
+                                   if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
                 definitions[name] = {
                     "type": "object", "description": (option.__doc__ or "").strip(),
-                    "properties": {key: _schema(hint, definitions) for key, (_, hint) in _fields(option).items()},
+                    "properties": {key: _schema(hint, definitions) for key, (_, hint) in fields.items()},
+                    **({"required": [key for key, (field_name, _) in fields.items() if field_name in without_default]}
+                       if without_default else {}),
                     "additionalProperties": False}
             alternatives.append({"$ref": f"#/$defs/{name}"})
         elif typing.get_origin(option) is list:

@@ -129,4 +129,4 @@ def test_a_rank_killed_by_sigkill_is_named_as_far_as_the_host_can_tell(tmp_path,
     result = torchrun.run_command("save", [sys.executable, "-c", script], tmp_path / "logs", lambda line: False)
     [failure] = result.failures
     assert failure.signal == "SIGKILL" and cause in failure.describe()
-    assert cause in result.summary().failed_ranks[0]["killed_by"]
+    assert cause in result.summary().failed_ranks[0].killed_by

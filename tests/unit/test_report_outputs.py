@@ -29,7 +29,9 @@ def make_run_dir(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     facts = {"backend": "megatron", "run_info": {"world_size": 2, "ckpt_format": "torch_dist", "async_save": True,
                                                  "save_interval": 10},
-             "folder_sizes": {"10": 64 * MIB, "20": 64 * MIB}, "passes": [{"name": "save", "ok": True}],
+             "folder_sizes": {"10": 64 * MIB, "20": 64 * MIB},
+             "passes": [{"name": "save", "exit_code": 0, "ok": True, "cause": None, "failed_ranks": [],
+                         "log_dir": "logs/save"}],
              "environment": {"python": "3.11", "host": "test"}}
     (path / "run.json").write_text(json.dumps(facts))
     (path / "events").mkdir(exist_ok=True)
