@@ -168,8 +168,13 @@ class RunDir:
     def read_run(self) -> RunFacts:
         return RunFacts.from_json(json.loads((self.path / RUN_FILE).read_text()))
 
-    def load_verdicts(self) -> dict[int, dict]:
-        return {
-            int(path.stem.split("-")[-1]): json.loads(path.read_text())
-            for path in self.integrity_dir.glob("load-rank-*.json")
-        }
+    def load_verdicts(self) -> tuple[dict[int, dict], list[str]]:
+        """Each rank's load verdict, and the verdict files that could not be read (a rank that wrote its
+        own on a disk that was filling leaves it empty): the report names those, never a traceback."""
+        verdicts, unreadable = {}, []
+        for path in sorted(self.integrity_dir.glob("load-rank-*.json")):
+            try:
+                verdicts[int(path.stem.split("-")[-1])] = json.loads(path.read_text())
+            except (OSError, ValueError) as error:
+                unreadable.append(f"{path}: {error}")
+        return verdicts, unreadable

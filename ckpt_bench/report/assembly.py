@@ -75,7 +75,8 @@ def run_report(run_dir: str | os.PathLike, ckpt_dir: str | os.PathLike | None = 
             "run": run_section("failed" if failed else "ok"),
         }
     load_ran = any(p["name"] == "load" for p in passes)
-    verdicts = run.load_verdicts()
+    verdicts, unreadable = run.load_verdicts()
+    notes += [f"a load verdict could not be read, its rank is not counted as verified: {file}" for file in unreadable]
     verifies = facts.verifies  # a framework's load pass checks nothing for us
     verification = integrity.combine(verdicts) if (verdicts or (load_ran and verifies)) else None
     builder = ReportBuilder().add_all(_recorded_events(run))

@@ -147,10 +147,24 @@ def test_a_read_only_runs_dir_is_one_line(tmp_path, mount):
         assert_one_line_error(result, "cannot create a run directory there (Read-only file system)")
 
 
+def _readable(path: Path) -> bool:
+    try:
+        json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 def test_a_runs_dir_that_fills_after_the_load_never_crashes_the_launcher(tmp_path, mount):
     runs = mount("small", "size=2m")
     run = Launch(tmp_path, *SHORT_DCP, "--save-dir", str(tmp_path / "ckpt"), runs=runs / "runs")
     run.wait_for("loaded checkpoint 1/1")
+    # The ranks write their verdicts right after that line; the disk fills once they have, as the pass ends.
+    verdicts = run.run_dir() / "integrity"
+    deadline = time.monotonic() + 60
+    while sum(_readable(path) for path in verdicts.glob("load-rank-*.json")) < 2:
+        assert time.monotonic() < deadline, "the ranks never wrote their load verdicts"
+        time.sleep(0.05)
     filler = runs / "filler"
     with open(filler, "wb") as handle:  # the disk fills up as the load pass ends
         try:

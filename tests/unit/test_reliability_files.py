@@ -185,3 +185,13 @@ def test_a_checkpoint_exception_is_one_line():
     text = error_text(error)
     assert "\n" not in text and "Traceback" not in text
     assert text.startswith("CheckpointException on ranks [0, 1]: rank 0: AssertionError: metadata is None;")
+
+
+def test_a_load_verdict_left_empty_by_a_full_disk_is_named_not_a_traceback(tmp_path):
+    run = RunDir(tmp_path)
+    run.integrity_dir.mkdir(parents=True)
+    (run.integrity_dir / "load-rank-0.json").write_text(json.dumps({"rank": 0, "verified": True}))
+    (run.integrity_dir / "load-rank-1.json").write_text("")  # its rank wrote it as the disk filled
+    verdicts, unreadable = run.load_verdicts()
+    assert verdicts == {0: {"rank": 0, "verified": True}}
+    assert len(unreadable) == 1 and unreadable[0].startswith(str(run.integrity_dir / "load-rank-1.json"))
