@@ -726,7 +726,7 @@ def write_run_html(run_dir: str | os.PathLike, report: Report | dict) -> Path | 
 
 
 def write_sweep_html(root: str | os.PathLike, results: SweepResults | dict) -> Path | None:
-    """`<sweep dir>/sweep_report.html`, rewritten after every job."""
+    """`<sweep dir>/sweep_report.html`, written with run_results.json (ckpt_bench.sweep.run.ResultsWriter)."""
     if not enabled():
         return None
     return _write(Path(root) / SWEEP_HTML, lambda: render_sweep(results))
