@@ -48,11 +48,11 @@ def spread(values: list[float], digits: int) -> dict:
             "max": round(max(values), digits), "cv": None if cv is None else round(cv, 4)}
 
 
-def repeat_stats(reports: list[dict]) -> tuple[dict, list[str]]:
+def repeat_stats(reports: list[Report]) -> tuple[dict, list[str]]:
     """`repeat_stats` over the reports of the repetitions that completed, and notes on noisy figures."""
     stats, notes = {}, []
     for metric in REPEATED_METRICS:
-        values = [metric.steady(r) for r in reports if isinstance(metric.steady(r), (int, float))]
+        values = [value for report in reports if isinstance(value := report.compared(metric), (int, float))]
         if not values:
             stats[metric.key] = None
             continue
@@ -108,7 +108,8 @@ def combined_report(folder: RunDir, planned: int, reports: list[dict]) -> dict:
     typed = [Report.from_json(report) for report in reports]
     runs = [report.run or RunSection() for report in typed]
     completed = [report for report, repetition in zip(reports, runs, strict=True) if repetition.status == "ok"]
-    stats, notes = repeat_stats(completed)
+    stats, notes = repeat_stats([report for report, repetition in zip(typed, runs, strict=True)
+                                 if repetition.status == "ok"])
     status = runs[-1].status
     if len(reports) < planned:
         notes.append(f"repetition {len(reports)} of {planned} ended {status}: the series stopped there")
@@ -134,8 +135,8 @@ def combined_report(folder: RunDir, planned: int, reports: list[dict]) -> dict:
         "repeat_stats": stats,
         "repeats": [
             {"repetition": index, "dir": repetition.dir, "status": repetition.status,
-             **{metric.key: metric.steady(report) for metric in REPEATED_METRICS}}
-            for index, (report, repetition) in enumerate(zip(reports, runs, strict=True), start=1)
+             **{metric.key: report.compared(metric) for metric in REPEATED_METRICS}}
+            for index, (report, repetition) in enumerate(zip(typed, runs, strict=True), start=1)
         ],
         "notes": [f"a series of {len(reports)} repetition(s), each in fresh processes: saves and loads are every "
                   "repetition's; each repetition's figure is its steady save (the median of its saves after its "

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field, replace
 
 from ckpt_bench.core.events import OVERLAPS_PREVIOUS, RESOLUTION_S, CheckpointEvent, EventKind, TimeSource
 from ckpt_bench.core.units import MIB
-from ckpt_bench.report.metrics import save_stats, steady_median
-from ckpt_bench.report.schema import SCHEMA_VERSION
+from ckpt_bench.report.metrics import save_stats
+from ckpt_bench.report.schema import SCHEMA_VERSION, Report
 
 # Configuration keys of the Primus checkpoint tool's report, in its order. They come from the run's
 # resolved config (our launcher) or from a log's arguments dump (ckpt_report.py).
@@ -503,6 +503,7 @@ def fractions_of_peak(report: dict, baseline: dict | None) -> dict:
     loads = [value for value in loads if value is not None]
     baseline = baseline or {}
     return {
-        "save_fraction_of_peak": ratio(steady_median(report, "bandwidth"), baseline.get("write_bandwidth")),
+        "save_fraction_of_peak": ratio(Report.from_json(report).steady_median("bandwidth"),
+                                       baseline.get("write_bandwidth")),
         "load_fraction_of_peak": ratio(statistics.median(loads) if loads else None, baseline.get("read_bandwidth")),
     }

@@ -22,15 +22,6 @@ class Metric:
         """Decimals shown: milliseconds for times, a tenth of a MiB/s for bandwidths."""
         return 1 if self.unit == "MiB/s" else 3
 
-    def steady(self, report: dict) -> float | None:
-        """The figure where runs are compared (sweeps, --repeat): a save's steady median (`steady_median`),
-        falling back to the top-level key (a log without stats); a load's top-level value."""
-        if self.steady_figure is not None:
-            value = steady_median(report, self.steady_figure)
-            if value is not None:
-                return value
-        return report.get(self.key)
-
 
 HEADLINE = (
     Metric("save_block_time", "save block time (s)", "save block s", "s", "block_time"),
@@ -46,8 +37,10 @@ BY_KEY = {metric.key: metric for metric in HEADLINE}
 # --- the steady figures: one definition for every reader ---------------------------------------------
 # The first save of a process pays one-off costs (megatron-core starts its writer's helper process, a
 # spawn-context Manager that imports torch: seconds), so it is shown apart, and the figure every later
-# checkpoint of a long job costs is the median of the saves after it: "steady". The summary, report.html,
-# --compare, sweeps, --repeat, the storage baseline's fraction of peak and the advice all take it here.
+# checkpoint of a long job costs is the median of the saves after it: "steady". `save_stats` writes it
+# into the report (`stats.excluding_first`); everything that shows or compares it (the summary,
+# report.html, --compare, sweeps, --repeat, the storage baseline's fraction of peak) reads it through
+# report.schema.Report's `steady`, `steady_median`, `first_saves` and `compared`.
 
 STEADY = "median of the saves after the first"
 STEADY_FIGURES = {"block_time": "save block time", "total_time": "save total time", "bandwidth": "save bandwidth"}
@@ -66,12 +59,6 @@ def steady_saves(saves: list[dict]) -> list[dict]:
             later.append(save)
         seen.add(process)
     return later or complete
-
-
-def first_saves(saves: list[dict]) -> list[dict]:
-    """The first complete save of each process, when later saves are summarised without it."""
-    later = steady_saves(saves)
-    return [save for save in saves if save.get("complete") and not any(save is other for other in later)]
 
 
 def summary_stats(values: list[float], digits: int = 3) -> dict | None:
@@ -107,37 +94,3 @@ def save_stats(saves: list[dict]) -> dict | None:
         "first_save": {k: first.get(k) for k in ("iteration", "block_time", "total_time", "bandwidth")},
         "excluding_first": over(steady) if len(steady) < len(complete) else None,
     }
-
-
-def steady_stats(report: dict) -> dict:
-    """{figure: {n, min, median, mean, max, stdev}} over the steady saves (`stats.excluding_first`, or
-    `stats` itself when there is one save); {} without saves."""
-    stats = report.get("stats") or {}
-    return stats.get("excluding_first") or {key: stats[key] for key in STEADY_FIGURES if stats.get(key)}
-
-
-def steady_median(report: dict, figure: str) -> float | None:
-    """The steady median of `figure` ("block_time", "total_time" or "bandwidth")."""
-    return (steady_stats(report).get(figure) or {}).get("median")
-
-
-def first_save_apart(report: dict) -> dict | None:
-    """The first save ({iteration, block_time, total_time, bandwidth}) when later saves are summarised
-    without it; None with one save or none."""
-    stats = report.get("stats") or {}
-    return stats.get("first_save") if stats.get("excluding_first") else None
-
-
-def fsync(report: dict) -> bool | None:
-    """Whether a save counted as complete only once fsynced (None: object storage, or not known: see
-    `says_fsync`)."""
-    for section in (report.get("measurement"), report.get("config")):
-        if isinstance(section, dict) and "fsync" in section:
-            return section["fsync"]
-    return None
-
-
-def says_fsync(report: dict) -> bool:
-    """Whether the report knows if its saves were fsynced (a run does; a log does not say)."""
-    return any(isinstance(section, dict) and "fsync" in section
-               for section in (report.get("measurement"), report.get("config")))

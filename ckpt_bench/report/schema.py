@@ -495,8 +495,8 @@ class Report:
 
     @property
     def steady(self) -> StatsBlock:
-        """The steady save figures (report.metrics.steady_stats): over the saves after the first of each
-        process, or over every save when no process saved twice; empty without a complete save."""
+        """The steady save figures (report.metrics.save_stats' `excluding_first`): over the saves after the
+        first of each process, or over every save when no process saved twice; empty without a complete save."""
         if self.stats is None:
             return StatsBlock()
         return self.stats.excluding_first or StatsBlock(self.stats.block_time, self.stats.total_time,
@@ -509,11 +509,11 @@ class Report:
 
     @property
     def first_save_apart(self) -> FirstSave | None:
-        """The first save when later saves are summarised without it (report.metrics.first_save_apart)."""
+        """The first save when later saves are summarised without it."""
         return self.stats.first_save if self.stats is not None and self.stats.excluding_first else None
 
     def first_saves(self) -> list[SaveRecord]:
-        """The first complete save of each process when one saved twice (report.metrics.first_saves; a
+        """The first complete save of each process when one saved twice (report.metrics.steady_saves' rule; a
         --repeat series' processes are its repetitions), else none."""
         complete = [save for save in self.saves or [] if save.complete]
         first_of_process: dict[int | None, SaveRecord] = {}
@@ -522,7 +522,7 @@ class Report:
         return list(first_of_process.values()) if len(first_of_process) < len(complete) else []
 
     def compared(self, metric: Metric) -> float | None:
-        """The figure runs are compared on (report.metrics.Metric.steady): a save's steady median, falling
+        """The figure runs are compared on (sweeps, --compare, --repeat): a save's steady median, falling
         back to the top-level value (a log without stats); a load's top-level value."""
         if metric.steady_figure is not None:
             value = self.steady_median(metric.steady_figure)

@@ -13,7 +13,6 @@ from html_page import Page
 from ckpt_bench.launcher.repeat import combined_report
 from ckpt_bench.present import html, rows, summary
 from ckpt_bench.present.compare import Source, compare
-from ckpt_bench.report import metrics
 from ckpt_bench.report.advice import AdviceOptions, add_advice, advise
 from ckpt_bench.report.metrics import save_stats
 from ckpt_bench.report.schema import Report
@@ -91,7 +90,7 @@ def test_overlaps_waits_and_rank_spread_are_named_beside_the_save():
 
 def test_one_steady_median_for_the_summary_compare_sweeps_and_advice():
     report = _report(FIRST_SLOW)
-    steady_total = metrics.steady_median(report, "total_time")
+    steady_total = Report.from_json(report).steady_median("total_time")
     assert steady_total == 0.6
     other = _report([_save(2, 9.0, 9.2), _save(4, 0.6, 1.2), _save(6, 0.6, 1.2)])
     table = compare([Source("fast", "a", report), Source("slow", "b", other)])
@@ -135,7 +134,7 @@ def test_a_repeat_series_is_one_report_read_like_any_other(tmp_path):
     report = combined_report(RunDir(tmp_path), 2, [first, second])
     assert [(s["iteration"], s["repetition"]) for s in report["saves"]] == [(2, 1), (4, 1), (6, 1), (8, 1), (2, 2),
                                                                            (4, 2), (6, 2)]
-    assert [s["iteration"] for s in metrics.first_saves(report["saves"])] == [2, 2]
+    assert [s.iteration for s in Report.from_json(report).first_saves()] == [2, 2]
     assert report["stats"]["excluding_first"]["total_time"]["n"] == 5
     assert report["save_total_time"] == 0.5875  # median of each repetition's steady save (0.6, 0.575)
     assert report["repeat_stats"]["load_time"]["median"] == 0.6 and report["load"]["time"] in (0.5, 0.7)
@@ -208,7 +207,7 @@ def test_charts_that_can_be_read(monkeypatch):
 
 @pytest.mark.parametrize("saves,steady", [([_save(2, 1.0, 2.0)], 2.0), (FIRST_SLOW, 0.6)])
 def test_steady_is_the_only_save_when_there_is_one(saves, steady):
-    assert metrics.steady_median(_report(saves), "total_time") == steady
+    assert Report.from_json(_report(saves)).steady_median("total_time") == steady
     assert json.loads(json.dumps(save_stats(saves)))["first_save"]["iteration"] == 2
 
 

@@ -3,6 +3,7 @@
 import pytest
 
 from ckpt_bench.launcher.repeat import REPEATED_METRICS, repeat_stats, spread
+from ckpt_bench.report.schema import Report
 
 
 def test_spread_is_median_min_max_and_sample_cv():
@@ -13,7 +14,7 @@ def test_spread_is_median_min_max_and_sample_cv():
 
 
 def test_noisy_figures_are_named_and_missing_ones_are_null():
-    reports = [{"save_block_time": t, "load_time": 1.0} for t in (1.0, 1.5, 2.0)]
+    reports = [Report(save_block_time=t, load_time=1.0) for t in (1.0, 1.5, 2.0)]
     stats, notes = repeat_stats(reports)
     assert stats["save_block_time"]["cv"] == pytest.approx(0.3333, abs=1e-4)
     assert stats["load_time"]["cv"] == 0.0 and stats["save_bandwidth_in_mbps"] is None
