@@ -60,7 +60,8 @@ class Saver:
         with timed(self.recorder, EventKind.SAVE_START, EventKind.SAVE_END, iteration, path=path,
                    extra={"strategy": self.spec.strategy, "async": self.spec.async_save}):
             trainer.save_checkpoint(path)
-        self.recorder.record(EventKind.SAVE_BLOCK_END, iteration, path=path)
+        returned = self.recorder.now()  # a synchronous save is written when the call returns: both ends then
+        self.recorder.record(EventKind.SAVE_BLOCK_END, iteration, path=path, at=returned)
         if not ends_on_writer:
             if not writes_here:
                 written = 0
@@ -68,7 +69,7 @@ class Saver:
                 written = local_size(path)
             else:
                 written = None  # FSDP2: this rank's shards of a DCP folder; the launcher measures the folder
-            self.recorder.record(EventKind.SAVE_END, iteration, path=path, bytes=written)
+            self.recorder.record(EventKind.SAVE_END, iteration, path=path, bytes=written, at=returned)
 
     def wait(self, trainer) -> None:
         """Untimed: the pending async write is finished (and its error, if any, raised)."""

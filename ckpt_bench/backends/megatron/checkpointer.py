@@ -140,11 +140,11 @@ class Checkpointer:
             request = self.format.save(directory, state_dict)
             if request is not None:
                 self._schedule(request, iteration, directory)
-        self.events.record(EventKind.SAVE_BLOCK_END, iteration, path=directory)
+        returned = self.events.now()  # a synchronous save is written when the call returns: one time for both ends
+        self.events.record(EventKind.SAVE_BLOCK_END, iteration, at=returned, path=directory)
 
-        if request is None:
-            written = self.events.now()  # the save's end; counting its bytes after that is ours
-            self.events.record(EventKind.SAVE_END, iteration, at=written, path=directory,
+        if request is None:  # counting its bytes is ours, after the stamp
+            self.events.record(EventKind.SAVE_END, iteration, at=returned, path=directory,
                                bytes=self.format.written_bytes(directory))
             torch.distributed.barrier()  # every rank's part is written before the tracker names it
             self._finalize_iteration(iteration)

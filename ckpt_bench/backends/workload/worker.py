@@ -89,9 +89,10 @@ def save_pass(spec: WorkloadSpec, engine: Engine, events: EventRecorder, context
             pending = engine.save(state, path)
             if workload.rank_sync and pending is None:
                 dist.barrier()
-        events.record(EventKind.SAVE_BLOCK_END, call, path=path)
+        returned = events.now()  # a synchronous save is durable when the call returns: one time for both ends
+        events.record(EventKind.SAVE_BLOCK_END, call, path=path, at=returned)
         if pending is None:
-            events.record(EventKind.SAVE_END, call, path=path)
+            events.record(EventKind.SAVE_END, call, path=path, at=returned)
         else:
             _wait_durable(pending, events, call, path)
         _log(context.rank, f"saved checkpoint {call}/{spec.save_calls}")
