@@ -394,7 +394,7 @@ class Comms:
 
 @dataclass
 class RepeatFigure:
-    """One headline figure over the repetitions of a --repeat series (launcher.repeat.spread)."""
+    """One headline figure over the repetitions of a --repeat series (report.series.spread)."""
 
     n: int = 0
     median: float | None = None

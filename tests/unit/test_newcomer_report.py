@@ -10,12 +10,12 @@ import json
 import pytest
 from html_page import Page
 
-from ckpt_bench.launcher.repeat import combined_report
 from ckpt_bench.present import html, rows, summary
 from ckpt_bench.present.compare import Source, compare
 from ckpt_bench.report.advice import AdviceOptions, add_advice, advise
 from ckpt_bench.report.metrics import save_stats
 from ckpt_bench.report.schema import Report
+from ckpt_bench.report.series import combined_report
 from ckpt_bench.sweep.results import SweepResults
 
 MIB = 2**20

@@ -2,8 +2,8 @@
 
 import pytest
 
-from ckpt_bench.launcher.repeat import REPEATED_METRICS, repeat_stats, spread
 from ckpt_bench.report.schema import Report
+from ckpt_bench.report.series import REPEATED_METRICS, repeat_stats, spread
 
 
 def test_spread_is_median_min_max_and_sample_cv():

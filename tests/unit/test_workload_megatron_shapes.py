@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from collections import defaultdict
 
 import pytest
@@ -150,11 +149,10 @@ def test_a_subset_holds_what_the_same_ranks_of_the_job_hold():
     assert subset.dlio_reported_bytes == sum(share.resident_bytes for share in job.ranks[:3])
 
 
-def test_the_mlperf_shapes_at_their_rank_counts_in_well_under_a_second():
+def test_the_mlperf_shapes_at_their_rank_counts():
+    # How fast (benchmarks/workload_layout_speed.py): a timed test would fail on a busy machine, not a slow layout.
     workload = CATALOG["llama3-1t"]
-    started = time.perf_counter()
     result = layout(workload)
-    assert time.perf_counter() - started < 1.0
     gpt = MegatronGPT(workload, 1024)
     assert len(result.ranks) == 1024 and gpt.kv_channels == 134  # 25872 // 192, as megatron-core floors it
     assert sum(share.bytes for share in result.ranks) == result.total_bytes
