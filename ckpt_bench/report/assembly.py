@@ -300,6 +300,9 @@ def _job_report(job: _Job, ckpt_dir: str | Path | None, extra_notes: list[str]) 
                     "that save's size and bandwidth are left out"
                 )
     report["notes"] += _semantics_notes(report["saves"])
+    training = session.iteration_times.training()
+    if training is not None:
+        report["training"] = training
     orphans = job.builder.orphans()
     if orphans:
         report["unmatched_ends"] = [_unmatched(event) for event in orphans]

@@ -3,6 +3,7 @@ options' checks (one line, exit code 2, on both command lines)."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -182,3 +183,47 @@ def test_launcher_refuses_bad_advice_input_with_one_line(args, needle):
 ])
 def test_ckpt_report_refuses_bad_advice_input_with_one_line(args, needle):
     assert_one_line_error(ckpt_report(LOGS / "megatron_2024_untimestamped_sync.log", *args), needle)
+
+
+def test_a_log_with_iteration_lines_gives_the_iteration_time_and_the_interval_in_iterations():
+    """A Megatron-DeepSpeed log prints 'elapsed time per iteration (s)' every 10 iterations from 610 around its
+    save at 700: the intervals holding the save (or the iteration after it) and the first one are left out."""
+    result = ckpt_report(str(LOGS / "constructed_megatron_deepspeed_orphan_end.log"), "--mtbf-hours", "24",
+                         "--format", "json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["training"]["iteration_time_without_saves_median"] == 6.93
+    advice = report["advice"]
+    assert advice["iteration_time_s"] == 6.93 and advice["iteration_time_from"].startswith("training.")
+    assert advice["daly_interval_iterations"] == round(advice["daly_interval_s"] / 6.93)
+
+
+def _line(iteration: int, milliseconds: float) -> str:
+    """A Primus/Megatron training line as 05_primus_console_rank0_lines_2026.log prints it."""
+    return (f" [2026-05-14 10:25:04.903677] iteration {iteration:8d}/    1000 | consumed samples: {iteration * 8:12d}"
+            f" | elapsed time per iteration (ms): {milliseconds}/{milliseconds} | throughput per GPU: 365.5 |")
+
+
+@pytest.mark.parametrize(("feed", "median", "iterations"), [
+    ([(10, 9000.0), (20, 1000.0), "save", (30, 5000.0), (40, 1200.0)], 1.1, 20),  # (20, 30] pays the save at 20
+    ([(10, 9000.0), (20, 1000.0), (5, 7000.0), (15, 2000.0)], 1.5, 20),  # a restart at 5: its start-up left out
+    ([(100, 3000.0)], None, 0),  # one line: only a start-up interval
+])
+def test_the_logged_iteration_time_leaves_out_start_up_and_saves(feed, median, iterations):
+    from ckpt_bench.report.parsers.iterations import IterationTimes
+
+    times = IterationTimes()
+    for item in feed:
+        times.save_started() if item == "save" else times.line(_line(*item))
+    assert times.median() == median and times.iterations == iterations
+    assert (times.training() or {}).get("iteration_time_without_saves_median") == median
+
+
+def test_logged_iteration_times_are_counted_not_listed():
+    from ckpt_bench.report.parsers.iterations import IterationTimes
+
+    times = IterationTimes()
+    for iteration in range(1, 100_001):
+        times.line(_line(iteration, 2031.4 if iteration % 2 else 2031.5))
+    assert len(times.seconds) == 2 and times.iterations == 99_999
+    assert times.median() == 2.0315  # the lines 2 to 100,000: 50,000 intervals at 2.0315 s, 49,999 at 2.0314

@@ -30,6 +30,7 @@ from typing import Protocol
 from ckpt_bench.core.events import CheckpointEvent
 from ckpt_bench.report.parsers.arguments import ArgumentsDump
 from ckpt_bench.report.parsers.deepspeed import DeepSpeedParser
+from ckpt_bench.report.parsers.iterations import IterationTimes
 from ckpt_bench.report.parsers.lines import Grammar, Line
 from ckpt_bench.report.parsers.megatron import MegatronParser
 from ckpt_bench.report.parsers.nemo import NemoParser
@@ -46,6 +47,7 @@ class LogParser(Protocol):
     folder_layout: str | None  # what a log folder of this format is, for messages; None: single files only
     arguments: ArgumentsDump  # the log's arguments dump(s)
     observed: dict[str, tuple[object, str]]  # configuration seen outside a dump: key -> (value, where)
+    iteration_times: IterationTimes  # the training lines' iteration times (the advice's iteration time)
     grammar: Grammar  # which lines of its files can matter (`ckpt_bench.report.parsers.lines`)
 
     @classmethod

@@ -87,6 +87,7 @@ class DeepSpeedParser(LogFormat, OneFileFormat):
         self.megatron = MegatronParser()
         self.arguments = self.megatron.arguments
         self.observed = self.megatron.observed
+        self.iteration_times = self.megatron.iteration_times
         self._held: dict[int | None, _Held] = {}  # Megatron's saves by iteration, until their end
         self._saves: dict[str, _Span] = {}  # DeepSpeed's saves by tag (the latest of a tag)
         self._alone: _Span | None = None  # a save of DeepSpeed's with no Megatron line about it

@@ -227,8 +227,11 @@ def is_indented(raw: bytes) -> bool:
 
 # Megatron-LM's stdout: a record's continuation lines are indented (a timer's entries), behind a
 # launcher's prefix if any (`launchers`: srun's label, torchrun's `[default0]:`).
+# Megatron's training log line (`iteration 100/ 1000 | ... | elapsed time per iteration (ms): 733.2 | ...`).
+ITERATION_TIME = b"elapsed time per iteration ("
 MEGATRON = Grammar(
-    keywords=(b"checkpoint", ARGUMENTS_START, b"without --use-persistent-ckpt-worker", b"using world size: "),
+    keywords=(b"checkpoint", ARGUMENTS_START, b"without --use-persistent-ckpt-worker", b"using world size: ",
+              ITERATION_TIME),
     record_start=re.compile(rb"(?!" + PREFIX_BYTES + rb"[ \t])"),
     headers=(b"across ranks (ms)",),
 )

@@ -69,6 +69,7 @@ from dataclasses import dataclass, field, replace
 from ckpt_bench.core.events import OVERLAPS_PREVIOUS, CheckpointEvent, EventKind, TimeSource
 from ckpt_bench.report.engine import MEASURES
 from ckpt_bench.report.parsers.arguments import ArgumentsDump
+from ckpt_bench.report.parsers.iterations import IterationTimes
 from ckpt_bench.report.parsers.launchers import LogFormat
 from ckpt_bench.report.parsers.lines import MEGATRON, Grammar, OneFileFormat, megatron_time_ns
 
@@ -143,6 +144,7 @@ class MegatronParser(LogFormat, OneFileFormat):
     def __init__(self) -> None:
         self.arguments = ArgumentsDump()
         self.observed: dict[str, tuple[object, str]] = {}  # configuration seen outside the arguments dump
+        self.iteration_times = IterationTimes()
         self._open: dict[int | None, _Operation] = {}  # saves without their end, by iteration
         self._untimed: deque[_Operation] = deque()  # saves still waiting for their timer
         self._load: _Operation | None = None  # the load still waiting for its timer
@@ -204,7 +206,9 @@ class MegatronParser(LogFormat, OneFileFormat):
             return []
         if "checkpoint" in message:
             return self._checkpoint_line(message, seq, prefix_ns)
-        if TIMER_HEADER.search(message):
+        if "elapsed time per iteration (" in message:  # the commonest line of a long log: tested first, cheaply
+            self.iteration_times.line(message)
+        elif TIMER_HEADER.search(message):
             self._timer = _TimerBlock()
         elif self.arguments.starts(message):
             return self._close_process("a new process started before this save finished", seq)
@@ -243,6 +247,7 @@ class MegatronParser(LogFormat, OneFileFormat):
         start = _event(EventKind.SAVE_START, match, seq, prefix_ns, extra=extra)
         save = _Operation(start, asynchronous=self._asked_async() and self._async_off is None)
         self._saves += 1
+        self.iteration_times.save_started()
         self._open[start.iteration] = save
         self._untimed.append(save)
         self.observed["save"] = (start.path, SAVE_LINES)

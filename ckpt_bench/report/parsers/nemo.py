@@ -123,6 +123,7 @@ class NemoParser(LogFormat, OneFileFormat):
         self.megatron = MegatronParser()  # Megatron-LM's wording, as Megatron-Bridge prints it
         self.arguments = self.megatron.arguments
         self.observed = self.megatron.observed
+        self.iteration_times = self.megatron.iteration_times
         self._latest: _Save | None = None  # the last save started, not resolved yet
         self._writing: list[_Save] = []  # async saves scheduled, not finished
         self._done: deque[_Save] = deque(maxlen=64)  # finished saves, for their late second end line

@@ -30,8 +30,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ckpt_bench.core.events import CheckpointEvent, TimeSource
+from ckpt_bench.report.parsers.iterations import IterationTimes
 from ckpt_bench.report.parsers.launchers import LogFormat
-from ckpt_bench.report.parsers.lines import ARGUMENTS_START, Grammar, Line, primus_time_ns, scan_lines
+from ckpt_bench.report.parsers.lines import ARGUMENTS_START, ITERATION_TIME, Grammar, Line, primus_time_ns, scan_lines
 from ckpt_bench.report.parsers.megatron import MegatronParser
 from ckpt_bench.report.parsers.torchtitan import Clock, TorchtitanMessages
 
@@ -47,7 +48,7 @@ _PREFIX_BYTES = re.compile(rb"(?:\(PrimusMaster[^)\n]*\)[^\S\n]*)?\[\d{8} \d\d:\
 # Megatron's messages (a line without the prefix continues the record above), and the torchtitan
 # backend's: a save line that names no step brings the nearest `step: N` line before it.
 GRAMMAR = Grammar(
-    keywords=(b"checkpoint", ARGUMENTS_START, b"without --use-persistent-ckpt-worker"),
+    keywords=(b"checkpoint", ARGUMENTS_START, b"without --use-persistent-ckpt-worker", ITERATION_TIME),
     record_start=_PREFIX_BYTES,
     headers=(b"across ranks (ms)",),
     context=(b"the checkpoint", b"step: "),
@@ -121,6 +122,10 @@ class PrimusParser(LogFormat):
     @property
     def observed(self) -> dict:
         return self.megatron.observed
+
+    @property
+    def iteration_times(self) -> IterationTimes:
+        return self.megatron.iteration_times
 
 
 def find_rank_dirs(folder: Path) -> dict[int, Path]:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ckpt_bench.core.events import CheckpointEvent
 from ckpt_bench.report.parsers import LogParser
+from ckpt_bench.report.parsers.iterations import IterationTimes
 from ckpt_bench.report.parsers.lines import locate
 from ckpt_bench.report.parsers.sources import LogSource, cannot_read, log_sources
 
@@ -31,6 +32,7 @@ class LogSession:
         self.provenance: dict[str, str] = {}
         self.dumps = 0
         self.notes: list[str] = []
+        self.iteration_times = IterationTimes()
 
     def events(self, sources: Iterable[LogSource]) -> Iterator[CheckpointEvent]:
         for source in sources:
@@ -42,6 +44,7 @@ class LogSession:
         self.seq = later.seq
         self.skipped += later.skipped
         self.dumps += later.dumps
+        self.iteration_times.merge(later.iteration_times)
         self.notes.extend(note for note in later.notes if note not in self.notes)
         self.run_info.update(later.run_info)
         self.provenance.update(later.provenance)
@@ -75,6 +78,7 @@ class LogSession:
         self.notes.extend(note for note in parser.notes if note not in self.notes)
         dumped = parser.arguments.run_info()
         self.dumps += parser.arguments.dumps
+        self.iteration_times.merge(parser.iteration_times)
         for key, (value, where) in parser.observed.items():
             if key not in dumped:
                 self.run_info[key] = value

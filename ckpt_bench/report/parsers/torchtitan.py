@@ -44,6 +44,7 @@ from pathlib import Path
 from ckpt_bench.core.events import CheckpointEvent, EventKind, TimeSource
 from ckpt_bench.report.engine import MEASURES
 from ckpt_bench.report.parsers.arguments import ArgumentsDump
+from ckpt_bench.report.parsers.iterations import IterationTimes
 from ckpt_bench.report.parsers.launchers import LogFormat
 from ckpt_bench.report.parsers.lines import Grammar, OneFileFormat, megatron_time_ns
 
@@ -321,6 +322,7 @@ class TorchtitanParser(LogFormat, OneFileFormat):
     def __init__(self) -> None:
         self.arguments = ArgumentsDump()  # torchtitan prints none
         self.observed: dict[str, tuple[object, str]] = {}
+        self.iteration_times = IterationTimes()  # torchtitan's step lines are not read for it
         self.messages = TorchtitanMessages()
         self._seq = 0
 
