@@ -49,7 +49,7 @@ from ckpt_bench.launcher.base import Backend, Plan
 from ckpt_bench.launcher.config import LaunchConfig
 from ckpt_bench.launcher.interrupts import Interrupts
 from ckpt_bench.launcher.resources import check_free_space, check_ranks_per_node
-from ckpt_bench.launcher.torchrun import PassResult, free_port, run_command, run_pass
+from ckpt_bench.launcher.torchrun import PassResult, free_port, lost_its_port, run_command, run_pass
 from ckpt_bench.present.html import write_run_html
 from ckpt_bench.report.advice import AdviceOptions, add_advice
 from ckpt_bench.report.assembly import run_report, to_json
@@ -58,6 +58,7 @@ from ckpt_bench.storage.baseline import IOShape, measure_rounds
 
 # Run status -> exit code; an interrupted run exits 128 + the signal's number; anything else is 1.
 EXIT_CODES = {"ok": 0, "verification-failed": 3}
+PORT_ATTEMPTS = 3  # a pass whose picked port was taken before torchrun listened runs again on another
 
 
 def exit_code(run: RunSection) -> int:
@@ -119,7 +120,7 @@ def prepare(runner: Backend, launch: LaunchConfig) -> Plan:
     if plan.checkpoints is not None:
         plan.checkpoints.storage.check_access()  # a missing bucket or unwritable folder: one line, nothing made
     if not launch.topology.rdzv_endpoint and launch.topology.master_port is None:
-        launch.topology.master_port = free_port()
+        launch.topology.master_port, launch.topology.port_is_ours = free_port(), True
     return plan
 
 
@@ -209,8 +210,16 @@ def run_passes(plan: Plan, launch: LaunchConfig, run: RunDir, spec_path: Path, i
             # One c10d rendezvous per pass: no agent can join the previous pass's.
             topology = replace(launch.topology, rdzv_id=f"{run.path.name}-{worker_pass.name}",
                                nproc_per_node=worker_pass.nproc_per_node or launch.topology.nproc_per_node)
-            result = run_pass(worker_pass.name, topology, log_dir, worker_pass.module or plan.worker_module,
-                              args, show, pass_env, on_start=interrupts.watch)
+            for attempt in range(1, PORT_ATTEMPTS + 1):
+                result = run_pass(worker_pass.name, topology, log_dir, worker_pass.module or plan.worker_module,
+                                  args, show, pass_env, on_start=interrupts.watch)
+                # A free port can be taken between our check and torchrun's listen (other jobs on the host).
+                if not (topology.port_is_ours and lost_its_port(result) and attempt < PORT_ATTEMPTS):
+                    break
+                taken, launch.topology.master_port = topology.master_port, free_port()
+                topology = replace(topology, master_port=launch.topology.master_port)
+                print(f"[{worker_pass.name}] port {taken} was taken before torchrun listened on it; again on "
+                      f"port {topology.master_port}", file=sys.stderr, flush=True)
         commands.append(shlex.join(result.command))
         if interrupts.signal is not None:
             interrupts.reap()

@@ -70,6 +70,7 @@ class Topology:
     master_port: int | None = None
     rdzv_endpoint: str | None = None  # c10d rendezvous (host:port) instead of a fixed master
     rdzv_id: str | None = None  # names one rendezvous of the c10d backend (we use one per pass)
+    port_is_ours: bool = False  # master_port was a free port we picked (`free_port`), not the user's
 
     @property
     def world_size(self) -> int:
@@ -135,6 +136,17 @@ class PassResult:
             name=self.name, exit_code=self.exit_code, ok=self.ok, cause=self.cause,
             failed_ranks=[failure.failed_rank() for failure in self.failures], log_dir=str(self.log_dir),
         )
+
+
+def lost_its_port(result: PassResult) -> bool:
+    """Whether a pass failed only because another process took the free port we had picked before
+    torchrun could listen on it (no rank started; torchrun's TCPStore says EADDRINUSE)."""
+    if result.ok or result.failures:
+        return False
+    try:
+        return "EADDRINUSE" in (result.log_dir / "console.log").read_text(errors="replace")
+    except OSError:
+        return False
 
 
 def free_port() -> int:
