@@ -131,8 +131,10 @@ def test_an_interrupted_sweep_writes_the_aggregate_and_resume_rebuilds_it(tmp_pa
 
     calls.clear()
     (root / "run_results.json").unlink()  # rebuilt from the jobs' own files alone
+    failed = json.loads((root / "2" / JOB_FILE).read_text())
+    (root / "2" / JOB_FILE).write_text(json.dumps({**failed, "status": "failed"}))  # a failed job runs again
     monkeypatch.setattr(sweep_run, "run_job", succeed)
     _root, results = run_sweep(None, tmp_path / "runs", str(root), {}, parse_argv)
-    assert calls == list(range(5, JOBS))  # the 5 with a result are skipped
+    assert calls == [2, *range(5, JOBS)]  # the 4 that finished ok are skipped
     written = SweepResults.from_json(json.loads((root / "run_results.json").read_text()))
     assert written.summary == {"ok": JOBS} and all(job.report is not None for job in written.jobs)
