@@ -236,6 +236,7 @@ def training_impact_words(training: Training) -> str:
 # --steps-per-save), `around_saves` apart: a table of its own.
 TRAINING_LABELS = {
     "iterations": "iterations (each of the two loops)",
+    "iterations_logged": "iterations in the log intervals timed",
     "steps_per_save": "a save every N steps",
     "train_steps": "steps (each of the two fits)",
     "saves": "saves",

@@ -280,10 +280,12 @@ class AroundSave:
 @dataclass
 class Training:
     """What the saves cost the training loop, timed without then with saves: Megatron's --training-impact
-    (iterations, backends.megatron.worker) or Lightning's --steps-per-save (fits, backends.lightning.worker).
-    Fields in the order both write theirs."""
+    (iterations, backends.megatron.worker) or Lightning's --steps-per-save (fits, backends.lightning.worker);
+    for a log, its iteration time alone (report.parsers.iterations). Fields in the order their writers write them."""
 
     iterations: int | None = None
+    iterations_logged: int | None = None
+    """A log's: the iterations in the log intervals its median is taken over (report.parsers.iterations)."""
     steps_per_save: int | None = None
     train_steps: int | None = None
     saves: int | None = None

@@ -64,5 +64,5 @@ class IterationTimes:
         median = self.median()
         if median is None:
             return None
-        return {"iterations": self.iterations, "iteration_time_without_saves_median": round(median, 4),
+        return {"iterations_logged": self.iterations, "iteration_time_without_saves_median": round(median, 4),
                 "timing": TIMING}
