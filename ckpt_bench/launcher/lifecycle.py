@@ -316,14 +316,20 @@ def write_report(run: RunDir, facts: RunFacts, advice: AdviceOptions | None = No
     facts.launcher = {**facts.launcher, "finished": True}
     unwritten = [] if run.write_json("run.json", facts.to_json()) else ["run.json"]
     report = add_advice(run_report(run.path, facts=facts), advice, strict=False)
-    if not run.write(run.report_path.name, to_json(report) + "\n"):
-        unwritten.append(run.report_path.name)
+    save_report(run, report, unwritten)
+    return report
+
+
+def save_report(run: RunDir, report: dict, unwritten: list[str] | None = None) -> None:
+    """report.json, written whole or not at all, then report.html; a disk that refused it (or the files in
+    `unwritten` before it) is a note in the report, which the CLI prints whatever was written."""
+    unwritten = [*(unwritten or []), *([] if run.write(run.report_path.name, to_json(report) + "\n")
+                                       else [run.report_path.name])]
     if unwritten:
         report["notes"].append(f"could not write {' and '.join(unwritten)} in {run.path} (its disk refused): "
                                "the report is the one printed")
     else:
         write_run_html(run.path, report)
-    return report
 
 
 def _evict(plan: Plan) -> None:

@@ -22,10 +22,8 @@ from ckpt_bench.core.rundir import RunDir
 from ckpt_bench.launcher import nodes
 from ckpt_bench.launcher.base import Backend
 from ckpt_bench.launcher.config import LaunchConfig
-from ckpt_bench.launcher.lifecycle import RunResult, execute
-from ckpt_bench.present.html import write_run_html
+from ckpt_bench.launcher.lifecycle import RunResult, execute, save_report
 from ckpt_bench.report.advice import add_advice
-from ckpt_bench.report.assembly import to_json
 from ckpt_bench.report.series import combined_report
 
 
@@ -52,6 +50,5 @@ def execute_repeated(runner: Backend, launch: LaunchConfig) -> RunResult:
         return results[-1]
     report = add_advice(combined_report(folder, launch.repeat, [result.report for result in results]), launch,
                         strict=False)
-    folder.report_path.write_text(to_json(report) + "\n")
-    write_run_html(folder.path, report)
+    save_report(folder, report)
     return RunResult(folder, report)
