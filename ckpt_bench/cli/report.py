@@ -115,7 +115,7 @@ def _sweep(folder: Path, html_file, output, output_format) -> None:
         results = SweepResults.from_json(data)
     except (OSError, ValueError, TypeError) as error:  # TypeError: a key the results need is missing
         raise ReportError(f"cannot read the sweep results in {folder}: {error}") from None
-    text = to_json(summary(data))
+    text = to_json(summary(results))
     if output:
         _write(output, text + "\n")
     if html_file:

@@ -503,7 +503,7 @@ def fractions_of_peak(report: dict, baseline: dict | None) -> dict:
     loads = [value for value in loads if value is not None]
     baseline = baseline or {}
     return {
-        "save_fraction_of_peak": ratio(Report.from_json(report).steady_median("bandwidth"),
+        "save_fraction_of_peak": ratio(Report.from_json({"stats": report.get("stats")}).steady_median("bandwidth"),
                                        baseline.get("write_bandwidth")),
         "load_fraction_of_peak": ratio(statistics.median(loads) if loads else None, baseline.get("read_bandwidth")),
     }

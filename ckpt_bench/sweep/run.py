@@ -470,8 +470,8 @@ def run_sweep(sweep_file: str | None, runs_dir: str | os.PathLike, resume: str |
                 raise ConfigError(f"--resume {root}: the sweep given differs from the one this directory holds "
                                   f"({saved}); resume without --sweep, or start a new sweep")
         results_path = root / sweep.outputs.results_file
-        started = SweepResults.from_json(json.loads(results_path.read_text())).started if results_path.is_file() \
-            else None
+        # Only when it started: building every job's report from a file of tens of MB is not needed for that.
+        started = json.loads(results_path.read_text()).get("started") if results_path.is_file() else None
         for job in sweep.jobs:  # a job still "running" belongs to a sweep process that is gone
             record = _read_job(root, job)
             if record and record.status == "running":
