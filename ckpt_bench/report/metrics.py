@@ -4,7 +4,11 @@ terminal summary, report.html, `--compare`, sweeps and `--repeat` all list these
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -46,18 +50,23 @@ STEADY = "median of the saves after the first"
 STEADY_FIGURES = {"block_time": "save block time", "total_time": "save total time", "bandwidth": "save bandwidth"}
 
 
-def steady_saves(saves: list[dict]) -> list[dict]:
-    """The complete saves a steady figure is taken over: those after the first of each process (a
-    `--repeat` series tags each save with its `repetition`, each in fresh processes), or all of them
-    when no process made more than one."""
-    complete = [save for save in saves if save.get("complete")]
+def split_first_saves(complete: list[T], process: Callable[[T], object]) -> tuple[list[T], list[T]]:
+    """(the first save of each process, the later ones) of complete saves in order; `process` names a save's
+    process (a `--repeat` series tags each save with its `repetition`, each in fresh processes). The one
+    rule for saves as report.json holds them (dicts) and as report.schema types them."""
     seen: set = set()
-    later = []
+    first, later = [], []
     for save in complete:
-        process = save.get("repetition")
-        if process in seen:
-            later.append(save)
-        seen.add(process)
+        (later if process(save) in seen else first).append(save)
+        seen.add(process(save))
+    return first, later
+
+
+def steady_saves(saves: list[dict]) -> list[dict]:
+    """The complete saves a steady figure is taken over: those after the first of each process, or all of
+    them when no process made more than one."""
+    complete = [save for save in saves if save.get("complete")]
+    _first, later = split_first_saves(complete, lambda save: save.get("repetition"))
     return later or complete
 
 

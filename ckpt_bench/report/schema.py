@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from ckpt_bench.core.run_facts import stated
-from ckpt_bench.report.metrics import Metric
+from ckpt_bench.report.metrics import Metric, split_first_saves
 
 SCHEMA_VERSION = 1
 Section = dict[str, Any]
@@ -515,13 +515,11 @@ class Report:
         return self.stats.first_save if self.stats is not None and self.stats.excluding_first else None
 
     def first_saves(self) -> list[SaveRecord]:
-        """The first complete save of each process when one saved twice (report.metrics.steady_saves' rule; a
-        --repeat series' processes are its repetitions), else none."""
-        complete = [save for save in self.saves or [] if save.complete]
-        first_of_process: dict[int | None, SaveRecord] = {}
-        for save in complete:
-            first_of_process.setdefault(save.repetition, save)
-        return list(first_of_process.values()) if len(first_of_process) < len(complete) else []
+        """The first complete save of each process when one saved twice (a --repeat series' processes are
+        its repetitions), else none: report.metrics.steady_saves' rule."""
+        first, later = split_first_saves([save for save in self.saves or [] if save.complete],
+                                         lambda save: save.repetition)
+        return first if later else []
 
     def compared(self, metric: Metric) -> float | None:
         """The figure runs are compared on (sweeps, --compare, --repeat): a save's steady median, falling
