@@ -9,7 +9,6 @@ run, removal only below a folder that carries our mark.
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,6 +18,7 @@ from ckpt_bench.core.checkpoint_dir import evict_from_page_cache, iter_dir_name,
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.storage.base import BASELINE_FOLDER, OWNER_MARK, folder_names, mark_text
 from ckpt_bench.storage.baseline import Baseline, PlainIOBaseline, pieces, read_to_end
+from ckpt_bench.storage.local import free_space_at
 
 
 class FsspecFiles:
@@ -165,10 +165,7 @@ class FsspecStorage:
         local = FsspecWorkerStorage({}).local_path(self.location or self.url)
         if local is None:
             return None
-        folder = Path(local)
-        while not folder.exists():
-            folder = folder.parent
-        return str(folder), shutil.disk_usage(folder).free
+        return free_space_at(local)
 
     def iteration_sizes(self) -> dict[int, int]:
         if self._root is None:

@@ -15,13 +15,25 @@ from ckpt_bench.storage.base import BASELINE_FOLDER, OWNER_MARK, folder_names, m
 from ckpt_bench.storage.baseline import Baseline, local_baseline
 
 
+def nearest_existing(path: str | os.PathLike) -> Path:
+    """`path`, or its nearest ancestor that exists: where a folder not made yet will be made."""
+    folder = Path(path)
+    while not folder.exists():
+        folder = folder.parent
+    return folder
+
+
+def free_space_at(path: str | os.PathLike) -> tuple[str, int]:
+    """(the folder measured, its free bytes) for a folder that may not exist yet: its filesystem's."""
+    folder = nearest_existing(path)
+    return str(folder), shutil.disk_usage(folder).free
+
+
 def check_writable(parent: str | None) -> None:
     """Refuse an unwritable save dir before creating anything (None: the run directory, made anyway)."""
     if parent is None:
         return
-    probe = Path(parent)
-    while not probe.exists():
-        probe = probe.parent
+    probe = nearest_existing(parent)
     if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
         raise ConfigError(f"--save-dir {parent}: not writable ({probe} is not a writable directory)")
 
@@ -120,10 +132,7 @@ class LocalStorage:
     def free_space(self) -> tuple[str, int] | None:
         if self.location is None and self.parent is None:
             return None
-        folder = Path(self.location or self.parent)
-        while not folder.exists():  # the save dir may not exist yet: the filesystem that will hold it
-            folder = folder.parent
-        return str(folder), shutil.disk_usage(folder).free
+        return free_space_at(self.location or self.parent)
 
     def iteration_sizes(self) -> dict[int, int]:
         return iteration_folder_sizes(self.location) if self.location else {}
