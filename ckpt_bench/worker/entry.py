@@ -63,6 +63,17 @@ def timed(recorder: EventRecorder, start_kind: EventKind, end_kind: EventKind, i
         raise
 
 
+def save_returned(recorder: EventRecorder, iteration: int | None, path: str | None,
+                  end_fields: Callable[[], dict] | None) -> None:
+    """The save call returned: SAVE_BLOCK_END now. A save that is complete when its call returns (`end_fields`
+    given) ends at that same time, its SAVE_END holding `end_fields()`, computed after the stamp (counting
+    the bytes is ours, never the save's); None: its write goes on and records its own SAVE_END."""
+    returned = recorder.now()
+    recorder.record(EventKind.SAVE_BLOCK_END, iteration, path=path, at=returned)
+    if end_fields is not None:
+        recorder.record(EventKind.SAVE_END, iteration, path=path, at=returned, **end_fields())
+
+
 @dataclass(frozen=True)
 class WorkerContext:
     """This rank, from torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE)."""

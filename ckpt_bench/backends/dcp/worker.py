@@ -37,7 +37,7 @@ from ckpt_bench.backends.dcp.spec import DcpSpec
 from ckpt_bench.core.events import EventKind, EventRecorder
 from ckpt_bench.storage import worker_storage
 from ckpt_bench.worker import integrity
-from ckpt_bench.worker.entry import WorkerContext, error_text, timed, worker_main
+from ckpt_bench.worker.entry import WorkerContext, error_text, save_returned, timed, worker_main
 
 
 def _log(rank: int, message: str) -> None:
@@ -81,12 +81,9 @@ def timed_save(state: dict, writer, events: EventRecorder, call: int, path: str,
             future = dcp.async_save(state, storage_writer=writer)
         else:
             dcp.save(state, storage_writer=writer)
-    returned = events.now()  # a synchronous save is complete when the call returns: one time for both ends
-    events.record(EventKind.SAVE_BLOCK_END, call, path=path, at=returned)
+    save_returned(events, call, path, None if async_save else dict)
     if async_save:
         _await_write(future, events, call, path)
-    else:
-        events.record(EventKind.SAVE_END, call, path=path, at=returned)
 
 
 def save_pass(spec: DcpSpec, events: EventRecorder, context: WorkerContext) -> None:

@@ -42,7 +42,7 @@ from ckpt_bench.core.events import EventKind, EventRecorder
 from ckpt_bench.core.rundir import MEASUREMENTS_FILE
 from ckpt_bench.storage import worker_storage
 from ckpt_bench.worker import integrity
-from ckpt_bench.worker.entry import WorkerContext, timed, worker_main
+from ckpt_bench.worker.entry import WorkerContext, save_returned, timed, worker_main
 
 
 class Saver:
@@ -60,16 +60,16 @@ class Saver:
         with timed(self.recorder, EventKind.SAVE_START, EventKind.SAVE_END, iteration, path=path,
                    extra={"strategy": self.spec.strategy, "async": self.spec.async_save}):
             trainer.save_checkpoint(path)
-        returned = self.recorder.now()  # a synchronous save is written when the call returns: both ends then
-        self.recorder.record(EventKind.SAVE_BLOCK_END, iteration, path=path, at=returned)
-        if not ends_on_writer:
-            if not writes_here:
-                written = 0
-            elif self.spec.strategy == "ddp":
-                written = local_size(path)
-            else:
-                written = None  # FSDP2: this rank's shards of a DCP folder; the launcher measures the folder
-            self.recorder.record(EventKind.SAVE_END, iteration, path=path, bytes=written, at=returned)
+        save_returned(self.recorder, iteration, path,
+                      None if ends_on_writer else lambda: {"bytes": self._written(path, writes_here)})
+
+    def _written(self, path: str, writes_here: bool) -> int | None:
+        """The bytes this rank's synchronous save wrote."""
+        if not writes_here:
+            return 0
+        if self.spec.strategy == "ddp":
+            return local_size(path)
+        return None  # FSDP2: this rank's shards of a DCP folder; the launcher measures the folder
 
     def wait(self, trainer) -> None:
         """Untimed: the pending async write is finished (and its error, if any, raised)."""

@@ -41,7 +41,7 @@ from ckpt_bench.backends.megatron.global_checksums import global_checksums
 from ckpt_bench.core.checkpoint_dir import TRACKER_FILE, iter_dir_name, latest_iteration
 from ckpt_bench.core.events import EventKind, EventRecorder
 from ckpt_bench.worker import integrity
-from ckpt_bench.worker.entry import WorkerContext, error_text, timed
+from ckpt_bench.worker.entry import WorkerContext, error_text, save_returned, timed
 
 GLOBAL_MANIFEST = "global.json"  # per logical tensor, every rank's shards together (global_checksums)
 
@@ -140,12 +140,9 @@ class Checkpointer:
             request = self.format.save(directory, state_dict)
             if request is not None:
                 self._schedule(request, iteration, directory)
-        returned = self.events.now()  # a synchronous save is written when the call returns: one time for both ends
-        self.events.record(EventKind.SAVE_BLOCK_END, iteration, at=returned, path=directory)
-
-        if request is None:  # counting its bytes is ours, after the stamp
-            self.events.record(EventKind.SAVE_END, iteration, at=returned, path=directory,
-                               bytes=self.format.written_bytes(directory))
+        save_returned(self.events, iteration, directory,
+                      (lambda: {"bytes": self.format.written_bytes(directory)}) if request is None else None)
+        if request is None:
             torch.distributed.barrier()  # every rank's part is written before the tracker names it
             self._finalize_iteration(iteration)
         else:

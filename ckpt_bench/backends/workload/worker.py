@@ -33,7 +33,7 @@ from ckpt_bench.backends.workload.spec import WorkloadSpec
 from ckpt_bench.core.events import EventKind, EventRecorder
 from ckpt_bench.storage import worker_storage
 from ckpt_bench.worker import integrity
-from ckpt_bench.worker.entry import WorkerContext, error_text, timed, worker_main
+from ckpt_bench.worker.entry import WorkerContext, error_text, save_returned, timed, worker_main
 
 
 def _log(rank: int, message: str) -> None:
@@ -89,11 +89,8 @@ def save_pass(spec: WorkloadSpec, engine: Engine, events: EventRecorder, context
             pending = engine.save(state, path)
             if workload.rank_sync and pending is None:
                 dist.barrier()
-        returned = events.now()  # a synchronous save is durable when the call returns: one time for both ends
-        events.record(EventKind.SAVE_BLOCK_END, call, path=path, at=returned)
-        if pending is None:
-            events.record(EventKind.SAVE_END, call, path=path, at=returned)
-        else:
+        save_returned(events, call, path, dict if pending is None else None)
+        if pending is not None:
             _wait_durable(pending, events, call, path)
         _log(context.rank, f"saved checkpoint {call}/{spec.save_calls}")
 
