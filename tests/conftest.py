@@ -16,8 +16,10 @@ processes (torchrun and its ranks) inherit them.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
+import upstream
 from local_s3 import MOTO_SERVER, S3Endpoint, moto_server
 
 __all__ = ["S3Endpoint"]
@@ -33,3 +35,15 @@ def s3_endpoint(tmp_path_factory) -> S3Endpoint:
         pytest.skip(f"{MOTO_SERVER} not installed (pip install 'moto[server]')")
     with moto_server(tmp_path_factory.mktemp("moto")) as endpoint:
         yield endpoint
+
+
+@pytest.fixture(scope="session")
+def upstream_megatron_lm(tmp_path_factory) -> Path:
+    """Megatron-LM at core_v0.16.1, extracted (see tests/upstream.py)."""
+    return upstream.checkout("Megatron-LM", tmp_path_factory.mktemp("upstream"))
+
+
+@pytest.fixture(scope="session")
+def upstream_primus(tmp_path_factory) -> Path:
+    """Primus at fd1eeabb, extracted (see tests/upstream.py)."""
+    return upstream.checkout("Primus", tmp_path_factory.mktemp("upstream"))

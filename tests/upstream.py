@@ -1,0 +1,37 @@
+"""The real frameworks' sources, for the tests that run or read them: Megatron-LM (core_v0.16.1) and Primus
+(fd1eeabb), from the snapshots in `../shared/upstream/` (tarballs, extracted once per test session into a temp
+folder, never modified) or from `CKPT_BENCH_UPSTREAM=DIR` (a folder holding those tarballs, or the checkouts
+themselves as `DIR/Megatron-LM` and `DIR/Primus`).
+
+Under CI (`CI=true`) a missing snapshot fails the test: CI always has `../shared`. In a user's clone without it
+the tests skip with one line saying how to point them at checkouts.
+"""
+
+from __future__ import annotations
+
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+from helpers import ROOT
+
+SNAPSHOTS = {"Megatron-LM": "megatron-lm-core_v0.16.1.tar.gz", "Primus": "primus-fd1eeabb.tar.gz"}
+SHARED_UPSTREAM = ROOT / ".." / "shared" / "upstream"
+
+
+def checkout(name: str, scratch: Path) -> Path:
+    """The checkout `name` ('Megatron-LM' or 'Primus'): an extracted folder, or extracted here into `scratch`."""
+    source = Path(os.environ.get("CKPT_BENCH_UPSTREAM") or SHARED_UPSTREAM)
+    if (source / name).is_dir():
+        return (source / name).resolve()
+    tarball = source / SNAPSHOTS[name]
+    if not tarball.is_file():
+        message = (f"no {name} snapshot: {tarball} is missing (set CKPT_BENCH_UPSTREAM=DIR to a folder holding "
+                   f"{SNAPSHOTS[name]} or a {name}/ checkout)")
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    with tarfile.open(tarball) as archive:
+        archive.extractall(scratch, filter="data")
+    return scratch / name
