@@ -9,8 +9,8 @@ PATH: a Megatron-LM stdout log (also under `srun --label`), a Megatron-DeepSpeed
 by content), a run directory of ours, or a sweep directory; the format is found by content. Logs that
 are not one job's are reported as runs apart (`runs`). On a terminal the summary is printed, JSON when
 piped (`--format` chooses). `--compare` puts the reports of run directories, report.json files and sweep
-directories side by side. Errors are one line on stderr, never a traceback: exit 1 when no checkpoint
-event is found, 2 on bad usage or a file that cannot be read. Lines that cannot be read are skipped and
+directories side by side. Errors are one line on stderr, never a traceback, and exit 2 (bad input: bad usage,
+a file that cannot be read, logs with no checkpoint event). Lines that cannot be read are skipped and
 counted in the report's notes.
 """
 

@@ -54,12 +54,12 @@ def test_primus_tool_options(tmp_path):
     assert (first["iteration"], first["bytes"], first["bandwidth"]) == (200, 1 << 20, round(1 / 3.9125, 2))
 
 
-def test_no_checkpoint_event_is_one_line_and_exit_1():
+def test_no_checkpoint_event_is_one_line_and_exit_2():
     path = REAL / "05_primus_console_rank0_lines_2026.log"
     if not path.exists():
         pytest.skip("real fixtures not checked out beside the repo")
     result = ckpt_report(path)
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert result.stdout == "" and len(result.stderr.splitlines()) == 1
     assert result.stderr.startswith("error: no checkpoint save or load found")
 

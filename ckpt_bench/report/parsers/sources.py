@@ -29,7 +29,7 @@ TEXT_PROBE = 8 << 10  # a file of a folder is a log when its first bytes hold no
 
 
 class NoEvents(ReportError):
-    exit_code = 1
+    """Logs with no checkpoint save or load in them: bad input (exit 2), like a path that cannot be read."""
 
 
 def cannot_read(path: Path, error: OSError) -> ReportError:
