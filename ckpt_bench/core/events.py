@@ -8,6 +8,11 @@ recover them from text. Only `ckpt_bench.report.engine` turns events into number
 An event carries whatever its source could know and nothing more: a parser of a log without
 timestamps leaves the clocks empty and may instead give `elapsed_ns`, the duration a Megatron timer
 measured for the phase the event closes.
+
+An end event of our own workers also carries the *phases* of the span it closes (`PhaseSpan`, taken by
+ckpt_bench.worker.phases from the engine's own steps): a SAVE_BLOCK_END those from SAVE_START to it (what
+training waited for), an async save's SAVE_END those its background writer went through, a LOAD_END the
+whole load's.
 """
 
 from __future__ import annotations
@@ -65,6 +70,38 @@ RESOLUTION_S = {
 }
 
 
+class Phase(str, Enum):
+    """What a phase of a save or a load holds (docs/report.md, "Phases"). An engine step that cannot be
+    split further is one phase named for all it holds (`WRITE_FSYNC`: DCP's writer threads fsync each file
+    right after writing it)."""
+
+    STATE_DICT = "state_dict"  # building the (sharded) state dict the engine saves or loads into
+    VALIDATE_COMMON = "validate+common"  # megatron-core: the sharding check (all_gather) and common.pt
+    PLAN = "plan"  # this rank's save or load plan
+    EXCHANGE = "exchange"  # the plans' and metadata's collectives, the coordinator's global plan
+    PLAN_EXCHANGE = "plan+exchange"  # both, where the engine makes its planner inside (megatron-core)
+    STAGE = "stage"  # the copy (device to host, or a snapshot) that lets an async save return
+    SCHEDULE = "schedule"  # handing an async save to its background writer (a thread, a fork, a queue)
+    QUEUED = "queued"  # an async save handed over, its writer not started yet (busy with the previous one)
+    SERIALIZE = "serialize"  # turning the state into bytes in memory, apart from writing them
+    WRITE = "write"  # serializing and writing this rank's files (into the page cache)
+    WRITE_FSYNC = "write+fsync"  # the same, each file fsynced as it is written
+    FSYNC = "fsync"  # flushing this rank's files to storage, apart from writing them
+    FINALIZE = "finalize"  # the checkpoint's metadata file, renames, the last collective
+    METADATA = "metadata"  # a load reading the checkpoint's metadata
+    READ = "read"  # a load reading and deserializing its bytes
+    COPY_IN = "copy_in"  # a load copying what it read into the model and optimizer
+
+
+@dataclass(frozen=True)
+class PhaseSpan:
+    """One phase of one operation on one rank, on that rank's monotonic clock (ns)."""
+
+    phase: str  # a `Phase` value
+    start_ns: int
+    end_ns: int
+
+
 @dataclass(frozen=True)
 class CheckpointEvent:
     kind: EventKind
@@ -83,9 +120,10 @@ class CheckpointEvent:
     peak_rss_bytes: int | None = None
     peak_device_bytes: int | None = None
     extra: dict = field(default_factory=dict)  # backend-specific facts (e.g. format, strategy)
+    phases: tuple[PhaseSpan, ...] = ()  # on end events: the phases of the span the event closes, in order
 
     def to_json(self) -> str:
-        record = {k: v for k, v in asdict(self).items() if v is not None and v != {}}
+        record = {k: v for k, v in asdict(self).items() if v is not None and v != {} and v != ()}
         record["kind"] = self.kind.value
         record["source"] = self.source.value
         return json.dumps(record, sort_keys=True)
@@ -95,6 +133,7 @@ class CheckpointEvent:
         record = json.loads(line)
         record["kind"] = EventKind(record["kind"])
         record["source"] = TimeSource(record.get("source", TimeSource.RECORDED.value))
+        record["phases"] = tuple(PhaseSpan(**span) for span in record.get("phases", ()))
         return cls(**record)
 
 

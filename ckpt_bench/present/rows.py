@@ -237,6 +237,7 @@ def training_impact_words(training: Training) -> str:
 TRAINING_LABELS = {
     "iterations": "iterations (each of the two loops)",
     "iterations_logged": "iterations in the log intervals timed",
+    "iteration_lines": "iteration-time lines in the log",
     "steps_per_save": "a save every N steps",
     "train_steps": "steps (each of the two fits)",
     "saves": "saves",

@@ -286,6 +286,8 @@ class Training:
     iterations: int | None = None
     iterations_logged: int | None = None
     """A log's: the iterations in the log intervals its median is taken over (report.parsers.iterations)."""
+    iteration_lines: int | None = None
+    """A log's: its iteration-time lines, kept or not (too few leave no interval: a null median)."""
     steps_per_save: int | None = None
     train_steps: int | None = None
     saves: int | None = None

@@ -10,7 +10,9 @@
   included: ckpt_bench.worker.memory), and the cold-load rule (`evict`).
 * `timed`: the span of one checkpoint call in events -- its start event, and its end event with the
   error if the call raises. A successful call's end events are the caller's: a synchronous save or a
-  load records them right after the block, an async save's writer records SAVE_END when it finishes.
+  load records them right after the block (`save_returned`, `load_returned`), an async save's writer
+  records SAVE_END when it finishes. Each end event carries the phases of its span
+  (ckpt_bench.worker.phases).
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ import torch
 import torch.distributed as dist
 
 from ckpt_bench.core.checkpoint_dir import evict_from_page_cache
-from ckpt_bench.core.events import EventKind, EventRecorder
+from ckpt_bench.core.events import EventKind, EventRecorder, Phase
 from ckpt_bench.worker.integrity import EXIT_VERIFICATION_FAILED, VerificationFailed
 from ckpt_bench.worker.memory import MemoryWatch
+from ckpt_bench.worker.phases import PhaseClock
 
 Spec = TypeVar("Spec")
 
@@ -51,11 +54,14 @@ def error_text(error: BaseException) -> str:
 
 @contextmanager
 def timed(recorder: EventRecorder, start_kind: EventKind, end_kind: EventKind, iteration: int | None,
-          path: str | None = None, **fields) -> Iterator[None]:
+          path: str | None = None, phases: PhaseClock | None = None, first: Phase = Phase.STATE_DICT,
+          **fields) -> Iterator[None]:
     """Record `start_kind` (with `path` and `fields`, e.g. `extra`), run the block; if it raises, record
     `end_kind` with `path` and the error, and re-raise. Only the block is timed: a barrier lining the
-    ranks up belongs before it."""
-    recorder.record(start_kind, iteration, path=path, **fields)
+    ranks up belongs before it. `phases`: opened at the start event's stamp in phase `first`."""
+    started = recorder.record(start_kind, iteration, path=path, **fields)
+    if phases is not None:
+        phases.open(first, started.mono_ns)
     try:
         yield
     except BaseException as error:
@@ -64,14 +70,24 @@ def timed(recorder: EventRecorder, start_kind: EventKind, end_kind: EventKind, i
 
 
 def save_returned(recorder: EventRecorder, iteration: int | None, path: str | None,
-                  end_fields: Callable[[], dict] | None) -> None:
-    """The save call returned: SAVE_BLOCK_END now. A save that is complete when its call returns (`end_fields`
-    given) ends at that same time, its SAVE_END holding `end_fields()`, computed after the stamp (counting
-    the bytes is ours, never the save's); None: its write goes on and records its own SAVE_END."""
+                  end_fields: Callable[[], dict] | None, phases: PhaseClock | None = None) -> None:
+    """The save call returned: SAVE_BLOCK_END now, with the phases of `phases` up to it. A save that is
+    complete when its call returns (`end_fields` given) ends at that same time, its SAVE_END holding
+    `end_fields()`, computed after the stamp (counting the bytes is ours, never the save's); None: its write
+    goes on and records its own SAVE_END."""
     returned = recorder.now()
-    recorder.record(EventKind.SAVE_BLOCK_END, iteration, path=path, at=returned)
+    spans = phases.close(returned[0]) if phases is not None else ()
+    recorder.record(EventKind.SAVE_BLOCK_END, iteration, path=path, at=returned, phases=spans)
     if end_fields is not None:
         recorder.record(EventKind.SAVE_END, iteration, path=path, at=returned, **end_fields())
+
+
+def load_returned(recorder: EventRecorder, iteration: int | None, path: str | None,
+                  phases: PhaseClock | None = None, **fields) -> None:
+    """The load call returned: LOAD_END now, with the phases of `phases` up to it and `fields`."""
+    returned = recorder.now()
+    spans = phases.close(returned[0]) if phases is not None else ()
+    recorder.record(EventKind.LOAD_END, iteration, path=path, at=returned, phases=spans, **fields)
 
 
 @dataclass(frozen=True)

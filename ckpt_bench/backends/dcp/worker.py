@@ -31,13 +31,15 @@ import threading
 
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, DefaultSavePlanner
 
 from ckpt_bench.backends.dcp.models import build_state
 from ckpt_bench.backends.dcp.spec import DcpSpec
-from ckpt_bench.core.events import EventKind, EventRecorder
+from ckpt_bench.core.events import EventKind, EventRecorder, Phase
 from ckpt_bench.storage import worker_storage
 from ckpt_bench.worker import integrity
-from ckpt_bench.worker.entry import WorkerContext, error_text, save_returned, timed, worker_main
+from ckpt_bench.worker.entry import WorkerContext, error_text, load_returned, save_returned, timed, worker_main
+from ckpt_bench.worker.phases import PhaseClock, mark_calls
 
 
 def _log(rank: int, message: str) -> None:
@@ -51,15 +53,17 @@ def _perturb(state: dict, call: int) -> None:
     state[smallest].add_(call)
 
 
-def _await_write(future, events: EventRecorder, call: int, path: str) -> None:
+def _await_write(future, events: EventRecorder, call: int, path: str, background: PhaseClock) -> None:
     """Wait for an async save's write; its SAVE_END is recorded by the future's done-callback, so the
-    time is when the write finished, not when we next looked."""
+    time is when the write finished, not when we next looked, with the phases the writer went through."""
     finished = threading.Event()
 
     def on_done(done) -> None:
         # Runs in the thread that completed the write: the moment the checkpoint is on storage.
         error = done.exception()
-        events.record(EventKind.SAVE_END, call, path=path, error=error_text(error) if error else None)
+        written = events.now()
+        events.record(EventKind.SAVE_END, call, path=path, error=error_text(error) if error else None, at=written,
+                      phases=background.close(written[0]))
         finished.set()
 
     future.add_done_callback(on_done)
@@ -73,17 +77,36 @@ def prepare_save(state: dict, call: int, integrity_dir: str, rank: int) -> None:
     integrity.write_manifest(integrity_dir, call, rank, integrity.state_digests(state))
 
 
-def timed_save(state: dict, writer, events: EventRecorder, call: int, path: str, async_save: bool) -> None:
+def save_phases(writer, sync_files: bool, training: PhaseClock, background: PhaseClock) -> DefaultSavePlanner:
+    """Mark the phases of a save on DCP's own steps: the planner (the one DCP makes when given none) and
+    `writer` wrapped in place. The writer stages an async save on the training thread (`training`); planning,
+    writing and finishing run on `background`, the writer's thread (the same clock for a synchronous save).
+    Returns the planner to save with."""
+    mark_calls(writer, training, {"stage": (Phase.STAGE, Phase.SCHEDULE)})
+    mark_calls(writer, background, {
+        "prepare_local_plan": (Phase.PLAN, Phase.EXCHANGE),
+        # DCP's writers write (and fsync) inside write_data; what follows is the gather of the results and
+        # the coordinator's metadata file.
+        "write_data": (Phase.WRITE_FSYNC if sync_files else Phase.WRITE, Phase.FINALIZE),
+    })
+    return mark_calls(DefaultSavePlanner(), background, {"set_up_planner": Phase.PLAN})
+
+
+def timed_save(state: dict, writer, events: EventRecorder, call: int, path: str, async_save: bool,
+               sync_files: bool = False) -> None:
     """Save `call` as the report times it: SAVE_START, the call, SAVE_BLOCK_END when it returns, SAVE_END
-    when the checkpoint is written (at once for a synchronous save)."""
-    with timed(events, EventKind.SAVE_START, EventKind.SAVE_END, call, path=path):
+    when the checkpoint is written (at once for a synchronous save); each with the phases up to it."""
+    training = PhaseClock()
+    background = PhaseClock() if async_save else training
+    planner = save_phases(writer, sync_files, training, background)
+    with timed(events, EventKind.SAVE_START, EventKind.SAVE_END, call, path=path, phases=training):
         if async_save:
-            future = dcp.async_save(state, storage_writer=writer)
+            future = dcp.async_save(state, storage_writer=writer, planner=planner)
         else:
-            dcp.save(state, storage_writer=writer)
-    save_returned(events, call, path, None if async_save else dict)
+            dcp.save(state, storage_writer=writer, planner=planner)
+    save_returned(events, call, path, None if async_save else dict, phases=training)
     if async_save:
-        _await_write(future, events, call, path)
+        _await_write(future, events, call, path, background)
 
 
 def save_pass(spec: DcpSpec, events: EventRecorder, context: WorkerContext) -> None:
@@ -96,8 +119,20 @@ def save_pass(spec: DcpSpec, events: EventRecorder, context: WorkerContext) -> N
         writer = storage.dcp_writer(path, spec.thread_count, spec.sync_files)
         dist.barrier()
         _log(context.rank, f"saving checkpoint {call}/{spec.save_calls} to {path}")
-        timed_save(state, writer, events, call, path, spec.async_save)
+        timed_save(state, writer, events, call, path, spec.async_save, spec.sync_files)
         _log(context.rank, f"saved checkpoint {call}/{spec.save_calls}")
+
+
+def load_phases(reader, phases: PhaseClock) -> DefaultLoadPlanner:
+    """Mark the phases of a load on DCP's own steps: `reader` wrapped in place and the planner DCP makes
+    when given none. DCP's readers read, deserialize and copy each item into the state inside read_data;
+    a collective closes the load."""
+    mark_calls(reader, phases, {
+        "read_metadata": Phase.METADATA,
+        "prepare_local_plan": (Phase.PLAN, Phase.EXCHANGE),
+        "read_data": (Phase.READ, Phase.FINALIZE),
+    })
+    return mark_calls(DefaultLoadPlanner(), phases, {"set_up_planner": Phase.PLAN})
 
 
 def load_pass(spec: DcpSpec, events: EventRecorder, context: WorkerContext) -> dict:
@@ -113,9 +148,11 @@ def load_pass(spec: DcpSpec, events: EventRecorder, context: WorkerContext) -> d
         reader = storage.dcp_reader(path)
         dist.barrier()
         _log(context.rank, f"loading checkpoint {call}/{spec.save_calls} from {path}")
-        with timed(events, EventKind.LOAD_START, EventKind.LOAD_END, call, path=path):
-            dcp.load(state, storage_reader=reader)
-        events.record(EventKind.LOAD_END, call, path=path)
+        phases = PhaseClock()
+        planner = load_phases(reader, phases)
+        with timed(events, EventKind.LOAD_START, EventKind.LOAD_END, call, path=path, phases=phases):
+            dcp.load(state, storage_reader=reader, planner=planner)
+        load_returned(events, call, path, phases)
         expected = integrity.read_manifest(spec.integrity_dir, call, context.rank)
         verdicts[call] = integrity.compare(expected, integrity.state_digests(state))
         _log(context.rank, f"loaded checkpoint {call}/{spec.save_calls}: verified={verdicts[call]['verified']}")

@@ -1,0 +1,99 @@
+"""Phases of a save and a load (ckpt_bench.worker.phases), taken from the engines' own steps, on one rank in
+this process (a gloo group of one): they cover the operation from its start event to its end event, in the
+engine's order, and sum to its time."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from ckpt_bench.backends.dcp.worker import load_phases, timed_save
+from ckpt_bench.core.events import EventKind, EventRecorder, Phase, read_event_files
+from ckpt_bench.worker.entry import load_returned, timed
+from ckpt_bench.worker.phases import PhaseClock
+
+
+@pytest.fixture(scope="module")
+def group(tmp_path_factory):
+    store = dist.FileStore(str(tmp_path_factory.mktemp("store") / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def events_of(recorder: EventRecorder) -> dict[EventKind, object]:
+    recorder.close()
+    return {event.kind: event for event in read_event_files([recorder.path])}
+
+
+def names(spans) -> list[str]:
+    return [span.phase for span in spans]
+
+
+def assert_contiguous(spans, start_ns: int, end_ns: int) -> None:
+    assert spans[0].start_ns == start_ns and spans[-1].end_ns == end_ns
+    assert all(a.end_ns == b.start_ns for a, b in zip(spans, spans[1:], strict=False))
+    assert all(span.end_ns >= span.start_ns for span in spans)
+
+
+def test_clock_phases_are_consecutive_and_repeats_merge():
+    clock = PhaseClock()
+    clock.open(Phase.STATE_DICT, 100)
+    clock.begin(Phase.PLAN)
+    clock.begin(Phase.PLAN)
+    spans = clock.close(clock._marks[-1][1] + 5)
+    assert names(spans) == ["state_dict", "plan"]
+    assert_contiguous(spans, 100, spans[-1].end_ns)
+    assert clock.close(7) == ()  # closed: a clean clock
+
+
+@pytest.mark.parametrize("sync_files", [False, True])
+def test_dcp_sync_save_phases_sum_to_its_time(group, tmp_path, sync_files):
+    from torch.distributed.checkpoint import FileSystemWriter
+
+    recorder = EventRecorder(tmp_path / "events", 0)
+    state = {"w": torch.randn(64, 64), "b": torch.zeros(8)}
+    writer = FileSystemWriter(str(tmp_path / "ckpt"), sync_files=sync_files)
+    timed_save(state, writer, recorder, 1, str(tmp_path / "ckpt"), async_save=False, sync_files=sync_files)
+    events = events_of(recorder)
+    spans = events[EventKind.SAVE_BLOCK_END].phases
+    write = "write+fsync" if sync_files else "write"
+    assert names(spans) == ["state_dict", "plan", "exchange", write, "finalize"]
+    assert_contiguous(spans, events[EventKind.SAVE_START].mono_ns, events[EventKind.SAVE_BLOCK_END].mono_ns)
+
+
+def test_dcp_async_save_phases_block_then_background(group, tmp_path):
+    from torch.distributed.checkpoint import FileSystemWriter
+
+    recorder = EventRecorder(tmp_path / "events", 0)
+    state = {"w": torch.randn(64, 64)}
+    timed_save(state, FileSystemWriter(str(tmp_path / "ckpt")), recorder, 1, str(tmp_path / "ckpt"), async_save=True)
+    events = events_of(recorder)
+    block = events[EventKind.SAVE_BLOCK_END].phases
+    assert names(block) == ["state_dict", "stage", "schedule"]
+    assert_contiguous(block, events[EventKind.SAVE_START].mono_ns, events[EventKind.SAVE_BLOCK_END].mono_ns)
+    background = events[EventKind.SAVE_END].phases
+    assert names(background) == ["plan", "exchange", "write", "finalize"]
+    assert background[-1].end_ns == events[EventKind.SAVE_END].mono_ns
+
+
+def test_dcp_load_phases(group, tmp_path):
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+
+    saved = {"w": torch.randn(32, 32)}
+    dcp.save(saved, storage_writer=FileSystemWriter(str(tmp_path / "ckpt")))
+    recorder = EventRecorder(tmp_path / "events", 0)
+    state = {"w": torch.zeros(32, 32)}
+    clock = PhaseClock()
+    reader = FileSystemReader(str(tmp_path / "ckpt"))
+    planner = load_phases(reader, clock)
+    with timed(recorder, EventKind.LOAD_START, EventKind.LOAD_END, 1, phases=clock):
+        dcp.load(state, storage_reader=reader, planner=planner)
+    load_returned(recorder, 1, None, clock)
+    events = events_of(recorder)
+    spans = events[EventKind.LOAD_END].phases
+    assert names(spans) == ["state_dict", "metadata", "plan", "exchange", "read", "finalize"]
+    assert_contiguous(spans, events[EventKind.LOAD_START].mono_ns, events[EventKind.LOAD_END].mono_ns)
+    assert torch.equal(state["w"], saved["w"])
