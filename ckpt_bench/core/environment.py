@@ -8,6 +8,8 @@ import socket
 import sys
 from importlib import metadata
 
+import psutil
+
 from ckpt_bench.core.checkpoint_dir import filesystem_type
 
 PACKAGES = ("torch", "megatron-core", "lightning", "s3torchconnector")
@@ -33,6 +35,8 @@ def describe_environment(save_dir: str | os.PathLike | None = None) -> dict:
         "host": socket.gethostname(),
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
+        # The host's memory: MLPerf Storage's rules weigh the checkpoint bytes a host writes against it.
+        "memory_bytes": psutil.virtual_memory().total,
         "save_dir_filesystem": filesystem_type(save_dir) if save_dir and "://" not in str(save_dir) else None,
     }
     try:

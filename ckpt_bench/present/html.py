@@ -32,7 +32,7 @@ from ckpt_bench.present import rows as p
 from ckpt_bench.report.advice import per_save_training_cost
 from ckpt_bench.report.engine import CONFIG_KEYS, Operation, pair
 from ckpt_bench.report.metrics import HEADLINE, STEADY
-from ckpt_bench.report.schema import Comms, Report, RunSection
+from ckpt_bench.report.schema import Comms, MLPerf, Report, RunSection
 from ckpt_bench.sweep.results import JobRecord, SweepResults
 
 REPORT_HTML = "report.html"
@@ -524,8 +524,7 @@ def render_report(report: Report | dict, operations: list[TimedOperation] | None
     verified = report.verified
     verdict = ('<span class="good">verified</span>' if verified else '<span class="bad">verification failed</span>'
                if verified is False else "not verified")
-    heading = (f"Checkpoint benchmark: {run.backend or 'logs'}, {report.ckpt_format or '?'}, "
-               f"world size {report.world_size or '?'}")
+    heading = f"Checkpoint benchmark: {p.run_title(report)}"
     meta = " · ".join(x for x in (_e(source or run.dir or ""), _e(run.status or ""), verdict) if x)
     columns = p.save_columns(report)
     rows = p.save_rows(report) + p.load_rows(report)
@@ -583,6 +582,8 @@ def render_report(report: Report | dict, operations: list[TimedOperation] | None
                                      "first save: counted apart by the advice" if i == 0 else ""]
                                     for i, r in enumerate(training.around_saves)])
         sections.append(("training", "Training impact", content))
+    if report.mlperf is not None:
+        sections.append(("mlperf", "MLPerf Storage", _mlperf(report.mlperf)))
     if report.repeat_stats is not None:
         sections.append(("repeats", "Repeats", _repeats(report)))
     config = {key: getattr(report, key) for key in CONFIG_KEYS}
@@ -590,15 +591,23 @@ def render_report(report: Report | dict, operations: list[TimedOperation] | None
     sections.append(("configuration", "Configuration", _pairs_table(_flat(config), "config-table")
                      + "<h3>What the figures are</h3>" + _pairs_table(_flat(_fields(report.measurement)))
                      + (("<h3>Storage baseline</h3>" + _pairs_table(_flat(_fields(report.storage_baseline))))
-                        if report.storage_baseline is not None else "")
-                     + (("<h3>MLPerf Storage's figures</h3>"
-                         + _pairs_table(p.mlperf_rows(report.mlperf), "mlperf-table"))
-                        if report.mlperf is not None else "")))
+                        if report.storage_baseline is not None else "")))
     sections.append(("environment", "Environment", _pairs_table(_flat(report.environment), "environment-table")
                      if report.environment else '<p class="hint">Not known (a log does not describe the '
                                                 "machine it ran on).</p>"))
     sections.append(("notes", "Notes", _notes(report.notes) or '<p class="hint">None.</p>'))
-    return _page(f"ckpt-bench report {run.dir or source or ''}", heading, meta, sections)
+    return _page(f"ckpt-bench: {p.run_title(report)} ({run.dir or source or 'no run directory'})", heading, meta,
+                 sections)
+
+
+def _mlperf(mlperf: MLPerf) -> str:
+    """A workload run's MLPerf figures under both definitions, and whether it compares with published results."""
+    content = _pairs_table(p.mlperf_rows(mlperf), "mlperf-table")
+    if mlperf.comparable is not None:
+        content += ("<h3>Could it stand beside published MLPerf Storage results?</h3>"
+                    + _grid_table(p.COMPARABLE_COLUMNS, p.comparable_rows(mlperf.comparable), "comparable-table")
+                    + f'<p class="hint">{_e(mlperf.comparable.rules or "")}</p>')
+    return content + _pairs_table(_flat(mlperf.definitions))
 
 
 def _repeats(report: Report) -> str:

@@ -16,6 +16,7 @@ from ckpt_bench.report.metrics import HEADLINE
 from ckpt_bench.report.schema import (
     Advice,
     Comms,
+    Comparable,
     DlioFigures,
     FirstSave,
     LoadRecord,
@@ -434,11 +435,39 @@ def comms_table(comms: Comms) -> tuple[list[str], list[list[str]]]:
              for r in comms.results])
 
 
+def run_title(report: Report) -> str:
+    """What a run is, in a few words: its backend, the workload and subset it wrote, its engine or format, its
+    world size."""
+    run = report.run or RunSection()
+    what = [run.backend or "logs"]
+    if report.workload is not None:
+        what = [f"{run.backend or 'workload'} {report.workload}"
+                + (f" (subset: {report.world_size} of {report.subset_of} ranks)" if report.subset_of
+                   else " (the whole job)")]
+    return ", ".join([*what, report.ckpt_format or "?", f"world size {report.world_size or '?'}"])
+
+
+def comparable_words(comparable: Comparable) -> str:
+    """The verdict on MLPerf comparability in one line, with what kept it from CLOSED."""
+    verdict = {"CLOSED": "yes, with CLOSED results", "OPEN": "with OPEN results only (its changes disclosed)"}.get(
+        comparable.verdict, "no")
+    return verdict + (f": {'; '.join(comparable.reasons)}" if comparable.reasons else "")
+
+
+COMPARABLE_COLUMNS = ["rule (mlcommons/storage Rules.md)", "allows", "this run"]
+
+
+def comparable_rows(comparable: Comparable) -> list[list[str]]:
+    return [[check.rule, check.outcome, check.detail] for check in comparable.checks]
+
+
 def mlperf_rows(mlperf: MLPerf) -> list[tuple[str, str]]:
     """A workload run's MLPerf Storage figures: DLIO's (rank 0) and mlpstorage's (the slowest rank, strict
     times), GB = 2**30 bytes as DLIO counts it."""
     dlio, strict = mlperf.dlio or DlioFigures(), mlperf.mlpstorage or MlpstorageFigures()
     rows = [("checkpoint size", f"{fmt(dlio.checkpoint_size_GB)} GB (2**30 bytes)")]
+    if mlperf.comparable is not None:
+        rows.insert(0, ("comparable with published results", comparable_words(mlperf.comparable)))
     for kind, mean, stdev, bandwidth, mean_of_max, strict_bandwidth in (
             ("save", dlio.save_checkpoint_duration_mean_seconds, dlio.save_checkpoint_duration_stdev_seconds,
              dlio.save_checkpoint_io_mean_GB_per_second, strict.mean_of_max_save_duration,
@@ -448,7 +477,8 @@ def mlperf_rows(mlperf: MLPerf) -> list[tuple[str, str]]:
              strict.calculated_mean_load_throughput_from_strict_times)):
         if mean is None:
             continue
-        rows.append((f"{kind}, DLIO (rank 0)", f"{fmt(mean)} s mean (stdev {fmt(stdev)}), {fmt(bandwidth)} GB/s"))
+        rows.append((f"{kind}, DLIO (rank 0)",
+                     f"{fmt(mean)} s mean (population stdev {fmt(stdev)}), {fmt(bandwidth)} GB/s"))
         rows.append((f"{kind}, mlpstorage (slowest rank)", f"{fmt(mean_of_max)} s mean of max, "
                                                            f"{fmt(strict_bandwidth)} GB/s from strict times"))
     return rows

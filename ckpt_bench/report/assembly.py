@@ -26,7 +26,7 @@ from ckpt_bench.core.events import CheckpointEvent, event_files, read_event_file
 from ckpt_bench.core.run_facts import RunFacts
 from ckpt_bench.core.rundir import MEASUREMENTS_FILE, RUN_FILE, RunDir
 from ckpt_bench.report.engine import CONFIG_KEYS, SEMANTICS, Operation, ReportBuilder, fractions_of_peak
-from ckpt_bench.report.mlperf import mlperf_section
+from ckpt_bench.report.mlperf import comparability, mlperf_section
 from ckpt_bench.report.parsers.session import DUMP, LogSession
 from ckpt_bench.report.parsers.sources import LogFolder, LogSource, NoEvents, RunSource, cannot_read, resolve
 from ckpt_bench.report.schema import SCHEMA_VERSION
@@ -103,6 +103,8 @@ def run_report(run_dir: str | os.PathLike, ckpt_dir: str | os.PathLike | None = 
         report["not_cleaned_up"] = facts.not_cleaned_up
     _name_failure_causes(report, failed)
     report["measurement"] = _measurement_labels(report, facts)
+    if "mlperf" in report:  # whether it could stand beside published MLPerf results, from the whole report
+        report["mlperf"]["comparable"] = comparability(report)
     # A mismatch is the verdict whatever else failed: the load pass of ranks that exit 3 (a mismatch) fails too.
     mismatch = bool((report.get("verification") or {}).get("mismatched"))
     report["run"] = run_section("verification-failed" if mismatch else "failed" if failed else "ok")

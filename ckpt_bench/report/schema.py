@@ -54,6 +54,7 @@ class Stat:
     mean: float | None = None
     max: float | None = None
     stdev: float | None = None
+    """The sample standard deviation (divided by n - 1); mlperf.dlio's are DLIO's population ones (by n)."""
 
 
 @dataclass
@@ -360,12 +361,33 @@ class MlpstorageFigures:
 
 
 @dataclass
+class ComparableCheck:
+    """One of MLPerf Storage's checkpointing rules and what the run allows under it (report.mlperf.comparable)."""
+
+    rule: str = ""
+    outcome: str = ""  # CLOSED | OPEN | not comparable
+    detail: str = ""
+
+
+@dataclass
+class Comparable:
+    """Whether a workload run could stand beside published MLPerf Storage results: the best division every
+    check allows, and the reasons it is not CLOSED (report.mlperf.comparable)."""
+
+    verdict: str = ""
+    reasons: list[str] = field(default_factory=list)
+    checks: list[ComparableCheck] = field(default_factory=list)
+    rules: str | None = None
+
+
+@dataclass
 class MLPerf:
     """MLPerf Storage's checkpointing figures of a workload run (report.mlperf)."""
 
     dlio: DlioFigures | None = None
     mlpstorage: MlpstorageFigures | None = None
     definitions: dict[str, str] | None = None
+    comparable: Comparable | None = None
 
 
 @dataclass
@@ -544,6 +566,17 @@ class Report:
         if self.measurement is not None:
             return self.measurement.fsync
         return (self.config or {}).get("fsync")
+
+    @property
+    def workload(self) -> str | None:
+        """The workload whose checkpoint a workload run wrote (--workload), None for other runs."""
+        return (self.config or {}).get("workload")
+
+    @property
+    def subset_of(self) -> int | None:
+        """The ranks of the whole job when a workload run ran a subset of them (--subset), else None."""
+        config = self.config or {}
+        return config.get("job_world_size") if config.get("subset") else None
 
     @property
     def assumes_constant_structure(self) -> bool:
