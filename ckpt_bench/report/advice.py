@@ -202,6 +202,19 @@ def iteration_time(report: dict) -> tuple[float | None, str | None]:
     return None, None
 
 
+def _no_logged_iteration_time(report: dict) -> str:
+    """Why a log's report has no iteration time: no iteration-time line, or too few to time an interval."""
+    training = report.get("training") if isinstance(report.get("training"), dict) else {}
+    lines = training.get("iteration_lines")
+    if not lines:
+        return ("the log has no iteration-time line (Megatron-LM's, Primus's or Megatron-DeepSpeed's 'elapsed time "
+                "per iteration'): the intervals are in seconds only")
+    return (f"the log's {lines} iteration-time line{'s' * (lines > 1)} ('elapsed time per iteration') leave no "
+            "interval to time: each line is the average since the line before, the first line of each process "
+            "is its start-up and an interval in which a save started pays for the save; it takes 2 lines of one "
+            "process with no save started between them: the intervals are in seconds only")
+
+
 def configured_interval(report: dict) -> int | None:
     """The run's own save interval in iterations (Megatron's save_interval, Lightning's steps_per_save)."""
     training = report.get("training") if isinstance(report.get("training"), dict) else {}
@@ -286,8 +299,7 @@ def advise(report: dict, options: AdviceOptions) -> dict:
             notes.append("the checkpoint costs more than twice the MTBF: Daly's interval is the MTBF itself, and "
                          "the job makes little progress")
         if per_iteration is None and report.get("run") is None:
-            notes.append("the report of a log has no iteration time (its per-iteration lines are not read): the "
-                         "intervals are in seconds only")
+            notes.append(_no_logged_iteration_time(report))
         elif per_iteration is None:
             notes.append("no iteration time was measured (Megatron --training-impact, Lightning --steps-per-save): "
                          "the intervals are in seconds only")

@@ -370,3 +370,19 @@ def test_async_asked_and_never_scheduled_is_in_the_notes():
                for n in report["notes"])
     scheduled = log_report([LOGS / "megatron_2024_untimestamped_async.log"])
     assert not any("no save was scheduled async" in n or "turned them off" in n for n in scheduled["notes"])
+
+
+@pytest.mark.parametrize(("name", "lines", "says"), [
+    # 2 lines: the first is start-up, the second's interval holds the save at 200 (issue 31, item 7)
+    ("megatron_current_timestamped_sync.log", 2, "the log's 2 iteration-time lines ('elapsed time per iteration') "
+                                                 "leave no interval to time"),
+    ("nemo2_sync_bionemo.log", None, "the log has no iteration-time line"),
+])
+def test_a_log_without_an_iteration_time_says_why_with_its_line_count(name, lines, says):
+    from ckpt_bench.report.advice import AdviceOptions, advise
+
+    report = log_report([LOGS / name])
+    notes = advise(report, AdviceOptions(mtbf_hours=12))["notes"]
+    assert [note for note in notes if note.startswith(says)], notes
+    training = report.get("training") or {}
+    assert training.get("iteration_lines") == lines and training.get("iteration_time_without_saves_median") is None

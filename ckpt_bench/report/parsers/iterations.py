@@ -25,6 +25,7 @@ class IterationTimes:
     def __init__(self) -> None:
         self.seconds: Counter[float] = Counter()  # seconds an iteration -> intervals
         self.iterations = 0  # iterations in the kept intervals
+        self.lines = 0  # iteration-time lines read, kept or not
         self._previous: int | None = None  # the iteration of the last line
         self._saving = False  # a save started since that line
 
@@ -34,6 +35,7 @@ class IterationTimes:
         if match is None:
             return
         iteration = int(match["iteration"])
+        self.lines += 1
         if self._previous is not None and self._previous < iteration and not self._saving:
             self.seconds[round(float(match["value"]) / (1000 if match["unit"] == "ms" else 1), 6)] += 1
             self.iterations += iteration - self._previous
@@ -46,6 +48,7 @@ class IterationTimes:
         """What `later`, the times of logs read after these, kept."""
         self.seconds.update(later.seconds)
         self.iterations += later.iterations
+        self.lines += later.lines
 
     def median(self) -> float | None:
         intervals = sum(self.seconds.values())
@@ -60,9 +63,12 @@ class IterationTimes:
         return sum(picked) / len(picked)
 
     def training(self) -> dict | None:
-        """The report's `training` section from these times; None without a kept interval."""
-        median = self.median()
-        if median is None:
+        """The report's `training` section from these times: None when the log printed no iteration-time
+        line; with a null median when its lines bound no interval that can be kept (too few, or saves in
+        each), so the advice can say how many there were."""
+        if not self.lines:
             return None
-        return {"iterations_logged": self.iterations, "iteration_time_without_saves_median": round(median, 4),
+        median = self.median()
+        return {"iterations_logged": self.iterations, "iteration_lines": self.lines,
+                "iteration_time_without_saves_median": None if median is None else round(median, 4),
                 "timing": TIMING}
