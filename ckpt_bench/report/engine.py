@@ -13,6 +13,11 @@ Every backend and every log parser ends here, so each number has one definition:
   both are marked, and the report is not `accurate`.
 * An end earlier than its start (a log's lines out of order, a clock stepped back) makes no
   negative time: that operation is not complete, its times are left out, and its `error` says why.
+* A rank's *phases* (ckpt_bench.worker.phases) are the spans its end events carry: a save's blocking
+  phases end at its SAVE_BLOCK_END, an async save's background phases at its SAVE_END, put after the
+  blocking ones (a background phase that began before the save call returned is counted from the return;
+  a writer that started after it was `queued` in between). They sum to the operation's time on that
+  rank; a save's or a load's `phases` are its slowest rank's.
 * Bandwidth is bytes / total time in MiB/s. Bytes come from the checkpoint folder on disk when the
   caller measured it, else from the bytes the ranks reported; never from a parameter count.
 * Top-level keys follow the Primus checkpoint tool's report (last complete save), with real types.
@@ -25,7 +30,15 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from ckpt_bench.core.events import OVERLAPS_PREVIOUS, RESOLUTION_S, CheckpointEvent, EventKind, TimeSource
+from ckpt_bench.core.events import (
+    OVERLAPS_PREVIOUS,
+    RESOLUTION_S,
+    CheckpointEvent,
+    EventKind,
+    Phase,
+    PhaseSpan,
+    TimeSource,
+)
 from ckpt_bench.core.units import MIB
 from ckpt_bench.report.metrics import save_stats
 from ckpt_bench.report.schema import SCHEMA_VERSION, Report
@@ -115,6 +128,25 @@ class Operation:
     def total_s(self) -> float | None:
         return None if self._backwards() is not None else _duration(self.start, self.end)
 
+    def phases(self) -> list[dict] | None:
+        """This rank's phases in order, each `{phase, start, seconds, blocking}` (`start`: seconds from the
+        operation's start; `blocking`: whether training waited for it, None for a load). None when its end
+        events carry none, or the operation did not complete."""
+        if not self.complete or self.start is None or self.start.mono_ns is None:
+            return None
+        if self.kind == "load":
+            return _phase_records(self.start.mono_ns, [(span, None) for span in self.end.phases]) or None
+        blocking = list(self.block_end.phases) if self.block_end is not None else []
+        background = list(self.end.phases) if self.end is not self.block_end else []
+        if background and self.block_end is not None and self.block_end.mono_ns is not None:
+            returned = self.block_end.mono_ns
+            if background[0].start_ns > returned:
+                background.insert(0, PhaseSpan(Phase.QUEUED.value, returned, background[0].start_ns))
+            background = [replace(span, start_ns=max(span.start_ns, returned)) for span in background
+                          if span.end_ns > returned]
+        spans = [(span, True) for span in blocking] + [(span, False) for span in background]
+        return _phase_records(self.start.mono_ns, spans) or None
+
     def peak(self, field_name: str) -> int | None:
         """The operation's peak memory on this rank (`peak_rss_bytes` / `peak_device_bytes` of its end
         events, ckpt_bench.worker.memory), None when no event carries it (logs)."""
@@ -135,6 +167,11 @@ class Operation:
                 if not any(event is seen for seen in used):
                     used.append(event)
         return used
+
+
+def _phase_records(start_ns: int, spans: list[tuple[PhaseSpan, bool | None]]) -> list[dict]:
+    return [{"phase": span.phase, "start": (span.start_ns - start_ns) / 1e9,
+             "seconds": (span.end_ns - span.start_ns) / 1e9, "blocking": blocking} for span, blocking in spans]
 
 
 def _duration(start: CheckpointEvent | None, end: CheckpointEvent | None) -> float | None:
@@ -241,6 +278,27 @@ def _spread(values: dict[int | None, float]) -> dict | None:
         "max_rank": max_rank,
         "min": _seconds(values[min_rank]),
         "min_rank": min_rank,
+    }
+
+
+def _phases(ops: list[Operation], seconds: dict[int | None, float]) -> dict:
+    """A save's or a load's phases: the slowest rank's (by `seconds`, its total or load time per rank), and
+    every rank's, with their starts, for the per-rank timeline. Empty when no rank recorded phases."""
+    per_rank = {op.rank: op.phases() for op in ops}
+    per_rank = {rank: phases for rank, phases in per_rank.items() if phases}
+    if not per_rank:
+        return {}
+    slowest = max(per_rank, key=lambda rank: seconds.get(rank, 0.0))
+
+    def rounded(phase: dict, start: bool) -> dict:
+        return {"phase": phase["phase"], "seconds": round(phase["seconds"], 6), "blocking": phase["blocking"],
+                **({"start": round(phase["start"], 6)} if start else {})}
+
+    return {
+        "phases": [rounded(phase, start=False) for phase in per_rank[slowest]],
+        "phases_rank": slowest,
+        "phases_per_rank": [{"rank": rank, "phases": [rounded(phase, start=True) for phase in phases]}
+                            for rank, phases in per_rank.items()],
     }
 
 
@@ -415,6 +473,7 @@ class ReportBuilder:
                 "total_time_per_rank": _spread(total),
                 "overlapped": any(op.overlapped for op in ops),
                 "wait_for_previous": _seconds(max(waits)) if waits else None,
+                **_phases(ops, total),
             }
         )
         semantics = _source_semantics(ops)
@@ -435,6 +494,7 @@ class ReportBuilder:
                 "bandwidth": _mib_per_s(record["bytes"], load_time),
                 "time_per_rank": _spread(times),
                 "cache": cache,
+                **_phases(ops, times),
             }
         )
         return record

@@ -84,6 +84,24 @@ class SaveStats(StatsBlock):
 
 
 @dataclass
+class PhaseTime:
+    """One phase of a save or a load on one rank (report.engine; the phases: docs/report.md, "Phases")."""
+
+    phase: str
+    seconds: float
+    blocking: bool | None = None  # training waited for it (a save's); None for a load
+    start: float | None = None  # seconds from the operation's start on its rank (in `phases_per_rank`)
+
+
+@dataclass
+class RankPhases:
+    """One rank's phases of a save or a load, in order."""
+
+    rank: int | None
+    phases: list[PhaseTime]
+
+
+@dataclass
 class Operation:
     """What a save and a load record share."""
 
@@ -101,6 +119,14 @@ class Operation:
     bandwidth: float | None = None
     error: str | None = None
     repetition: int | None = None
+    phases: list[PhaseTime] | None = None  # the slowest rank's, in order; sum to its time
+    phases_rank: int | None = None  # whose `phases` they are
+    phases_per_rank: list[RankPhases] | None = None
+
+    def dominant_phase(self, blocking: bool | None = None) -> PhaseTime | None:
+        """The longest of `phases` (of the blocking ones only, or the background ones only, when asked)."""
+        phases = [p for p in self.phases or [] if blocking is None or p.blocking is blocking]
+        return max(phases, key=lambda p: p.seconds) if phases else None
 
 
 @dataclass

@@ -97,3 +97,51 @@ def test_dcp_load_phases(group, tmp_path):
     assert names(spans) == ["state_dict", "metadata", "plan", "exchange", "read", "finalize"]
     assert_contiguous(spans, events[EventKind.LOAD_START].mono_ns, events[EventKind.LOAD_END].mono_ns)
     assert torch.equal(state["w"], saved["w"])
+
+
+def test_report_puts_background_after_blocking_and_names_the_queue():
+    """An async save whose writer started 2 s after the call returned: `queued` in between; a background
+    phase that began before the return is counted from it. The phases sum to the save's times."""
+    from ckpt_bench.core.events import CheckpointEvent, PhaseSpan
+    from ckpt_bench.report.engine import build_report
+
+    s = 1_000_000_000
+
+    def event(kind, at, *spans):
+        return CheckpointEvent(kind, rank=0, iteration=1, mono_ns=at * s, wall_ns=at * s,
+                               phases=tuple(PhaseSpan(name, a * s, b * s) for name, a, b in spans))
+
+    events = [event(EventKind.SAVE_START, 10),
+              event(EventKind.SAVE_BLOCK_END, 13, ("state_dict", 10, 11), ("schedule", 11, 13)),
+              event(EventKind.SAVE_END, 20, ("stage", 12, 15), ("write+fsync", 15, 19), ("finalize", 19, 20))]
+    save = build_report(events)["saves"][0]
+    assert [(p["phase"], p["seconds"], p["blocking"]) for p in save["phases"]] == [
+        ("state_dict", 1, True), ("schedule", 2, True), ("stage", 2, False), ("write+fsync", 4, False),
+        ("finalize", 1, False)]
+    assert sum(p["seconds"] for p in save["phases"] if p["blocking"]) == save["block_time"] == 3
+    assert sum(p["seconds"] for p in save["phases"]) == save["total_time"] == 10
+    events[2] = event(EventKind.SAVE_END, 20, ("write+fsync", 15, 19), ("finalize", 19, 20))
+    save = build_report(events)["saves"][0]
+    assert [(p["phase"], p["seconds"]) for p in save["phases"][2:]] == [
+        ("queued", 2), ("write+fsync", 4), ("finalize", 1)]
+    assert save["phases_per_rank"][0]["phases"][2]["start"] == 3
+
+
+@pytest.mark.parametrize("async_save", [False, True])
+def test_dcp_phases_sum_to_the_reported_times(group, tmp_path, async_save):
+    from torch.distributed.checkpoint import FileSystemWriter
+
+    from ckpt_bench.report.engine import build_report
+
+    recorder = EventRecorder(tmp_path / "events", 0)
+    state = {"w": torch.randn(256, 256)}
+    for call in (1, 2):
+        path = str(tmp_path / f"ckpt{call}")
+        timed_save(state, FileSystemWriter(path), recorder, call, path, async_save=async_save)
+    recorder.close()
+    report = build_report(read_event_files([recorder.path]))
+    for save in report["saves"]:
+        assert save["phases_rank"] == 0
+        blocking = sum(p["seconds"] for p in save["phases"] if p["blocking"])
+        assert abs(blocking - save["block_time"]) <= 1e-3
+        assert abs(sum(p["seconds"] for p in save["phases"]) - save["total_time"]) <= 1e-3
