@@ -1,0 +1,117 @@
+"""Run Megatron-LM's own training script on a rank: `python -m ckpt_bench.backends.frameworks.megatron_lm_bootstrap
+DIR/pretrain_gpt.py ARGS...` (torchrun starts it, `--framework megatron-lm`).
+
+Where CUDA is available the script runs exactly as `python DIR/pretrain_gpt.py ARGS...` would. Where it is
+not, the CPU layer is installed first: megatron-core's (`ckpt_bench.backends.megatron.cpu_compat`), and what
+megatron.training needs beyond it (`install`, each redirection below with the call that needs it). Nothing
+of the checkout is changed; its code runs as it is, on gloo ranks and CPU tensors.
+"""
+
+from __future__ import annotations
+
+import runpy
+import sys
+import types
+from functools import partial
+from pathlib import Path
+
+import torch
+
+_installed = False
+BATCH_INVARIANT = "megatron.core.transformer.custom_layers.batch_invariant_kernels"
+
+# Arguments the ranks get on CPU unless the command names them: Megatron-LM's defaults that need GPU kernels.
+CPU_ARGUMENTS = (
+    # Transformer Engine runs on GPUs only: megatron-core's own layers instead of the TE layer specs that
+    # gpt_builders picks by default (TESpecProvider).
+    ("--transformer-impl", "local"),
+    # Apex's persistent layer-norm kernel (a CUDA kernel); megatron-core's torch norm refuses the setting.
+    ("--no-persist-layer-norm",),
+    # Apex's fused weight-gradient accumulation (fused_weight_gradient_mlp_cuda): the parallel linear layers
+    # refuse to build without it.
+    ("--no-gradient-accumulation-fusion",),
+)
+
+
+class _HostStream:
+    """`torch.cuda.Stream` on CPU: work runs in program order, so there is nothing to wait for."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        pass
+
+    def wait_stream(self, stream) -> None:
+        pass
+
+
+def _batch_invariant_unavailable(*args, **kwargs):
+    raise RuntimeError("--batch-invariant-mode needs triton kernels, which run on GPUs only")
+
+
+def _batch_invariant_stand_in() -> types.ModuleType:
+    """megatron.training.initialize imports `enable_batch_invariant_mode` from a module that imports
+    triton at its top (absent beside a CPU torch; a stand-in `triton` package breaks torch's own inductor
+    imports). Only `--batch-invariant-mode` calls into it: the stand-in refuses that one flag."""
+    module = types.ModuleType(BATCH_INVARIANT)
+    module.enable_batch_invariant_mode = _batch_invariant_unavailable
+    module.is_batch_invariant_mode_enabled = lambda: False
+    return module
+
+
+def install(args: list[str]) -> list[str]:
+    """The CPU layer for megatron.training, and the script's arguments for CPU ranks (unchanged where CUDA
+    is available, where nothing is installed)."""
+    global _installed
+    if _installed or torch.cuda.is_available():
+        return args
+    _installed = True
+    sys.modules.setdefault(BATCH_INVARIANT, _batch_invariant_stand_in())
+
+    from ckpt_bench.backends.megatron import cpu_compat
+
+    cpu_compat.install()
+
+    from megatron.legacy import fused_kernels
+    from megatron.training import initialize, training
+
+    # pretrain() -> initialize_megatron asserts CUDA unless told `allow_no_cuda`, Megatron-LM's own switch
+    # for CPU processes; nothing else reads it.
+    training.initialize_megatron = partial(initialize.initialize_megatron, allow_no_cuda=True)
+    # initialize_megatron -> _compile_dependencies -> fused_kernels.load runs `$CUDA_HOME/bin/nvcc -V` (no
+    # CUDA_HOME here) and, in this generation, builds no kernel after it: nothing to load on CPU.
+    fused_kernels.load = lambda args: None
+    # get_model builds the DDP wrappers inside `torch.cuda.stream(torch.cuda.Stream())`, synchronised with
+    # `torch.cuda.current_stream()` on both sides: streams the CPU does not have.
+    torch.cuda.Stream = _HostStream
+    torch.cuda.current_stream = lambda device=None: _HostStream()
+
+    return [*args, *(arg for flag in CPU_ARGUMENTS if flag[0] not in args for arg in flag)]
+
+
+def _run_as_main_of_this_module(script: str) -> None:
+    """Run `script` as `__main__`, under this module's spec. Processes that megatron-core spawns from a rank
+    (the checkpoint writer's multiprocessing Manager, the persistent async writer) import their parent's
+    main module first: the script itself would import megatron.training before any CPU layer exists, this
+    module installs the layer (below) and imports nothing of the script. They run megatron-core's own
+    functions, nothing the script defines."""
+    module = types.ModuleType("__main__")
+    module.__file__ = script
+    module.__spec__ = sys.modules["__main__"].__spec__
+    sys.modules["__main__"] = module
+    exec(compile(Path(script).read_bytes(), script, "exec"), module.__dict__)
+
+
+def main(argv: list[str]) -> None:
+    script, *args = argv
+    cpu_args = install(args)
+    sys.argv = [script, *cpu_args]
+    sys.path[0] = str(Path(script).resolve().parent)  # as `python DIR/pretrain_gpt.py` sets it
+    if _installed:
+        _run_as_main_of_this_module(script)
+    else:
+        runpy.run_path(script, run_name="__main__")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
+elif __name__ == "__mp_main__":  # a process megatron-core spawned from a CPU rank (above)
+    install([])
