@@ -290,3 +290,30 @@ def test_event_sources_name_deepspeeds_clock():
     events = feed(DeepSpeedParser(), (LOGS / "real_megatron_deepspeed_torch_engine_final_save.log")
                   .read_text().splitlines())
     assert {e.source for e in events} == {TimeSource.DEEPSPEED_TIMESTAMP}
+
+
+def test_nemo_async_saves_without_their_duration_line_are_paired_by_path():
+    """NeMo printing no 'Global Checkpoint Save' (issue 30, item 4): each 'Scheduled async checkpoint save for
+    PATH' is a save, ended by the 'finalized' line naming its path; a worker-group restart ends the two in flight;
+    the preemption save runs from 'Preemption detected' to its end. Starts not in the log leave times null."""
+    report = log_report([LOGS / "constructed_nemo2_nemorun_ft_async_without_save_duration.log"])
+    assert saves(report) == [(49, True, None, None), (49, True, None, None), (99, False, None, None),
+                             (99, False, None, None), (99, True, None, None), (117, True, 12.0, 12.0)]
+    assert report["saves"][5]["source_semantics"] == DURABLE and "unmatched_ends" not in report
+    assert report["saves"][2]["error"] == "the launcher restarted the worker group before this async save finished"
+    assert report["async_save"] is True and report["world_size"] == 4 and report["num_saved"] == 4
+    notes = report["notes"]
+    assert any(n.startswith("iteration 49 was saved 2 times") for n in notes)  # top-k and -last: two saves
+    assert any(n.startswith("3 async saves had no 'Global Checkpoint Save' line") and "9.000-12.000 s after" in n
+               for n in notes)
+    assert any("saved on preemption" in n and "NeMo waited 9.104 s" in n for n in notes)
+
+
+def test_nemo_finalized_line_without_a_path_ends_the_save_of_its_step():
+    """NeMo before 2025: 'Async checkpoint save for step N finalized successfully.' names no path: it ends the
+    save scheduled for the file of step=N-1."""
+    p = "[NeMo I 2025-05-22 20:{} model_checkpoint:{}] "
+    report = build_report(feed(NemoParser(), [
+        p.format("08:53", 497) + "Scheduled async checkpoint save for /ckpt/model_name=0--step=18-last.ckpt",
+        p.format("09:41", 522) + "Async checkpoint save for step 19 finalized successfully."]))
+    assert saves(report) == [(18, True, None, None)] and not report.get("unmatched_ends")

@@ -36,6 +36,11 @@ timers, arguments): a line that is not one of NeMo's checkpoint lines is read by
   An async save is complete when `Successfully saved checkpoint from iteration N` (or, without it,
   `Async checkpoint save for step N+1 ... finalized`) appears: NeMo numbers one save two ways,
   iteration N and step N+1; the report uses the iteration.
+* A NeMo that prints no `Global Checkpoint Save` (only `Scheduled` and `finalized`; before 2025 the
+  `finalized` line names no path) still has a save per `Scheduled` line, its iteration the path's `step=N`,
+  ended by the `finalized` line of its path (or of step N+1); its start is not in the log, so its times are
+  null (a preemption save's start is its `Preemption detected` line), and the notes say how long each was
+  written after the call returned.
 * ModelCheckpoint may save one iteration twice, a top-k copy and a `-last` copy, to two paths: each
   is a save of its own (two writes), paired with its end by its path, never by the iteration alone.
 * What the figures measure (`source_semantics`): `Save duration` is the save call only, the whole
@@ -80,7 +85,8 @@ SAVE = re.compile(r"Global Checkpoint Save : Rank: (?P<rank>\d+) : (?:Iteration:
                   r"Start time: " + _NUMBER + r"s : Save duration: (?P<duration>" + _NUMBER + r")s")
 SCHEDULED = re.compile(r"Scheduled async checkpoint save for (?P<path>.+?)\s*$")
 SAVED = re.compile(r"Successfully saved checkpoint from iteration\s+(?P<iteration>\d+) to (?P<path>.+?)\s*$")
-FINALIZED = re.compile(r"Async checkpoint save for step (?P<step>\d+) \((?P<path>.*)\) finalized successfully")
+# Before 2025 without the path: `Async checkpoint save for step 19 finalized successfully.`
+FINALIZED = re.compile(r"Async checkpoint save for step (?P<step>\d+)(?: \((?P<path>.*)\))? finalized successfully")
 FINALIZE_TIME = re.compile(r"Async finalization time took (?P<seconds>" + _NUMBER + r") s")
 PENDING = "Pending async checkpoint saves. Finalizing them synchronously now"
 LOAD = re.compile(r"Global Checkpoint Load : Rank : (?P<rank>\d+) : Start time : " + _NUMBER
@@ -106,8 +112,10 @@ class _Save:
     """One save (across the ranks that logged it), held until it is resolved."""
 
     iteration: int | None
-    starts: dict[int, tuple[int, int, int]] = field(default_factory=dict)  # rank -> (start, duration, seq)
+    # rank -> (start, duration, seq); start and duration None when NeMo printed no `Global Checkpoint Save`
+    starts: dict[int, tuple[int | None, int | None, int]] = field(default_factory=dict)
     path: str | None = None
+    returned: tuple[int, int] | None = None  # (time, seq) of the `Scheduled` line when no duration was printed
     asynchronous: bool = False
     overlaps: bool = False
     preemption: bool = False  # saved on preemption: training has stopped, it blocks until durable
@@ -131,7 +139,7 @@ class NemoParser(LogFormat, OneFileFormat):
         self._polls: dict[str, list[float]] = {"finalized": [], "idle": [], "at_end": [], "preemption": []}
         self._pending_at_end: int | None = None  # saves being written when training ended
         self._unmatched_at_end = 0  # ends finalized then whose save's start is not in the log
-        self._preempting = False  # preemption detected: the next save is the preemption save
+        self._preempting: tuple[int, int] | None = None  # (time, seq) of `Preemption detected`: the next save's
         self._waiting = False  # a preemption save is being waited for: the next poll is that wait
         self._preemption_saves: list[int | None] = []
         self._restoring: str | None = None  # a resume's checkpoint, until its load is read
@@ -140,6 +148,7 @@ class NemoParser(LogFormat, OneFileFormat):
         self.launcher = Launcher()
         self._two_numberings = False
         self._copies: dict[int | None, set[str]] = {}
+        self._after_return: list[float] = []  # saves without `Global Checkpoint Save`: scheduled -> finalized, s
         self._async_seen = False
         self._seq = 0
 
@@ -161,7 +170,7 @@ class NemoParser(LogFormat, OneFileFormat):
             if found := LOAD.search(message):
                 return self._load(found, seq, megatron_time_ns(match["stamp"]))
         elif found := SCHEDULED.search(message):
-            self._scheduled(found["path"])
+            self._scheduled(found["path"], seq, megatron_time_ns(match["stamp"]))
             return []
         elif found := SAVED.search(message):
             return self._finished(found["path"], int(found["iteration"]), seq, megatron_time_ns(match["stamp"]))
@@ -175,7 +184,7 @@ class NemoParser(LogFormat, OneFileFormat):
             self._pending_at_end = len(self._writing)
             return []
         elif PREEMPTION in message:
-            self._preempting = True
+            self._preempting = (megatron_time_ns(match["stamp"]), seq)
             return []
         elif WAITING in message:
             self._waiting = True
@@ -234,21 +243,38 @@ class NemoParser(LogFormat, OneFileFormat):
                 writing.starts[rank] = start
                 return []
         events = self._resolve_latest(seq)
-        self._latest = _Save(iteration, {rank: start}, overlaps=bool(self._writing), preemption=self._preempting)
-        if self._preempting:
-            self._preemption_saves.append(iteration)
-            self._preempting = False
+        self._latest = _Save(iteration, {rank: start}, overlaps=bool(self._writing),
+                             preemption=self._preempted(iteration))
         return events
 
-    def _scheduled(self, path: str) -> None:
+    def _preempted(self, iteration: int | None) -> bool:
+        """Whether the save starting now is the preemption save (the first after `Preemption detected`)."""
+        if self._preempting is None:
+            return False
+        self._preemption_saves.append(iteration)
+        self._preempting = None
+        return True
+
+    def _scheduled(self, path: str, seq: int, prefix_ns: int) -> None:
         save = self._latest
         if save is not None and save.path in (None, path):
             save.path, save.asynchronous = path, True
             self._latest = None
-            self._writing.append(save)
-            self._async_seen = True
-            self._note_path(save)
-        # else: the log begins mid-save, or another rank's line of a save already scheduled
+        elif save is None and all(s.path != path for s in self._writing):
+            # NeMo printed no `Global Checkpoint Save` for it (its versions before that line, or a log cut
+            # between the two): the save call returned at this line; when it started is not in the log, but for
+            # a preemption save, started at its `Preemption detected` line.
+            step = STEP.findall(path)
+            iteration = int(step[-1]) if step else None
+            started = self._preempting or (None, seq)
+            save = _Save(iteration, {0: (started[0], None, started[1])}, path=path, returned=(prefix_ns, seq),
+                         overlaps=bool(self._writing), preemption=self._preempted(iteration))
+        else:
+            return  # another rank's line of a save already scheduled
+        save.asynchronous = True
+        self._writing.append(save)
+        self._async_seen = True
+        self._note_path(save)
 
     def _resolve_latest(self, seq: int, ending: bool = False) -> list[CheckpointEvent]:
         """The last save started and not scheduled async: synchronous, so complete (at the end of the
@@ -262,12 +288,12 @@ class NemoParser(LogFormat, OneFileFormat):
         self.observed.setdefault("async_save", (False, WHERE))
         return self._events(save)
 
-    def _finished(self, path: str, iteration: int, seq: int, prefix_ns: int,
+    def _finished(self, path: str | None, iteration: int, seq: int, prefix_ns: int,
                   numbered_by_step: bool = False) -> list[CheckpointEvent]:
         events = self._resolve_latest(seq)
-        save = next((s for s in self._writing if s.path == path), None)
+        save = next((s for s in self._writing if s.path == path), None) if path is not None else None
         if save is None:
-            done = next((s for s in self._done if s.path == path), None)
+            done = next((s for s in self._done if s.path == path), None) if path is not None else None
             if done is not None:  # its other end line (the two numberings of one save)
                 self._two_numberings |= numbered_by_step and done.iteration == iteration
                 return events
@@ -285,6 +311,8 @@ class NemoParser(LogFormat, OneFileFormat):
         self._writing.remove(save)
         self._done.append(save)
         self._finished_since_poll += 1
+        if save.returned is not None and not save.preemption:
+            self._after_return.append((prefix_ns - save.returned[0]) / 1e9)
         return events + self._events(save, seq, wall_ns=prefix_ns)
 
     def _poll(self, seconds: float) -> None:
@@ -315,12 +343,17 @@ class NemoParser(LogFormat, OneFileFormat):
             start_ns, duration, seq = save.starts[rank]
             common = {"rank": rank, "iteration": save.iteration, "path": save.path}
             extra = {OVERLAPS_PREVIOUS: True} if save.overlaps else {}
-            events.append(CheckpointEvent(EventKind.SAVE_START, wall_ns=start_ns, source=TimeSource.NEMO_PREFIX,
-                                          seq=seq, extra=extra, **common))
+            clock = TimeSource.NEMO_PREFIX if start_ns is not None else TimeSource.NONE  # a start not in the log
+            events.append(CheckpointEvent(EventKind.SAVE_START, wall_ns=start_ns, source=clock, seq=seq, extra=extra,
+                                          **common))
             durable = {MEASURES: "durable"}
             if save.preemption and wall_ns is not None:  # training has stopped: it blocks until durable
                 events.append(CheckpointEvent(EventKind.SAVE_BLOCK_END, wall_ns=wall_ns, source=TimeSource.NEMO_PREFIX,
                                               seq=end_seq, extra=durable, **common))
+            elif duration is None:  # the save call returned at its `Scheduled` line (a block time without a start)
+                returned_ns, returned_seq = save.returned
+                events.append(CheckpointEvent(EventKind.SAVE_BLOCK_END, wall_ns=returned_ns,
+                                              source=TimeSource.NEMO_PREFIX, seq=returned_seq, **common))
             else:
                 events.append(CheckpointEvent(EventKind.SAVE_BLOCK_END, elapsed_ns=duration,
                                               source=TimeSource.NEMO_CLOCK, seq=seq,
@@ -403,6 +436,13 @@ class NemoParser(LogFormat, OneFileFormat):
             unmatched = f" ({self._unmatched_at_end} of them unmatched ends)" if self._unmatched_at_end else ""
             notes.append(f"{pending} async save{'s were' if pending != 1 else ' was'} still being written at the end "
                          f"of training{unmatched} and finalized synchronously{took}")
+        if self._after_return:
+            spans = self._after_return
+            notes.append(f"{len(spans)} async save{'s' * (len(spans) > 1)} had no 'Global Checkpoint Save' line (NeMo "
+                         "printed only 'Scheduled async checkpoint save' when the save call returned, and 'Async "
+                         "checkpoint save for step N ... finalized' when it was durable): when each started is not "
+                         "in the log, so its block and total times are unknown (null); each was written for "
+                         f"{_span(spans)} s after its save call returned (1 s resolution)")
         for iteration in self._preemption_saves:
             waited = self._polls["preemption"]
             wait = (f"; NeMo waited {sum(waited):.3f} s for it to finalize ('Async checkpointing detected, waiting "
