@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ckpt_bench.core.errors import ReportError
 from ckpt_bench.core.rundir import RunDir, sweep_results_file
-from ckpt_bench.present.rows import as_report, as_results, number
+from ckpt_bench.present.rows import MLPERF_KEYS, as_report, as_results, mlperf_figures, mlperf_meaning, number
 from ckpt_bench.report.metrics import HEADLINE_KEYS, STEADY
 from ckpt_bench.report.schema import Report, SchemaError
 
@@ -50,6 +50,8 @@ METRICS: tuple[tuple[str, Callable[[Report], object]], ...] = (
     ("daly_interval_s", lambda report: report.advice and report.advice.daly_interval_s),
     ("goodput_at_optimum", lambda report: report.advice and report.advice.goodput_at_optimum),
     ("goodput_at_configured", lambda report: report.advice and report.advice.goodput_at_configured),
+    # A workload run's MLPerf Storage figures, under both definitions, and its comparability verdict.
+    *((key, lambda report, key=key: mlperf_figures(report).get(key)) for key in MLPERF_KEYS),
 )
 # Always shown, even when no source has them (the rest only when one source does).
 CORE = (*HEADLINE_KEYS, "verified", "fsync")
@@ -171,7 +173,8 @@ def compare(sources: list[Source]) -> Comparison:
     return Comparison(
         baseline=sources[0].label,
         metrics=metrics,
-        meanings={name: MEANINGS[name] for name in metrics if name in MEANINGS},
+        meanings={name: MEANINGS[name] if name in MEANINGS else mlperf_meaning(name) for name in metrics
+                  if name in MEANINGS or name in MLPERF_KEYS},
         sources=[Column(source.label, source.path, {name: figures[name] for name in metrics},
                         {name: _ratio(figures[name], values[0][name]) for name in metrics})
                  for source, figures in zip(sources, values, strict=True)],

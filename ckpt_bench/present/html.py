@@ -708,6 +708,11 @@ def render_sweep(results: SweepResults | dict) -> str:
     peak = p.sweep_peak_table(results)
     if peak is not None:
         sections.append(("storage-peak", "The storage's own peak", _grid_table(*peak, "peak-table")))
+    mlperf = p.sweep_mlperf_table(results)
+    if mlperf is not None:
+        sections.append(("mlperf", "MLPerf Storage", _grid_table(*mlperf, "mlperf-sweep-table")
+                         + f'<p class="hint">{_e(p.MLPERF_COLUMNS_MEAN)}. Comparable: each job\'s verdict '
+                           "against MLPerf Storage's rules (its report.html says why).</p>"))
     sections.append(("sweep", "Sweep", _pairs_table(_flat(results.sweep), "sweep-table")))
     sections.append(("environment", "Environment", _pairs_table(_flat(results.environment), "environment-table")))
     counts = ", ".join(f"{n} {status}" for status, n in results.summary.items())

@@ -5,6 +5,7 @@ figure shown is a field of the typed report (`ckpt_bench.report.schema.Report`: 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Callable
@@ -414,6 +415,66 @@ def sweep_rows(results: SweepResults) -> list[list[str]]:
                      *(fmt(report.compared(m), m.digits) for m in HEADLINE),
                      fmt(report.fsync) if job.report else NONE, fmt(report.verified)])
     return rows
+
+
+# MLPerf Storage's figures of a workload run by their report keys, as every comparison lists them (sweep tables,
+# results.csv, --compare): DLIO's (rank 0) and mlpstorage's (the slowest rank), then the comparability verdict.
+MLPERF_FIGURES = (*(f"mlperf.dlio.{item.name}" for item in dataclasses.fields(DlioFigures)),
+                  *(f"mlperf.mlpstorage.{item.name}" for item in dataclasses.fields(MlpstorageFigures)))
+MLPERF_VERDICT = "mlperf.comparable.verdict"
+MLPERF_KEYS = (*MLPERF_FIGURES, MLPERF_VERDICT)
+MLPERF_MEANINGS = {
+    "mlperf.dlio": "DLIO's summary.json figure: rank 0's durations; GB = 2**30 bytes; stdev the population one",
+    "mlperf.mlpstorage": "mlpstorage's: the slowest rank (mean_of_max), strict times over the ranks; GB = 2**30",
+    MLPERF_VERDICT: "could it stand beside published MLPerf Storage results (CLOSED, OPEN, not comparable)",
+}
+
+
+def mlperf_figures(report: Report) -> dict[str, float | str | None]:
+    """A workload run's MLPerf figures by `MLPERF_KEYS`; {} for a run without them."""
+    mlperf = report.mlperf
+    if mlperf is None:
+        return {}
+    sections = {"dlio": mlperf.dlio or DlioFigures(), "mlpstorage": mlperf.mlpstorage or MlpstorageFigures()}
+    figures: dict[str, float | str | None] = {
+        key: getattr(sections[key.split(".")[1]], key.rsplit(".", 1)[1]) for key in MLPERF_FIGURES}
+    figures[MLPERF_VERDICT] = mlperf.comparable.verdict if mlperf.comparable is not None else None
+    return figures
+
+
+def mlperf_meaning(key: str) -> str:
+    """What an MLPerf key of `MLPERF_KEYS` is, in words."""
+    return MLPERF_MEANINGS.get(key) or MLPERF_MEANINGS[key.rsplit(".", 1)[0]]
+
+
+# The sweep table's MLPerf columns: each definition's save and load (duration, bandwidth), and the verdict.
+MLPERF_COLUMNS_MEAN = ("GB = 2**30 bytes; DLIO: rank 0's mean duration and bandwidth (its summary.json); max: "
+                       "mlpstorage's mean of the slowest rank's; strict: mlpstorage's bandwidth from strict times")
+MLPERF_COLUMNS = (
+    ("mlperf.dlio.save_checkpoint_duration_mean_seconds", "DLIO save s", 3),
+    ("mlperf.dlio.save_checkpoint_io_mean_GB_per_second", "DLIO save GB/s", 3),
+    ("mlperf.mlpstorage.mean_of_max_save_duration", "max save s", 3),
+    ("mlperf.mlpstorage.calculated_mean_save_throughput_from_strict_times", "strict save GB/s", 3),
+    ("mlperf.dlio.load_checkpoint_duration_mean_seconds", "DLIO load s", 3),
+    ("mlperf.dlio.load_checkpoint_io_mean_GB_per_second", "DLIO load GB/s", 3),
+    ("mlperf.mlpstorage.mean_of_max_load_duration", "max load s", 3),
+    ("mlperf.mlpstorage.calculated_mean_load_throughput_from_strict_times", "strict load GB/s", 3),
+    (MLPERF_VERDICT, "comparable", 0),
+)
+
+
+def sweep_mlperf_table(results: SweepResults) -> tuple[list[str], list[list[str]]] | None:
+    """Workload jobs: MLPerf Storage's figures side by side (GB = 2**30 bytes); None when no job has them."""
+    jobs = [job for job in results.jobs if job.report is not None and job.report.mlperf is not None]
+    if not jobs:
+        return None
+    parameters = swept(results)
+    rows = []
+    for job in jobs:
+        figures = mlperf_figures(job.report)
+        rows.append([str(job.index), *(fmt(job.params.get(name)) for name in parameters),
+                     *(fmt(figures[key], digits) for key, _label, digits in MLPERF_COLUMNS)])
+    return ["job", *parameters, *(label for _key, label, _digits in MLPERF_COLUMNS)], rows
 
 
 def sweep_peak_table(results: SweepResults) -> tuple[list[str], list[list[str]]] | None:

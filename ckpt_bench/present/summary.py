@@ -135,6 +135,9 @@ def print_sweep(summary: dict, results: SweepResults | dict, file: TextIO | None
     peak = p.sweep_peak_table(results)
     if peak is not None:
         out.print(_grid("the storage's own peak (--storage-baseline, each job's I/O shape)", *peak))
+    mlperf = p.sweep_mlperf_table(results)
+    if mlperf is not None:
+        out.print(_grid(f"MLPerf Storage's figures ({p.MLPERF_COLUMNS_MEAN})", *mlperf))
     _print_paths(out, where)
 
 

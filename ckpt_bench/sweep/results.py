@@ -14,13 +14,26 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from ckpt_bench.report.metrics import STEADY
 from ckpt_bench.report.schema import Report
 
 NOT_RUN = "not run"  # the status of a job without a job.json: never started, or its folder was not ours
 # A job's keys written as null when unset; its other optional keys are left out.
 JOB_KEYS_WRITTEN_AS_NULL = ("error",)
 # The sweep's keys left out when unset (results written by hand, or before they were recorded).
-SWEEP_KEYS_LEFT_OUT = ("results_file", "sweep_file")
+SWEEP_KEYS_LEFT_OUT = ("results_file", "sweep_file", "figures")
+
+
+# A job report's figures that have a twin in the sweep's tables and results.csv, said once in run_results.json.
+FIGURES = {
+    "save_block_time, save_total_time, save_bandwidth_in_mbps": (
+        "a job report's top-level save figures, Primus's keys: its last complete save (a --repeat job's: the "
+        "median of its repetitions' steady saves); the tables and results.csv compare jobs on the steady figures"),
+    "steady_save_block_time, steady_save_total_time, steady_save_bandwidth": (
+        f"the tables' and results.csv's save figures: the {STEADY} (report.stats.excluding_first's median)"),
+    "stats.*.stdev": "the sample standard deviation (divided by n - 1)",
+    "mlperf.dlio.*_stdev_*": "DLIO's population standard deviation (divided by n), over rank 0's durations",
+}
 
 
 def _check_keys(data: dict, declared: set[str], where: str) -> None:
@@ -120,6 +133,9 @@ class SweepResults:
     """The number of jobs per status (`status_counts`)."""
     notes: list[str] = field(default_factory=list)
     """What the sweep file asked that does not apply here."""
+    figures: dict[str, str] | None = None
+    """What the figures of the jobs' reports are where the tables show their twins (`FIGURES`, as the sweep
+    writes it)."""
     jobs: list[JobRecord] = field(default_factory=list)
     """Every job, in order, with its report."""
 

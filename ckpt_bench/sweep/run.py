@@ -80,14 +80,15 @@ from ckpt_bench.core.yamlfile import read_yaml
 from ckpt_bench.launcher import registry
 from ckpt_bench.launcher.repeat import run
 from ckpt_bench.present.html import SWEEP_HTML, write_sweep_html
+from ckpt_bench.present.rows import MLPERF_KEYS, mlperf_figures
 from ckpt_bench.report.assembly import to_json
-from ckpt_bench.report.metrics import HEADLINE_KEYS, STEADY_FIGURES
+from ckpt_bench.report.metrics import BY_KEY, HEADLINE, STEADY_FIGURES
 from ckpt_bench.report.schema import Report
 from ckpt_bench.storage import reopen
 from ckpt_bench.sweep.limits import DEFAULT_MAX_JOBS, check_job_count
 from ckpt_bench.sweep.peers import translation_for
 from ckpt_bench.sweep.peers.outputs import Outputs
-from ckpt_bench.sweep.results import JobRecord, SweepResults, status_counts
+from ckpt_bench.sweep.results import FIGURES, JobRecord, SweepResults, status_counts
 
 # `ckpt_bench.cli.launch.parse_argv`: one command line -> (option values, the options given); ConfigError if it
 # cannot be parsed.
@@ -102,8 +103,11 @@ CSV_FILE = "results.csv"
 # The aggregate files (run_results.json, results.csv, sweep_report.html) are rewritten at most this often
 # while jobs run, so a watcher sees progress; each job writes its own job.json when it ends.
 AGGREGATE_INTERVAL_S = 60.0
+# A job's saves by their steady figure (`steady_save_*`, what the tables show), its loads as measured. The
+# report's top-level save keys (Primus's: the last complete save) stay in run_results.json, named in `figures`.
 CSV_METRICS = (
-    "world_size", *HEADLINE_KEYS, "iter_folder_size", "num_saved", "verified", "accurate",
+    "world_size", *(metric.key for metric in HEADLINE if metric.steady_figure is None), "iter_folder_size",
+    "num_saved", "verified", "accurate",
     "save_fraction_of_peak", "load_fraction_of_peak",  # with storage_baseline: true
 )
 
@@ -368,14 +372,17 @@ def _job_entry(root: Path, job: Job) -> JobRecord:
 def _write_csv(path: Path, sweep: Sweep, jobs: list[JobRecord]) -> None:
     table = io.StringIO()
     writer = csv.writer(table)
+    # MLPerf Storage's figures when a job has them (workload runs), by their report keys.
+    mlperf = MLPERF_KEYS if any(record.report is not None and record.report.mlperf for record in jobs) else ()
     writer.writerow(["job", "status", *sweep.lists, *CSV_METRICS,
-                     *(f"steady_save_{figure}" for figure in STEADY_FIGURES), "fsync", "report", "error"])
+                     *(f"steady_save_{figure}" for figure in STEADY_FIGURES), "fsync", *mlperf, "report", "error"])
     for job, record in zip(sweep.jobs, jobs, strict=True):
         report = record.report or Report()
+        figures = mlperf_figures(report)
         writer.writerow([
             job.index, record.status, *job.params.values(), *(getattr(report, key) for key in CSV_METRICS),
             *(report.steady_median(figure) for figure in STEADY_FIGURES), report.fsync,
-            record.report_file, record.error,
+            *(figures.get(key) for key in mlperf), record.report_file, record.error,
         ])
     write_atomic(path, table.getvalue())
 
@@ -394,7 +401,7 @@ class ResultsWriter:
         self.results = SweepResults(
             name=sweep.name, results_file=str(root / sweep.outputs.results_file), sweep_file=sweep.source,
             dir=str(root), started=started, updated=started, sweep=sweep.definition(), environment=environment,
-            summary={}, notes=sweep.notes, jobs=[_job_entry(root, job) for job in sweep.jobs])
+            summary={}, notes=sweep.notes, figures=FIGURES, jobs=[_job_entry(root, job) for job in sweep.jobs])
         self.written_at = -math.inf  # time.monotonic() of the last write
 
     def update(self, job: Job) -> None:
@@ -526,9 +533,11 @@ def summary(results: SweepResults | dict) -> dict:
     jobs = []
     for job in results.jobs:
         report = job.report or Report()
+        # The figures the tables compare jobs on, named for what they are (the steady save, not the last one),
+        # and a workload job's MLPerf figures.
         jobs.append({"job": job.index, "status": job.status, **job.params,
-                     "save_bandwidth_in_mbps": report.save_bandwidth_in_mbps,
-                     "load_bandwidth_in_mbps": report.load_bandwidth_in_mbps})
+                     "steady_save_bandwidth": report.compared(BY_KEY["save_bandwidth_in_mbps"]),
+                     "load_bandwidth_in_mbps": report.load_bandwidth_in_mbps, **mlperf_figures(report)})
     return {
         "sweep": results.name,
         "dir": results.dir,
