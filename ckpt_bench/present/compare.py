@@ -46,6 +46,7 @@ METRICS: tuple[tuple[str, Callable[[Report], object]], ...] = (
     ("training_save_impact_time", lambda report: report.training and report.training.save_impact_time),
     ("training_save_impact_percent", lambda report: report.training and report.training.save_impact_percent),
     ("checkpoint_cost_s", lambda report: report.advice and report.advice.checkpoint_cost_s),
+    ("checkpoint_cost_from", lambda report: report.advice and report.advice.checkpoint_cost_from),
     ("restart_cost_s", lambda report: report.advice and report.advice.restart_cost_s),
     ("daly_interval_s", lambda report: report.advice and report.advice.daly_interval_s),
     ("goodput_at_optimum", lambda report: report.advice and report.advice.goodput_at_optimum),
@@ -62,6 +63,8 @@ MEANINGS = {
     "first_save_total_time": "the first save, counted apart (one-off start-up)",
     "save_block_time": "the last complete save", "save_total_time": "the last complete save",
     "save_bandwidth_in_mbps": "the last complete save",
+    "checkpoint_cost_s": "what a save costs training (report.advice, one definition for sync and async saves: "
+                         "the training loop's measured cost when there is one); where from: checkpoint_cost_from",
 }
 RATIO = "value / the first source's value (numbers only; null when either is missing or the first is 0)"
 

@@ -581,6 +581,9 @@ def render_report(report: Report | dict, operations: list[TimedOperation] | None
                                      p.fmt(costs.get(r.iteration), 4),
                                      "first save: counted apart by the advice" if i == 0 else ""]
                                     for i, r in enumerate(training.around_saves)])
+            content += ('<p class="hint">The cost of a save: its iteration and the next (when that one saves '
+                        "nothing) beyond the median iteration without saves. The advice's checkpoint cost C is the "
+                        "median of these after the first save, sync or async alike.</p>")
         sections.append(("training", "Training impact", content))
     if report.mlperf is not None:
         sections.append(("mlperf", "MLPerf Storage", _mlperf(report.mlperf)))

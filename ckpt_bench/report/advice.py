@@ -142,52 +142,61 @@ def per_save_training_cost(training: dict) -> dict[int, float]:
 
 
 def checkpoint_cost(report: dict) -> tuple[float | None, str, list[str]]:
-    """(C in seconds, where it came from, notes). Sync saves: the save's total time. Async saves: the
-    training-visible cost when measured, else the block time. Every source is the steady figure
-    (`report.metrics`: the median of the saves after the first, whose one-off start-up a long job pays once)."""
+    """(C in seconds, where it came from, notes): what a save costs training, one definition for sync and async
+    saves. Where the training loop measured it (--training-impact, Lightning --steps-per-save), that: the
+    time training lost to each save, which for a sync save holds more than the save call (the next iteration
+    slowed by the write-back, say). Else the part of the save training waits for: a sync save's total time,
+    an async save's block time. Every source is the steady figure (`report.metrics`: the median of the saves
+    after the first, whose one-off start-up a long job pays once)."""
     notes: list[str] = []
     saves = [s for s in report.get("saves") or [] if s.get("complete")]
     later = steady_saves(saves)
     which = STEADY if len(saves) > 1 else "the one complete save"
     if not saves:
         return None, "no complete save", ["no complete save: there is no checkpoint cost to advise from"]
-    if report.get("async_save") is not True:
-        return _median(s.get("total_time") for s in later), f"save total time ({which}; synchronous saves)", notes
+    asynchronous = report.get("async_save") is True
+    kind = "async saves" if asynchronous else "synchronous saves"
     training = report.get("training") if isinstance(report.get("training"), dict) else {}
     per_save, source = _measured_cost(later, saves, training, which)
     if per_save is not None and per_save > 0:
-        return per_save, source, notes
+        return per_save, f"{source} ({kind})", notes
+    waited = "block" if asynchronous else "total"
     if per_save is not None:
         notes.append(f"the measured training-visible cost of a save is {per_save:.3g} s (within noise): the "
-                     "block time is used instead")
-    block = _median(s.get("block_time") for s in later)
-    return block, (f"save block time ({which}; async saves): the training-visible cost was not measured "
-                   "(--training-impact, Lightning --steps-per-save), so the background write's interference "
-                   "with training is not counted"), notes
+                     f"save {waited} time is used instead")
+    unmeasured = ("the training-visible cost was not measured (--training-impact, Lightning --steps-per-save)"
+                  if per_save is None else "the measured cost was within noise")
+    if not asynchronous:
+        return (_median(s.get("total_time") for s in later),
+                f"save total time ({which}; synchronous saves: training waits for the whole save): {unmeasured}",
+                notes)
+    return (_median(s.get("block_time") for s in later),
+            f"save block time ({which}; async saves): {unmeasured}, so the background write's interference with "
+            "training is not counted", notes)
 
 
 def _measured_cost(later: list[dict], saves: list[dict], training: dict, which: str) -> tuple[float | None, str]:
-    """An async save's training-visible cost, steady, from the finest measurement the report has."""
+    """A save's training-visible cost, steady, from the finest measurement the report has."""
     per_save = _median(s.get("save_impact_time") for s in later)
     if per_save is not None:
-        return per_save, f"saves[].save_impact_time ({which}): the training-visible cost of each async save"
+        return per_save, f"saves[].save_impact_time ({which}): the training-visible cost of each save"
     steady = {save.get("iteration") for save in later}
     around = per_save_training_cost(training)
     if around and steady & set(around):
         return (_median(cost for iteration, cost in around.items() if iteration in steady),
                 f"training.around_saves ({which}): each save's iteration and the next beyond the median iteration "
-                "without saves, the training-visible cost of each async save")
+                "without saves, the training-visible cost of each save")
     impact, count = training.get("save_impact_time"), training.get("saves")
     if not (isinstance(impact, (int, float)) and isinstance(count, int) and count > 0):
         return None, ""
     if len(saves) < 2:
-        return impact / count, "training.save_impact_time / training.saves: the training-visible cost of the async save"
+        return impact / count, "training.save_impact_time / training.saves: the training-visible cost of the save"
     # The loop's total cost holds the first save's one-off start-up: take out what its blocking part
     # cost beyond a steady save's (what the loop cannot say per save).
     first_extra = max(0.0, (saves[0].get("block_time") or 0.0) - (_median(s.get("block_time") for s in later) or 0.0))
     return ((impact - first_extra) / count,
             f"(training.save_impact_time - the first save's block time beyond the {STEADY}) / training.saves: "
-            "the training-visible cost of a steady async save, measured with and without saves")
+            "the training-visible cost of a steady save, measured with and without saves")
 
 
 def iteration_time(report: dict) -> tuple[float | None, str | None]:

@@ -111,6 +111,8 @@ CSV_METRICS = (
     "save_fraction_of_peak", "load_fraction_of_peak",  # with storage_baseline: true
 )
 
+ADVICE_COLUMNS = ("checkpoint_cost_s", "checkpoint_cost_from")  # report.advice's, with --mtbf-hours
+
 
 @dataclass
 class Job:
@@ -372,16 +374,20 @@ def _job_entry(root: Path, job: Job) -> JobRecord:
 def _write_csv(path: Path, sweep: Sweep, jobs: list[JobRecord]) -> None:
     table = io.StringIO()
     writer = csv.writer(table)
-    # MLPerf Storage's figures when a job has them (workload runs), by their report keys.
+    # MLPerf Storage's figures when a job has them (workload runs), by their report keys; the advice's checkpoint
+    # cost, with where it came from, when a job has advice (--mtbf-hours).
     mlperf = MLPERF_KEYS if any(record.report is not None and record.report.mlperf for record in jobs) else ()
+    advice = ADVICE_COLUMNS if any(record.report is not None and record.report.advice for record in jobs) else ()
     writer.writerow(["job", "status", *sweep.lists, *CSV_METRICS,
-                     *(f"steady_save_{figure}" for figure in STEADY_FIGURES), "fsync", *mlperf, "report", "error"])
+                     *(f"steady_save_{figure}" for figure in STEADY_FIGURES), "fsync", *advice, *mlperf,
+                     "report", "error"])
     for job, record in zip(sweep.jobs, jobs, strict=True):
         report = record.report or Report()
         figures = mlperf_figures(report)
         writer.writerow([
             job.index, record.status, *job.params.values(), *(getattr(report, key) for key in CSV_METRICS),
             *(report.steady_median(figure) for figure in STEADY_FIGURES), report.fsync,
+            *(report.advice and getattr(report.advice, key) for key in advice),
             *(figures.get(key) for key in mlperf), record.report_file, record.error,
         ])
     write_atomic(path, table.getvalue())
