@@ -1,17 +1,22 @@
-"""Primus experiment YAML, read with Primus's own rules.
+"""Primus experiment YAML, read as Primus's own loader reads it (`primus/core/config/`, `PrimusParser`).
 
-* `${VAR}` must be set in the environment (a clear error names VAR); `${VAR:default}` falls back.
-  Only values are substituted, never keys. A value that is *entirely* one substitution becomes
-  bool/int/float when the text looks like one (`${TP:2}` is the int 2), as Primus does.
-* `extends:` (a string or a list, paths relative to the file) deep-merges the parents in order, then
+* Each file's `${VAR}` / `${VAR:default}` are replaced before its `extends:` are merged, in values only: an
+  unset `${VAR}` without a default is an error naming VAR and the file. A value in which something was
+  replaced becomes a bool (`true`/`false`, any case), an int or a float when the whole result reads as one
+  (`${TP:2}` is the int 2, `${A}${B}` with 1 and 2 the int 12); anything else stays a string.
+* `extends:` (a string or a list, paths relative to the file, nested) deep-merges the parents in order, then
   the file itself: later wins, dicts merge, lists and scalars replace.
-* An experiment names `work_group, user_name, exp_name, workspace` and
-  `modules.pre_trainer.{framework, config, model, overrides}`. The trainer's arguments are the model
-  preset, then the module preset over it, then `overrides` over both. The experiment root is
-  `workspace/work_group/user_name/exp_name`.
+* An experiment names `work_group, user_name, exp_name, workspace` and a trainer module,
+  `modules.pre_trainer` or `modules.post_trainer` (SFT), with `framework`, `config` (the module preset),
+  `model` (the model preset) and `overrides`. The trainer's arguments are the module preset, the model
+  preset's keys the module preset does not set, then `overrides` deep-merged over both; a string `null`
+  is None. Module-level keys other than those (Primus's `trainer_class`, ...) join where unset.
 
-Presets are looked up in our own `configs/` tree first (`configs/models/<framework>/`,
-`configs/modules/<framework>/`, laid out like Primus's), then next to the experiment file.
+Presets (`NAME` or `NAME.yaml`, subfolders allowed: `diffusion/flux_12b.yaml`) come from a Primus checkout's
+`primus/configs/{models,modules}/<framework>/`, found as `--primus-path`, `$PRIMUS_PATH`, the working
+directory, or a folder above the experiment file, whichever comes first and holds `primus/configs/`.
+Experiments of our own tree, and any experiment where no checkout is found, use our presets
+(`ckpt_bench/configs/`, laid out like Primus's), then the experiment's own folder.
 """
 
 from __future__ import annotations
@@ -28,24 +33,26 @@ from ckpt_bench.core.yamlfile import InvalidYaml, parse_yaml, read_yaml
 
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"  # presets and the default, shipped in the package
 DEFAULT_EXPERIMENT = CONFIGS_DIR / "tiny_gpt.yaml"
+# Experiments that name our presets: the package's and the repository's example configs.
+OUR_EXPERIMENTS = (CONFIGS_DIR, CONFIGS_DIR.parents[1] / "configs")
+TRAINER_MODULES = ("pre_trainer", "post_trainer")  # Primus aliases one to the other when only one is given
+# Keys of a trainer module that are not trainer arguments (Primus's own bookkeeping).
+MODULE_KEYS = ("framework", "config", "model", "overrides", "params", "name")
 
-_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([^}]*))?\}")
+_VARIABLE = re.compile(r"\$\{([^:{}]+)(?::([^}]*))?\}")
+_INTEGER = re.compile(r"-?\d+")
+_FLOAT = re.compile(r"-?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)")
 
 
-def _typed(text: str):
-    """'true' -> True, '3' -> 3, '1e-4' -> 0.0001, anything else stays a string."""
-    lowered = text.strip().lower()
-    if lowered in ("true", "yes", "on"):
-        return True
-    if lowered in ("false", "no", "off"):
-        return False
-    if lowered in ("null", "none", "~"):
-        return None
-    for convert in (int, float):
-        try:
-            return convert(text)
-        except ValueError:
-            pass
+def _scalar(text: str):
+    """What a substituted value becomes: 'TRUE' -> True, '3' -> 3, '1e-4' -> 0.0001, else the text."""
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if _INTEGER.fullmatch(text):
+        return int(text)
+    if _FLOAT.fullmatch(text):
+        return float(text)
     return text
 
 
@@ -70,10 +77,8 @@ def substitute(value, source: Path, environ: Mapping[str, str] | None = None):
             )
         return default
 
-    whole = _VARIABLE.fullmatch(value)
-    if whole:
-        return _typed(lookup(whole))
-    return _VARIABLE.sub(lookup, value)
+    replaced = _VARIABLE.sub(lookup, value)
+    return _scalar(replaced) if replaced != value else value
 
 
 def deep_merge(base: dict, override: Mapping) -> dict:
@@ -87,8 +92,14 @@ def deep_merge(base: dict, override: Mapping) -> dict:
     return merged
 
 
+def _nulls_to_none(args: dict) -> dict:
+    """Primus stores a trainer argument given as the string 'null' as None (lists are left as they are)."""
+    return {key: _nulls_to_none(value) if isinstance(value, dict) else None if value == "null" else value
+            for key, value in args.items()}
+
+
 def load_yaml(path: str | os.PathLike, environ: Mapping[str, str] | None = None, _chain=()) -> dict:
-    """One YAML file with its `extends:` parents merged in and variables substituted."""
+    """One YAML file with its variables substituted and its `extends:` parents merged in."""
     path = Path(path).resolve()
     if path in _chain:
         raise ConfigError(f"{path}: `extends` loops back to itself via {' -> '.join(map(str, _chain))}")
@@ -97,16 +108,83 @@ def load_yaml(path: str | os.PathLike, environ: Mapping[str, str] | None = None,
     data = read_yaml(path) or {}  # within limits: no alias bomb, no huge file
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    data = substitute(data, path, environ)
     parents = data.pop("extends", None) or []
     if isinstance(parents, str):
         parents = [parents]
     merged: dict = {}
     for parent in parents:
-        parent_path = path.parent / parent
+        parent_path = path.parent / str(parent)
         if not parent_path.is_file():
             raise ConfigError(f"{path}: `extends: {parent}` names a file that does not exist ({parent_path})")
         merged = deep_merge(merged, load_yaml(parent_path, environ, (*_chain, path)))
-    return substitute(deep_merge(merged, data), path, environ)
+    return deep_merge(merged, data)
+
+
+@dataclass(frozen=True)
+class PrimusCheckout:
+    """A Primus checkout: where Primus keeps its model and module presets."""
+
+    root: Path
+    found_as: str  # how it was found, for messages: "--primus-path", "PRIMUS_PATH", ...
+
+    @property
+    def configs(self) -> Path:
+        return self.root / "primus" / "configs"
+
+    @staticmethod
+    def holds_presets(folder: Path) -> bool:
+        return (folder / "primus" / "configs" / "models").is_dir()
+
+    @classmethod
+    def find(cls, explicit: str | os.PathLike | None, experiment: Path | None = None,
+             environ: Mapping[str, str] | None = None) -> PrimusCheckout | None:
+        """`explicit` (--primus-path), else $PRIMUS_PATH, else the working directory, else a folder above
+        `experiment`: the first that holds `primus/configs/`. A checkout named but without it is an error."""
+        environ = os.environ if environ is None else environ
+        for value, found_as in ((explicit, "--primus-path"), (environ.get("PRIMUS_PATH"), "PRIMUS_PATH")):
+            if value:
+                root = Path(value).expanduser().resolve()
+                if not cls.holds_presets(root):
+                    raise ConfigError(f"{found_as} {value}: not a Primus checkout (no primus/configs/models/ "
+                                      "there); give the folder that holds Primus's primus/ package")
+                return cls(root, found_as)
+        cwd = Path.cwd()
+        if cls.holds_presets(cwd):
+            return cls(cwd, "the working directory")
+        for folder in (experiment.resolve().parents if experiment else ()):
+            if cls.holds_presets(folder):
+                return cls(folder, "a folder above the experiment")
+        return None
+
+    def preset(self, name: str, kind: str, framework: str) -> Path:
+        """`primus/configs/<kind>/<framework>/<name>[.yaml]`, as Primus's PresetLoader finds it."""
+        base = (self.configs / kind / framework).resolve()
+        path = (base / _preset_filename(name)).resolve()
+        if not path.is_relative_to(self.configs.resolve()):
+            raise ConfigError(f"{kind[:-1]} preset {name!r} leads out of {self.configs} (Primus refuses it too)")
+        if not path.is_file():
+            near = sorted(p.relative_to(base).as_posix() for p in base.rglob("*.yaml")) if base.is_dir() else []
+            hint = f"; {len(near)} there, e.g. {', '.join(near[:4])}" if near else ""
+            raise ConfigError(f"{kind[:-1]} preset {name!r} not found in the Primus checkout {self.root} "
+                              f"({self.found_as}): no {path}{hint}")
+        return path
+
+
+def _preset_filename(name: str) -> str:
+    return name if name.endswith((".yaml", ".yml")) else f"{name}.yaml"
+
+
+def _our_preset(name: str, kind: str, framework: str, experiment: Path) -> Path:
+    """Our preset tree first (laid out like Primus's), then next to the experiment file."""
+    filename = _preset_filename(name)
+    candidates = [CONFIGS_DIR / kind / framework / filename, experiment.parent / filename]
+    for candidate in candidates:
+        if candidate.is_file() and candidate.resolve() != experiment:
+            return candidate.resolve()
+    looked = ", ".join(str(c) for c in candidates)
+    raise ConfigError(f"{kind[:-1]} preset {name!r} not found (looked in {looked}; inside a Primus checkout, "
+                      "or with --primus-path DIR / PRIMUS_PATH, Primus's own presets are read)")
 
 
 @dataclass
@@ -121,11 +199,22 @@ class Experiment:
     framework: str
     model_preset: Path | None
     module_preset: Path | None
-    args: dict = field(default_factory=dict)  # model preset < module preset < overrides
+    args: dict = field(default_factory=dict)
+    """The trainer's arguments: module preset, the model preset's other keys, then `overrides`."""
+    module: str = "pre_trainer"  # the trainer module read: pre_trainer or post_trainer
+    overrides: dict = field(default_factory=dict)  # the experiment's own `overrides`
+    model_args: dict = field(default_factory=dict)  # what the model preset sets
+    primus: PrimusCheckout | None = None  # where the presets came from, when from a Primus checkout
 
     @property
     def exp_root(self) -> Path:
         return Path(self.workspace) / self.work_group / self.user_name / self.exp_name
+
+    @property
+    def chosen(self) -> set[str]:
+        """The arguments the experiment chose (its model and its overrides), as opposed to the trainer
+        defaults its module preset brings."""
+        return set(self.model_args) | set(self.overrides)
 
     def to_yaml_dict(self) -> dict:
         """The resolved experiment, as written into the run directory."""
@@ -135,7 +224,7 @@ class Experiment:
             "exp_name": self.exp_name,
             "workspace": self.workspace,
             "modules": {
-                "pre_trainer": {
+                self.module: {
                     "framework": self.framework,
                     "config": str(self.module_preset) if self.module_preset else None,
                     "model": str(self.model_preset) if self.model_preset else None,
@@ -145,33 +234,53 @@ class Experiment:
         }
 
 
-def _find_preset(name: str | None, kind: str, framework: str, experiment: Path) -> Path | None:
-    """Our preset tree first (as Primus looks in its own), then next to the experiment file."""
-    if not name:
-        return None
-    candidates = [CONFIGS_DIR / kind / framework / name, experiment.parent / name]
-    for candidate in candidates:
-        if candidate.is_file() and candidate.resolve() != experiment:
-            return candidate.resolve()
-    looked = ", ".join(str(c) for c in candidates)
-    raise ConfigError(f"{kind[:-1]} preset {name!r} not found (looked in {looked})")
+def _trainer_module(data: dict, path: Path) -> tuple[str, dict]:
+    modules = data.get("modules")
+    if not isinstance(modules, dict):
+        raise ConfigError(f"{path}: no `modules` section (a Primus experiment has modules.pre_trainer)")
+    for name in TRAINER_MODULES:
+        if isinstance(modules.get(name), dict):
+            return name, modules[name]
+    found = ", ".join(map(str, modules)) or "none"
+    raise ConfigError(f"{path}: no trainer module (modules.pre_trainer or modules.post_trainer); found {found}")
 
 
-def load_experiment(path: str | os.PathLike, environ: Mapping[str, str] | None = None) -> Experiment:
+def load_experiment(path: str | os.PathLike, environ: Mapping[str, str] | None = None,
+                    primus_path: str | os.PathLike | None = None) -> Experiment:
+    """The experiment at `path`, its presets from the Primus checkout `PrimusCheckout.find` gives (our
+    own presets for the experiments of our tree or where none is found)."""
     path = Path(path)
     data = load_yaml(path, environ)
-    try:
-        module = data["modules"]["pre_trainer"]
-    except (KeyError, TypeError):
-        raise ConfigError(f"{path}: no `modules.pre_trainer` section (a Primus experiment has one)") from None
-    framework = module.get("framework", "megatron")
-    model_preset = _find_preset(module.get("model"), "models", framework, path.resolve())
-    module_preset = _find_preset(module.get("config"), "modules", framework, path.resolve())
-    args: dict = {}
-    for preset in (model_preset, module_preset):
-        if preset is not None:
-            args = deep_merge(args, load_yaml(preset, environ))
-    args = deep_merge(args, module.get("overrides") or {})
+    module_name, module = _trainer_module(data, path)
+    framework = str(module.get("framework") or "megatron")
+    ours = any(path.resolve().is_relative_to(folder) for folder in OUR_EXPERIMENTS)
+    primus = None if ours else PrimusCheckout.find(primus_path, path, environ)
+
+    def preset(name, kind: str) -> Path | None:
+        if not name:
+            return None
+        if primus is not None:
+            return primus.preset(str(name), kind, framework)
+        return _our_preset(str(name), kind, framework, path.resolve())
+
+    module_preset = preset(module.get("config"), "modules")
+    model_preset = preset(module.get("model"), "models")
+    base = load_yaml(module_preset, environ) if module_preset else {}
+    model_args = load_yaml(model_preset, environ) if model_preset else {}
+    if module_preset is None:  # a module written out whole (Primus's exported config): its keys are the arguments
+        base = {key: value for key, value in module.items() if key not in MODULE_KEYS}
+    args = dict(base)
+    for key, value in module.items():  # module-level keys first, then the model's: neither replaces a set key
+        if key not in MODULE_KEYS and not key.startswith("_"):
+            args.setdefault(key, value)
+    for key, value in model_args.items():
+        if key != "name":
+            args.setdefault(key, value)
+    overrides = module.get("overrides") or {}
+    if not isinstance(overrides, dict):
+        raise ConfigError(f"{path}: modules.{module_name}.overrides is a {type(overrides).__name__}; a mapping of "
+                          "trainer arguments is expected")
+    args = _nulls_to_none(deep_merge(args, overrides))
     return Experiment(
         path=path.resolve(),
         work_group=str(data.get("work_group", "default")),
@@ -182,6 +291,10 @@ def load_experiment(path: str | os.PathLike, environ: Mapping[str, str] | None =
         model_preset=model_preset,
         module_preset=module_preset,
         args=args,
+        module=module_name,
+        overrides=overrides,
+        model_args=model_args,
+        primus=primus,
     )
 
 
@@ -195,5 +308,5 @@ def parse_assignment(text: str) -> tuple[str, object]:
     except InvalidYaml:  # not YAML: the text itself (beyond the limits is refused)
         parsed = value
     if isinstance(parsed, str):
-        parsed = _typed(parsed)
+        parsed = _scalar(parsed.strip())
     return key.strip(), parsed

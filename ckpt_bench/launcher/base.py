@@ -38,6 +38,12 @@ SYNC_FILES = Flag(("--sync-files",), "fsync files after writing (local disk; def
                   toggle="--no-sync-files")
 DIST_BACKEND = Flag(("--dist-backend",), "torch.distributed backend (default: nccl on GPU, gloo on CPU).",
                     choices=("gloo", "nccl"))
+PLAN_ONLY = Flag(("--plan",), "Print what the run would do and do nothing else: the resolved arguments, the "
+                 "layout (each rank's coordinates; bytes and files per rank where the model is known) and the "
+                 "checkpoint format; a workload with --subset shows the ranks that would run.", type=bool)
+PRIMUS_PATH = Flag(("--primus-path",), "Primus checkout: the experiment's presets are read from its "
+                   "primus/configs/ (default: $PRIMUS_PATH, else the working directory or a folder above the "
+                   "experiment when one holds primus/configs/).", metavar="DIR")
 SET = Flag(("--set",), "Override a setting, e.g. --set num_layers=8 (repeatable): Megatron-LM arguments for the "
            "Megatron backend and frameworks, the demo model's sizes for Lightning.", multiple=True,
            metavar="KEY=VALUE")

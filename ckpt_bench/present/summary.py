@@ -173,7 +173,15 @@ def print_preview(preview: dict, file: TextIO | None = None) -> None:
     facts = [(key.removesuffix("_bytes").replace("_", " "), p.size(value) if key.endswith("bytes") else p.fmt(value))
              for key, value in preview.items() if not isinstance(value, (list, dict))]
     out.print(_pairs("plan (nothing was run)", facts))
+    layout = preview.get("layout") or []
+    if layout:
+        columns = list(layout[0])
+        more = f"; the first {PREVIEW_RANKS_SHOWN}" if len(layout) > PREVIEW_RANKS_SHOWN else ""
+        out.print(_grid(f"layout ({len(layout)} ranks{more})", columns,
+                        [[str(rank[c]) for c in columns] for rank in layout[:PREVIEW_RANKS_SHOWN]]))
     ranks = preview.get("ranks") or []
+    if not ranks:
+        return
     shown = ranks[:PREVIEW_RANKS_SHOWN]
     largest = max(ranks, key=lambda r: r["bytes"], default=None)
     if largest is not None and largest not in shown:

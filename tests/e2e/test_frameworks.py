@@ -3,6 +3,7 @@ given and write logs in the framework's own format; the report is built from tho
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -122,12 +123,41 @@ def test_megatron_lm(tmp_path):
     assert recorded["save"]["env"] == {"WORLD_SIZE": "1", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}
 
 
-def test_primus(tmp_path):
+TINY_PRIMUS_EXPERIMENT = """
+work_group: ${PRIMUS_TEAM:amd}
+user_name: ${PRIMUS_USER:root}
+exp_name: tiny_llama
+workspace: ./output
+modules:
+  pre_trainer:
+    framework: megatron
+    config: pre_trainer.yaml
+    model: llama2_7B.yaml
+    overrides:
+      num_layers: 2
+      hidden_size: 64
+      ffn_hidden_size: 128
+      num_attention_heads: 4
+      seq_length: 64
+      max_position_embeddings: 64
+      micro_batch_size: 1
+      global_batch_size: 1
+      vocab_size: 1024
+      ckpt_format: torch_dist
+"""
+
+
+def test_primus(tmp_path, upstream_primus):
+    """Primus's real presets (its checkout's primus/configs), its launcher script faked: what we write for it."""
     primus = tmp_path / "Primus"
+    shutil.copytree(upstream_primus / "primus" / "configs", primus / "primus" / "configs")
     (primus / "examples").mkdir(parents=True)
     (primus / "examples" / "fake.py").write_text(PRIMUS_FAKE)
     (primus / "examples" / "run_pretrain.sh").write_text('exec "$FAKE_PYTHON" "$(dirname "$0")/fake.py"\n')
-    report, recorded = run(tmp_path, "--framework", "primus", "--primus-path", str(primus), "--master-port", "29555")
+    experiment = tmp_path / "tiny_llama.yaml"
+    experiment.write_text(TINY_PRIMUS_EXPERIMENT)
+    report, recorded = run(tmp_path, "--framework", "primus", "--primus-path", str(primus), "--master-port", "29555",
+                           "--config", experiment, "--train-iters", "6", "--save-interval", "2")
     assert_report(report, "primus")
     run_dir = Path(report["run"]["dir"])
     save, load = recorded["save"], recorded["load"]
@@ -135,9 +165,19 @@ def test_primus(tmp_path):
                            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29555", "GPUS_PER_NODE": "1"}
     assert save["cwd"] == str(primus)
     resolved = yaml.safe_load((run_dir / "primus" / "save.yaml").read_text())
-    overrides = resolved["modules"]["pre_trainer"]["overrides"]
+    module = resolved["modules"]["pre_trainer"]
+    assert module["model"] == "llama2_7B.yaml" and module["config"] == "pre_trainer.yaml"  # Primus finds its own
+    overrides = module["overrides"]
     assert overrides["save"] == report["save"] and overrides["load"] is None  # a real save path
-    assert resolved["modules"]["pre_trainer"]["model"] == "tiny_gpt.yaml"  # Primus finds its own preset
+    # The experiment's own overrides and what our options changed, never what Primus's presets give anyway.
+    assert overrides["hidden_size"] == 64 and overrides["train_iters"] == 6 and overrides["mock_data"] is True
+    assert "lr" not in overrides and "seed" not in overrides and "normalization" not in overrides
     load_overrides = load["exp"]["modules"]["pre_trainer"]["overrides"]
     assert load_overrides["load"] == report["save"] and load_overrides["save"] is None
-    assert (run_dir / "primus" / "save" / "ckpt-bench" / "user" / "tiny_gpt" / "logs" / "pre_trainer").is_dir()
+    assert (run_dir / "primus" / "save" / "amd" / "root" / "tiny_llama" / "logs" / "pre_trainer").is_dir()
+
+
+def test_primus_needs_an_experiment_primus_can_read(tmp_path, upstream_primus):
+    result = subprocess.run([sys.executable, str(ROOT / "ckpt_launch.py"), "--framework", "primus", "--primus-path",
+                             str(upstream_primus), "--plan"], capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 2 and "names ckpt-bench's own presets" in result.stderr

@@ -93,7 +93,7 @@ def test_every_option_belongs_to_one_section_and_help_is_grouped():
     assert len(names) == len(set(names))
     help_text = CliRunner().invoke(launch, ["--help"]).output
     titles = ["Common options", "Checkpoints (every backend that saves)", "S3 storage",
-              "Megatron backend", "DCP backend", "Lightning backend", "Workloads", "Primus",
+              "Megatron backend", "DCP backend", "Lightning backend", "Workloads",
               "Megatron-LM", "Cluster jobs", "Sweeps"]
     positions = [help_text.find("\n" + title) for title in titles]
     assert all(p >= 0 for p in positions) and positions == sorted(positions), help_text

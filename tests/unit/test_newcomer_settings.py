@@ -44,10 +44,10 @@ def test_a_megatron_lm_argument_the_worker_ignores_is_accepted_and_noted():
     assert not any("does not act on" in note for note in plan().notes)
 
 
-def test_primus_reads_keys_of_its_own(tmp_path):
-    (tmp_path / "examples").mkdir()
-    (tmp_path / "examples" / "run_pretrain.sh").write_text("")
-    plan("--framework", "primus", "--primus-path", str(tmp_path), "--set", "primus_only_setting=1")
+def test_primus_reads_keys_of_its_own(upstream_primus):
+    experiment = upstream_primus / "examples/megatron/configs/MI300X/llama2_7B-BF16-pretrain.yaml"
+    plan("--framework", "primus", "--primus-path", str(upstream_primus), "--config", str(experiment),
+         "--set", "primus_only_setting=1")
 
 
 def test_lightning_set_keys_name_the_closest_setting():

@@ -24,9 +24,8 @@ the run's `events/`, so the report comes from the one engine and `ckpt_report.py
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ckpt_bench.backends.megatron import rules
@@ -37,8 +36,6 @@ from ckpt_bench.launcher.base import Plan, WorkerPass
 from ckpt_bench.launcher.config import LaunchConfig
 from ckpt_bench.report.parsers.session import events_of
 from ckpt_bench.storage import storage_for
-
-_FLAG = re.compile(r"""["'](--[a-z0-9][a-z0-9-]*)["']""")
 
 
 @dataclass
@@ -66,15 +63,6 @@ class FrameworkConfig(MegatronConfig):
         if not (root / inside).is_file():
             raise ConfigError(f"{flag} {value}: no {inside} there")
         return root
-
-
-def known_megatron_flags(megatron_path: Path) -> set[str] | None:
-    """Every `--flag` Megatron-LM's argument parser defines, or None where its source is not found."""
-    for candidate in ("megatron/training/arguments.py", "megatron/arguments.py"):
-        source = megatron_path / candidate
-        if source.is_file():
-            return set(_FLAG.findall(source.read_text(errors="replace")))
-    return None
 
 
 def megatron_arguments(args: dict, known: set[str] | None) -> tuple[list[str], list[str]]:
@@ -109,7 +97,6 @@ def resolve_for_framework(launch: LaunchConfig[FrameworkConfig], runner: str) ->
     if not args.get("data_path"):
         args["mock_data"] = True
         args.setdefault("tokenizer_type", "NullTokenizer")
-    experiment.args = args
     return experiment, args, sizes
 
 
@@ -121,7 +108,7 @@ def framework_plan(launch: LaunchConfig[FrameworkConfig], experiment, args: dict
     return Plan(
         name=experiment.exp_name,
         worker_module=worker_module,
-        resolved_config={**experiment.to_yaml_dict(), "exp_root": str(experiment.exp_root)},
+        resolved_config={**replace(experiment, args=args).to_yaml_dict(), "exp_root": str(experiment.exp_root)},
         run_info=run_info(args, sizes, launch),
         passes=[*config.preflight_passes(), *passes],
         checkpoints=config.checkpoints(storage_for(checkpoint_parent(config, args)),

@@ -17,7 +17,9 @@ from ckpt_bench.backends.frameworks.common import (
     record_events,
     resolve_for_framework,
 )
-from ckpt_bench.core.options import Flag
+from ckpt_bench.backends.megatron.launcher import preview
+from ckpt_bench.core.errors import ConfigError
+from ckpt_bench.core.experiment import PrimusCheckout
 from ckpt_bench.core.rundir import RunDir
 from ckpt_bench.launcher import nodes
 from ckpt_bench.launcher.base import Backend, Plan, WorkerPass
@@ -32,11 +34,33 @@ class PrimusConfig(FrameworkConfig):
 
     CHECKS_MEGATRON_LM_NAMES = False  # Primus reads keys of its own beside Megatron-LM's: they are its to check
 
-    primus_path: str | None = Flag(("--primus-path",), "Primus checkout.").field()
-
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.root = self.checkout("primus_path", SCRIPT, PrimusBackend.name)
+        found = PrimusCheckout.find(self.primus_path, Path(self.config) if self.config else None)
+        if found is None:
+            raise ConfigError("--framework primus: give --primus-path DIR (or set PRIMUS_PATH, or run from inside "
+                              "a Primus checkout)")
+        if not (found.root / SCRIPT).is_file():
+            raise ConfigError(f"Primus checkout {found.root} ({found.found_as}): no {SCRIPT} there")
+        self.root = found.root
+
+
+def resolve_primus(launch: LaunchConfig[PrimusConfig]) -> tuple:
+    """`resolve_for_framework`, for an experiment whose presets Primus itself can find (its own tree's)."""
+    experiment, args, sizes = resolve_for_framework(launch, "--framework primus")
+    if experiment.primus is None:
+        raise ConfigError(f"--framework primus: {experiment.path} names ckpt-bench's own presets, which Primus "
+                          "cannot find; give --config with an experiment of Primus's (examples/megatron/configs/) "
+                          "or one naming Primus's presets")
+    return experiment, args, sizes
+
+
+def overrides_for_primus(experiment, args: dict) -> dict:
+    """The experiment's own overrides, and the arguments our options and run set or changed (the passes'
+    lengths, --tp, mock data, ...): never what Primus's presets give anyway."""
+    changed = {key: value for key, value in args.items()
+               if key not in experiment.args or experiment.args[key] != value}
+    return {**experiment.overrides, **changed}
 
 
 class PrimusBackend(Backend[PrimusConfig]):
@@ -45,9 +69,23 @@ class PrimusBackend(Backend[PrimusConfig]):
     Config = PrimusConfig
     framework = True
 
+    def preview(self, launch: LaunchConfig[PrimusConfig]) -> dict | None:
+        if not launch.options.plan_only:
+            return None
+        experiment, args, sizes = resolve_primus(launch)
+        return preview(experiment, args, sizes, launch, overrides_for_primus=overrides_for_primus(experiment, args))
+
     def plan(self, launch: LaunchConfig[PrimusConfig]) -> Plan:
         config = launch.options
-        experiment, args, sizes = resolve_for_framework(launch, "--framework primus")
+        experiment, args, sizes = resolve_primus(launch)
+        primus_overrides = overrides_for_primus(experiment, args)
+
+        def preset_name(preset: Path | None, kind: str) -> str | None:
+            """The name Primus's PresetLoader finds `preset` by (subfolders kept)."""
+            if preset is None:
+                return None
+            folder = config.root / "primus" / "configs" / kind / experiment.framework
+            return preset.relative_to(folder).as_posix() if preset.is_relative_to(folder) else str(preset)
         topology = launch.topology
         # The load reads a cold checkpoint, as ours do: the lifecycle evicts it first.
         passes = [WorkerPass(phase, [], command=["bash", str(config.root / SCRIPT)], cwd=str(config.root),
@@ -66,10 +104,11 @@ class PrimusBackend(Backend[PrimusConfig]):
                 document = experiment.to_yaml_dict()
                 document["workspace"] = str(run.path / "primus" / worker_pass.name)
                 module = document["modules"]["pre_trainer"]
-                # Primus finds its own presets by name; the overrides carry every resolved value.
-                module["config"] = experiment.module_preset.name if experiment.module_preset else None
-                module["model"] = experiment.model_preset.name if experiment.model_preset else None
-                module["overrides"] = pass_args(args, checkpoint_dir, worker_pass.name)
+                # Primus finds its own presets by name; the overrides are the experiment's own and what our
+                # options changed, so Primus resolves everything else as it would without us.
+                module["config"] = preset_name(experiment.module_preset, "modules")
+                module["model"] = preset_name(experiment.model_preset, "models")
+                module["overrides"] = pass_args(primus_overrides, checkpoint_dir, worker_pass.name)
                 path = run.path / "primus" / f"{worker_pass.name}.yaml"
                 nodes.write_atomic(path, yaml.safe_dump(document, sort_keys=False))
                 worker_pass.env = {

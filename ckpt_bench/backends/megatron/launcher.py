@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 from ckpt_bench.backends.comms.launcher import PreflightOptions
-from ckpt_bench.backends.megatron import arguments, rules
+from ckpt_bench.backends.megatron import arguments, layout, rules
 from ckpt_bench.backends.megatron.memory import check_megatron_memory, checkpoint_bytes
 from ckpt_bench.backends.megatron.spec import MegatronSpec
 from ckpt_bench.core.errors import ConfigError
@@ -27,7 +27,16 @@ from ckpt_bench.core.experiment import (
     parse_assignment,
 )
 from ckpt_bench.core.options import Flag
-from ckpt_bench.launcher.base import ASYNC_SAVE, SET, Backend, CheckpointOptions, Plan, WorkerPass
+from ckpt_bench.launcher.base import (
+    ASYNC_SAVE,
+    PLAN_ONLY,
+    PRIMUS_PATH,
+    SET,
+    Backend,
+    CheckpointOptions,
+    Plan,
+    WorkerPass,
+)
 from ckpt_bench.launcher.config import LaunchConfig
 from ckpt_bench.launcher.resources import visible_gpus
 from ckpt_bench.launcher.run_info import Ranks, RunInfo, SaveConfig
@@ -38,6 +47,10 @@ PROGRESS = re.compile(
     r"loading (distributed )?checkpoint|successfully loaded|verif"
 )
 
+# Primus's own checkpoint benchmark (benchmark/megatron/checkpoint/ckpt_launch.py) trains 200 iterations and saves
+# every 100 unless told otherwise; its experiments train for days and save rarely. So do we for them.
+PRIMUS_BENCHMARK_RUN = {"train_iters": 200, "save_interval": 100}
+
 _DTYPE_NAMES = {"fp32": "torch.float32", "fp16": "torch.float16", "bf16": "torch.bfloat16", "fp8": "fp8"}
 
 
@@ -45,7 +58,8 @@ _DTYPE_NAMES = {"fp32": "torch.float32", "fp16": "torch.float16", "bf16": "torch
 class MegatronConfig(CheckpointOptions, PreflightOptions):
     """A Megatron experiment and the command line's overrides of its trainer arguments."""
 
-    # A trainer argument (--set, the experiment) that no Megatron-LM knows is refused as a typo.
+    # A trainer argument (--set, the experiment) that no Megatron-LM knows is refused as a typo, and values
+    # are checked as Megatron-LM's parser reads them (False: as Primus puts them into its namespace).
     CHECKS_MEGATRON_LM_NAMES: ClassVar[bool] = True
 
     # Option -> the Megatron-LM argument it overrides; `--set` sets any argument, these win over it.
@@ -102,6 +116,8 @@ class MegatronConfig(CheckpointOptions, PreflightOptions):
     load_nproc_per_node: int | None = Flag(("--load-nproc-per-node",), "Ranks per node of the load pass "
                                            "(default: as saved).", type=int, min=1).field()
     set: tuple[str, ...] = SET.field(())
+    primus_path: str | None = PRIMUS_PATH.field()
+    plan_only: bool = PLAN_ONLY.field(False)
     training_impact: bool = Flag(
         ("--training-impact",), "Train the save pass's iterations twice in the same processes, without saves "
         "and then with them, and report the training-visible cost of saving.", type=bool).field(False)
@@ -146,19 +162,58 @@ def resolve(launch: LaunchConfig[MegatronConfig], runner: str) -> tuple[Experime
     Megatron's rules, and the parallel sizes. `runner` names what will run it, for the error about a
     non-Megatron experiment. A key of the experiment that no Megatron-LM knows (a typo) is refused."""
     config = launch.options
-    experiment = load_experiment(config.config or DEFAULT_EXPERIMENT)
+    experiment = load_experiment(config.config or DEFAULT_EXPERIMENT, primus_path=config.primus_path)
     if experiment.framework != "megatron":
         raise ConfigError(f"{experiment.path}: framework {experiment.framework!r} cannot be run by {runner}: "
                           "only Megatron experiments can")
-    if config.CHECKS_MEGATRON_LM_NAMES:
+    if experiment.module != "pre_trainer":
+        raise ConfigError(f"{experiment.path}: modules.{experiment.module} (stage {experiment.args.get('stage')!r}) "
+                          f"is post-training, which {runner} does not run; --workload {experiment.path} --plan "
+                          "sizes and writes its model's checkpoints")
+    # Primus's presets bring Primus's own keys beside Megatron-LM's: they are Primus's to check.
+    if config.CHECKS_MEGATRON_LM_NAMES and experiment.primus is None:
         arguments.check_known({key: f"{experiment.path} (with its presets)" for key in experiment.args})
-    args = deep_merge(experiment.args, config.overrides)
-    return experiment, args, rules.check(args, launch.topology.world_size, config.spelling)
+    run_length = PRIMUS_BENCHMARK_RUN if experiment.primus else {}
+    parsed = config.CHECKS_MEGATRON_LM_NAMES
+    arguments.check_values(config.settings, {key: f"--set {key}={value}" for key, value in config.settings.items()},
+                           parsed)
+    arguments.check_values(experiment.args, dict.fromkeys(experiment.args, f"{experiment.path} (with its presets)"),
+                           parsed and experiment.primus is None)
+    args = deep_merge(experiment.args, {**run_length, **config.overrides})
+    sizes = rules.check(args, launch.topology.world_size, config.spelling)
+    if args.get("sequence_parallel") and sizes["tp"] == 1:
+        args["sequence_parallel"] = False  # as Megatron-LM's validate_args does (with a warning) at TP 1
+    return experiment, args, sizes
+
+
+def preview(experiment: Experiment, args: dict, sizes: dict, launch: LaunchConfig, **extra) -> dict:
+    """`--plan` of a Megatron experiment (the built-in worker or a framework): what the ranks would get,
+    where each sits, and the checkpoint format; `extra` adds what a mode writes of its own."""
+    world = launch.topology.world_size
+    primus = experiment.primus
+    return {
+        "backend": launch.runner,
+        "experiment": str(experiment.path),
+        "module": experiment.module,
+        "presets_from": f"Primus checkout {primus.root} ({primus.found_as})" if primus else "ckpt-bench's own",
+        "model_preset": str(experiment.model_preset) if experiment.model_preset else None,
+        "module_preset": str(experiment.module_preset) if experiment.module_preset else None,
+        "world_size": world,
+        **{f"{name}": sizes[name] for name in ("tp", "pp", "ep", "cp", "dp")},
+        "ckpt_format": args.get("ckpt_format"),
+        "async_save": bool(args.get("async_save")),
+        "use_distributed_optimizer": bool(args.get("use_distributed_optimizer")),
+        **extra,
+        "layout": layout.rank_coordinates(args, sizes, world),
+        "arguments": dict(sorted(args.items())),
+    }
 
 
 def given_by_user(experiment: Experiment, config: MegatronConfig) -> set[str]:
     """The trainer arguments the user set: on the command line, or in the experiment (its overrides and
     its own presets) to a value our shipped presets do not already give."""
+    if experiment.primus is not None:  # Primus's module preset holds its trainer's defaults, not the user's choice
+        return set(config.overrides) | experiment.chosen
     shipped: dict = {}
     for preset in (experiment.model_preset, experiment.module_preset):
         if preset is not None and preset.is_relative_to(CONFIGS_DIR):
@@ -276,6 +331,11 @@ class MegatronBackend(Backend[MegatronConfig]):
     name = "megatron"
     title = "Megatron backend (the default): megatron-core's dist_checkpointing in the built-in worker"
     Config = MegatronConfig
+
+    def preview(self, launch: LaunchConfig[MegatronConfig]) -> dict | None:
+        if not launch.options.plan_only:
+            return None
+        return preview(*resolve(launch, "the built-in worker"), launch)
 
     def plan(self, launch: LaunchConfig[MegatronConfig]) -> Plan:
         config = launch.options

@@ -88,6 +88,13 @@ def check(args: Mapping, world_size: int, name: Namer = lambda key: None) -> dic
         if not groups or groups % tp:
             raise ConfigError(f"{n('tensor_model_parallel_size')} {tp}: group_query_attention needs "
                               f"num_query_groups (got {groups!r}), a multiple of the tensor parallel size")
+        if heads % groups:
+            raise ConfigError(f"num_query_groups={groups} must divide num_attention_heads={heads}: each group "
+                              "serves the same number of heads")
+    hidden = _positive_int(args, "hidden_size", name)
+    if hidden % heads and not args.get("kv_channels"):
+        raise ConfigError(f"hidden_size={hidden} is not divisible by num_attention_heads={heads}: Megatron-LM "
+                          "makes each head hidden_size / num_attention_heads wide (unless kv_channels is set)")
     layers = _positive_int(args, "num_layers", name)
     if layers % pp:
         raise ConfigError(f"{n('pipeline_model_parallel_size')} {pp}: must divide num_layers={layers}")
@@ -102,8 +109,6 @@ def check(args: Mapping, world_size: int, name: Namer = lambda key: None) -> dic
             f"global_batch_size={global_batch} must be a multiple of micro_batch_size x DP = {micro * dp}; "
             f"e.g. global_batch_size={micro * dp}"
         )
-    if args.get("sequence_parallel") and tp == 1:
-        raise ConfigError("sequence_parallel needs tensor_model_parallel_size > 1")
     if args.get("bf16") and args.get("fp16"):
         raise ConfigError("bf16 and fp16 are exclusive: set one")
     return {"tp": tp, "pp": pp, "ep": ep, "cp": cp, "dp": dp}
@@ -123,6 +128,10 @@ def check_worker_limits(args: Mapping, name: Namer = lambda key: None) -> None:
         raise ConfigError(
             f"{n('ckpt_format')} torch with {n('use_distributed_optimizer')} is not supported by the built-in "
             "worker (Megatron-LM gathers that optimizer state into a separate distrib_optim.pt); use torch_dist")
+    if args.get("kv_channels") and args["hidden_size"] % args["num_attention_heads"]:
+        raise ConfigError(f"hidden_size={args['hidden_size']} is not divisible by num_attention_heads="
+                          f"{args['num_attention_heads']}: the built-in worker does not read kv_channels and makes "
+                          "each head hidden_size / num_attention_heads wide")
     if (args.get("context_parallel_size") or 1) > 1:
         raise ConfigError(
             "context_parallel_size > 1 needs Transformer Engine's attention; the built-in worker's local layer "

@@ -32,6 +32,7 @@ from ckpt_bench.launcher.base import (
     ASYNC_SAVE,
     DIST_BACKEND,
     LOAD_CALLS,
+    PLAN_ONLY,
     SAVE_CALLS,
     SYNC_FILES,
     THREAD_COUNT,
@@ -71,9 +72,7 @@ class WorkloadConfig(CheckpointOptions, StorageOptions):
     sync_files: bool | None = SYNC_FILES.field()
     async_save: bool = ASYNC_SAVE.field(False)
     thread_count: int | None = THREAD_COUNT.field()
-    plan_only: bool = Flag(("--plan",), "Print the workload's layout (bytes and files per rank, memory per host "
-                           "of --nproc-per-node ranks) and do nothing else: the whole job, or with --subset the "
-                           "ranks that would run.", type=bool).field(False)
+    plan_only: bool = PLAN_ONLY.field(False)
     dist_backend: str | None = DIST_BACKEND.field()
 
     def __post_init__(self) -> None:

@@ -1,0 +1,95 @@
+"""Primus's experiments read as Primus reads them: every example config of the real checkout (Primus fd1eeabb,
+tests/upstream.py) resolved by `load_experiment` equals what Primus's own `PrimusParser`, imported from that
+checkout, gives for its trainer module, key for key; the ones Primus refuses we refuse with one line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import launch
+
+from ckpt_bench.core.errors import ConfigError
+from ckpt_bench.core.experiment import PrimusCheckout, load_experiment
+
+PRIMUS_ONLY = ("name", "framework")  # bookkeeping PrimusParser adds to the module: no trainer argument
+
+
+def primus_module_config(checkout: Path, config: Path) -> dict:
+    """What Primus itself resolves for the experiment's trainer module (PrimusParser, from the checkout)."""
+    if str(checkout) not in sys.path:
+        sys.path.insert(0, str(checkout))
+    from primus.core.launcher.parser import PrimusParser
+    from primus.core.utils import yaml_utils
+
+    parsed = PrimusParser().parse(argparse.Namespace(config=str(config), export_config=None))
+    return yaml_utils.nested_namespace_to_dict(parsed.get_module_config("pre_trainer"))
+
+
+def test_every_megatron_example_config_resolves_as_primus_does(upstream_primus, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # PrimusParser creates ./output/... folders
+    for variable in ("PRIMUS_PATH", "PRIMUS_TEAM", "PRIMUS_USER", "PRIMUS_EXP_NAME", "PRIMUS_WORKSPACE"):
+        monkeypatch.delenv(variable, raising=False)
+    configs = sorted((upstream_primus / "examples" / "megatron" / "configs").rglob("*.yaml"))
+    assert len(configs) == 278
+    equal, refused = [], []
+    for config in configs:
+        try:
+            theirs = primus_module_config(upstream_primus, config)
+        except (AssertionError, FileNotFoundError, ValueError):
+            with pytest.raises(ConfigError):
+                load_experiment(config, primus_path=upstream_primus)
+            refused.append(config.name)
+            continue
+        experiment = load_experiment(config, primus_path=upstream_primus)
+        expected = {key: value for key, value in theirs.items() if key not in PRIMUS_ONLY}
+        if "model" not in experiment.args:  # Primus names the model preset in the module: not an argument
+            named = str(expected.pop("model")).removesuffix(".yaml")
+            assert experiment.model_preset.with_suffix("").as_posix().endswith(named)
+        assert experiment.args == expected, config
+        equal.append(config.name)
+    capsys.readouterr()
+    # The two Primus refuses: a template with a placeholder model, an experiment without work_group.
+    assert sorted(refused) == ["lfm2_8B_A1B-FP8-te-precision.yaml", "native_hf_to_megatron_sft.template.yaml"]
+    assert len(equal) == 276
+
+
+def test_presets_come_from_the_checkout_found(upstream_primus, tmp_path, monkeypatch):
+    monkeypatch.delenv("PRIMUS_PATH", raising=False)
+    config = upstream_primus / "examples/megatron/configs/MI300X/llama2_7B-BF16-pretrain.yaml"
+    monkeypatch.chdir(tmp_path)
+    found = load_experiment(config)  # a folder above the experiment holds primus/configs
+    assert found.primus.found_as == "a folder above the experiment"
+    assert found.model_preset == upstream_primus / "primus/configs/models/megatron/llama2_7B.yaml"
+    assert found.module_preset == upstream_primus / "primus/configs/modules/megatron/pre_trainer.yaml"
+    monkeypatch.chdir(upstream_primus)
+    assert PrimusCheckout.find(None).found_as == "the working directory"
+    monkeypatch.setenv("PRIMUS_PATH", str(tmp_path))
+    with pytest.raises(ConfigError, match=r"PRIMUS_PATH .*: not a Primus checkout"):
+        load_experiment(config)
+
+
+def test_diffusion_presets_in_subfolders(upstream_primus):
+    config = upstream_primus / "examples/megatron/configs/MI300X/diffusion/flux_535m_pretrain_fp8.yaml"
+    experiment = load_experiment(config, primus_path=upstream_primus)
+    assert experiment.model_preset.parent.name == "diffusion"
+
+
+def test_post_trainer_module_is_read(upstream_primus):
+    config = upstream_primus / "examples/megatron/configs/MI355X/llama3_8B-BF16-sft.yaml"
+    experiment = load_experiment(config, primus_path=upstream_primus)
+    assert experiment.module == "post_trainer" and experiment.args["stage"] == "sft"
+    assert experiment.args["num_layers"] == 32
+
+
+def test_a_missing_preset_in_the_checkout_is_one_line(upstream_primus, tmp_path):
+    exp = tmp_path / "exp.yaml"
+    exp.write_text("work_group: a\nuser_name: b\nexp_name: c\nworkspace: ./o\nmodules:\n  pre_trainer:\n"
+                   "    framework: megatron\n    config: pre_trainer.yaml\n    model: llama9_1T.yaml\n")
+    with pytest.raises(ConfigError, match=r"model preset 'llama9_1T.yaml' not found in the Primus checkout"):
+        load_experiment(exp, primus_path=upstream_primus)
+    result = launch("--config", exp, "--primus-path", upstream_primus, "--plan")
+    assert result.returncode == 2 and "llama9_1T.yaml" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
