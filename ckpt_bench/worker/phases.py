@@ -50,19 +50,27 @@ class PhaseClock:
         ends = [start for _, start in marks[1:]] + [at_ns]
         return tuple(PhaseSpan(phase, start, end) for (phase, start), end in zip(marks, ends, strict=True))
 
-    def marking(self, function: Callable, phase: Phase, then: Phase | None = None) -> Callable:
-        """`function`, beginning `phase` when called and `then` (if given) when it returns. `functools.wraps`
-        keeps its signature visible: DCP inspects its planners' and writers' parameters."""
+    def marking(self, function: Callable, phase: Phase, then: Phase | None = None) -> Marked:
+        """`function`, beginning `phase` when called and `then` (if given) when it returns."""
+        return Marked(function, self, phase, then)
 
-        @functools.wraps(function)
-        def marked(*args, **kwargs):
-            self.begin(phase)
-            result = function(*args, **kwargs)
-            if then is not None:
-                self.begin(then)
-            return result
 
-        return marked
+class Marked:
+    """A function that begins a phase when called (and another when it returns). A class, not a closure:
+    megatron-core pickles its async request, marked functions included, to its persistent writer (where
+    the marks go to the clock's copy, unread). It keeps the function's signature visible (`__wrapped__`):
+    DCP inspects its planners' and writers' parameters."""
+
+    def __init__(self, function: Callable, clock: PhaseClock, phase: Phase, then: Phase | None):
+        functools.update_wrapper(self, function)
+        self.function, self.clock, self.phase, self.then = function, clock, phase, then
+
+    def __call__(self, *args, **kwargs):
+        self.clock.begin(self.phase)
+        result = self.function(*args, **kwargs)
+        if self.then is not None:
+            self.clock.begin(self.then)
+        return result
 
 
 def mark_calls(target: Target, clock: PhaseClock, calls: dict[str, Phase | tuple[Phase, Phase]]) -> Target:

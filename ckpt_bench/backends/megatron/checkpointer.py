@@ -13,6 +13,12 @@ save time. Write errors reach megatron-core's finalize step (the writer passes t
 queue rather than raising); if finalize raises, a second SAVE_END with `error` is recorded for
 that iteration, which the report merges into the first.
 
+Phases (ckpt_bench.worker.phases): the format marks megatron-core's steps (formats.py). An async save's
+blocking part ends with handing the request over (`schedule`: megatron-core stages the state in this
+process, then forks its writer; or queues it to the persistent writer, which stages it while this process
+waits); its writer's part is one phase, write+fsync. Its finalize (the .metadata file, metadata.json, the
+tracker) runs later, at the next `maybe_finalize` after the write, outside the save's span.
+
 Integrity: right before SAVE_START each rank digests the state it is about to hand to the save
 (the local data of every sharded tensor for torch_dist; the file's state dict for torch). An async
 save snapshots the tensors before training resumes (megatron-core's preload step), so that digest
@@ -25,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import time
 from collections import deque
 from functools import partial
 from pathlib import Path
@@ -39,9 +46,10 @@ from ckpt_bench.backends.megatron import megatron_log
 from ckpt_bench.backends.megatron.formats import TorchDistFormat, TorchFormat, rank_written_bytes
 from ckpt_bench.backends.megatron.global_checksums import global_checksums
 from ckpt_bench.core.checkpoint_dir import TRACKER_FILE, iter_dir_name, latest_iteration
-from ckpt_bench.core.events import EventKind, EventRecorder
+from ckpt_bench.core.events import EventKind, EventRecorder, Phase
 from ckpt_bench.worker import integrity
-from ckpt_bench.worker.entry import WorkerContext, error_text, save_returned, timed
+from ckpt_bench.worker.entry import WorkerContext, error_text, load_returned, save_returned, timed
+from ckpt_bench.worker.phases import PhaseClock
 
 GLOBAL_MANIFEST = "global.json"  # per logical tensor, every rank's shards together (global_checksums)
 
@@ -74,16 +82,21 @@ class _RecordSaveEnd:
 
     def __call__(self, *args, **kwargs):
         recorder = EventRecorder(self.events_dir, self.rank)
+        phases = PhaseClock()  # the writer's: its processes write and fsync one file each
+        phases.open(Phase.WRITE_FSYNC, time.monotonic_ns())
         try:
             self.async_fn(*args, **kwargs)
         except BaseException as error:
             recorder.record(EventKind.SAVE_END, self.iteration, path=self.directory, error=error_text(error))
             raise
         else:
+            written = recorder.now()
             recorder.record(
                 EventKind.SAVE_END,
                 self.iteration,
                 path=self.directory,
+                at=written,
+                phases=phases.close(written[0]),
                 bytes=rank_written_bytes(self.directory, self.rank),
                 extra={"recorded_by": "async writer"},
             )
@@ -136,12 +149,14 @@ class Checkpointer:
         self.format.prepare(directory)
         torch.distributed.barrier()
 
-        with timed(self.events, EventKind.SAVE_START, EventKind.SAVE_END, iteration, **self._event_fields(directory)):
+        with timed(self.events, EventKind.SAVE_START, EventKind.SAVE_END, iteration, phases=self.format.phases,
+                   first=self.format.first_save_phase, **self._event_fields(directory)):
             request = self.format.save(directory, state_dict)
             if request is not None:
                 self._schedule(request, iteration, directory)
         save_returned(self.events, iteration, directory,
-                      (lambda: {"bytes": self.format.written_bytes(directory)}) if request is None else None)
+                      (lambda: {"bytes": self.format.written_bytes(directory)}) if request is None else None,
+                      phases=self.format.phases)
         if request is None:
             torch.distributed.barrier()  # every rank's part is written before the tracker names it
             self._finalize_iteration(iteration)
@@ -156,6 +171,10 @@ class Checkpointer:
             request = request._replace(async_fn=record)
         request.add_finalize_fn(partial(self._finalize_iteration, iteration))
         self._in_flight.append(iteration)
+        if self.args.use_persistent_ckpt_worker:
+            # Queued to the writer process, which stages the state (after its previous save) while this
+            # process waits: one phase here. A forked writer's staging runs here, marked by the format.
+            self.format.phases.begin(Phase.SCHEDULE)
         self._async_queue.schedule_async_request(request)
 
     def _finalize_iteration(self, iteration: int) -> None:
@@ -194,9 +213,10 @@ class Checkpointer:
         torch.distributed.barrier()
 
         megatron_log.print_rank_0(megatron_log.loading_line(self.args.load, iteration, self.format.name))
-        with timed(self.events, EventKind.LOAD_START, EventKind.LOAD_END, iteration, **self._event_fields(directory)):
+        with timed(self.events, EventKind.LOAD_START, EventKind.LOAD_END, iteration, phases=self.format.phases,
+                   first=self.format.first_load_phase, **self._event_fields(directory)):
             nbytes = self.format.load(directory, iteration)
-        self.events.record(EventKind.LOAD_END, iteration, path=directory, bytes=nbytes)
+        load_returned(self.events, iteration, directory, self.format.phases, bytes=nbytes)
         megatron_log.print_rank_0(megatron_log.loaded_line(self.args.load, iteration, *self._position))
         return iteration
 

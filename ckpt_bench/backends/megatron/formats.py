@@ -12,12 +12,25 @@ Megatron-LM's `generate_state_dict` does. (No `rng_state` and no scheduler: as w
 `--no-save-rng`, and the worker's learning rate is constant.)
 
 A format also says which bytes a rank wrote and whose integrity manifest a rank's loaded state is
-checked against (its own for torch_dist; the writer of its file for torch).
+checked against (its own for torch_dist; the writer of its file for torch), and marks the phases of its
+saves and loads on its `phases` clock (ckpt_bench.worker.phases), from megatron-core's own steps:
+
+    torch_dist save   state_dict (factories applied, common split from sharded) | validate+common (the
+                      sharding check's all_gather, rank 0's common.pt) | plan+exchange (the fully-parallel
+                      distribution, the DCP planner megatron-core makes inside, its collectives) | stage
+                      (preload_fn: the device-to-host copy) | write+fsync (its writer processes, each file
+                      fsynced) | finalize (.metadata, metadata.json, the last barrier); async: the request is
+                      returned after plan+exchange, and the checkpointer marks what follows
+    torch_dist load   metadata (metadata.json, the strategy) | state_dict | validate+common (common.pt, the
+                      sharding check) | read (.metadata, the load plan, reading, deserializing) | copy_in
+    torch save        write (torch.save: serializing and writing one file, no fsync)
+    torch load        read (torch.load) | copy_in
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 from pathlib import Path
 
@@ -35,6 +48,8 @@ from megatron.core.dist_checkpointing.strategies.fully_parallel import (
 from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
 
 from ckpt_bench.backends.megatron.training import Trainer
+from ckpt_bench.core.events import Phase
+from ckpt_bench.worker.phases import PhaseClock, mark_calls
 
 CHECKPOINT_VERSION = 3.0
 
@@ -47,6 +62,9 @@ class TorchDistFormat:
         self.trainer = trainer
         self.rank = torch.distributed.get_rank()
         self._save_strategy = None  # built once: the fully-parallel wrapper caches its distribution
+        self.phases = PhaseClock()
+        self.first_save_phase = Phase.STATE_DICT
+        self.first_load_phase = Phase.METADATA
 
     def state_dict(self, iteration: int, is_loading: bool = False) -> dict:
         metadata = _sharded_state_dict_metadata(self.args)
@@ -68,32 +86,63 @@ class TorchDistFormat:
     def save(self, directory: str, state_dict: dict) -> AsyncRequest | None:
         """Writes (sync) or plans (async: returns the request to schedule) `state_dict` (this format's
         `state_dict()`, built before the timed call: dist_checkpointing modifies it in place)."""
-        return dist_checkpointing.save(state_dict, directory, self._strategy(), async_sharded_save=self.args.async_save)
+        # The common part's consistency hook changes nothing: it marks where the sharding check begins.
+        return dist_checkpointing.save(
+            state_dict, directory, self._strategy(), async_sharded_save=self.args.async_save,
+            preprocess_common_before_consistancy_check=self.phases.marking(_unchanged, Phase.VALIDATE_COMMON))
+
+    def _marked_async_save(self, async_save):
+        """The base strategy's `async_save` (its sync `save` calls it too), its request's steps marked: the
+        staging copy, and for a synchronous save the write and the finalize functions. An async save's
+        write runs in megatron-core's writer process, which the checkpointer marks."""
+
+        @functools.wraps(async_save)
+        def planned(sharded_state_dict, checkpoint_dir) -> AsyncRequest:
+            self.phases.begin(Phase.PLAN_EXCHANGE)
+            request = async_save(sharded_state_dict, checkpoint_dir)
+            synchronous = not self.args.async_save
+            staged = Phase.WRITE_FSYNC if synchronous else Phase.SCHEDULE
+            preload = request.preload_fn and self.phases.marking(request.preload_fn, Phase.STAGE, staged)
+            if not synchronous:
+                return request._replace(preload_fn=preload)
+            return request._replace(
+                preload_fn=preload,
+                async_fn=request.async_fn and self.phases.marking(request.async_fn, Phase.WRITE_FSYNC),
+                finalize_fns=[self.phases.marking(fn, Phase.FINALIZE) for fn in request.finalize_fns])
+
+        return planned
 
     def _strategy(self):
         if self._save_strategy is None:
             strategy = get_default_save_sharded_strategy(self.name)
             # As Megatron-LM: with a constant structure the save plan is computed once, then reused.
             strategy.use_cached_ckpt_structure = bool(self.args.ckpt_assume_constant_structure)
+            strategy.async_save = self._marked_async_save(strategy.async_save)
             if self.args.ckpt_fully_parallel_save:
                 strategy = FullyParallelSaveStrategyWrapper(
                     strategy,
                     parallel_state.get_data_parallel_group(with_context_parallel=True),
                     self.args.ckpt_assume_constant_structure,
                 )
+                mark_calls(strategy, self.phases, {"save": Phase.PLAN_EXCHANGE, "async_save": Phase.PLAN_EXCHANGE})
             self._save_strategy = strategy
         return self._save_strategy
 
     def load(self, directory: str, iteration: int) -> int | None:
         """Loads into the model and optimizer. Returns None: how many bytes this rank read is not
         observable here (a fully-parallel load reads a part and exchanges the rest)."""
-        _init_distributed_optimizer_state(self.trainer.optimizer)
         strategy = get_default_load_sharded_strategy(directory)
         if self.args.ckpt_fully_parallel_load:
             strategy = FullyParallelLoadStrategyWrapper(
                 strategy, parallel_state.get_data_parallel_group(with_context_parallel=True)
             )
-        state = dist_checkpointing.load(self.state_dict(iteration, is_loading=True), directory, strategy)
+        mark_calls(strategy, self.phases, {"load": Phase.READ})
+        self.phases.begin(Phase.STATE_DICT)
+        _init_distributed_optimizer_state(self.trainer.optimizer)
+        state_dict = self.state_dict(iteration, is_loading=True)
+        self.phases.begin(Phase.VALIDATE_COMMON)
+        state = dist_checkpointing.load(state_dict, directory, strategy)
+        self.phases.begin(Phase.COPY_IN)
         self.trainer.model.module.load_state_dict(state["model"])
         with torch.no_grad():  # the DistributedOptimizer copies into leaf params that require grad
             self.trainer.optimizer.load_state_dict(state["optimizer"])
@@ -109,6 +158,10 @@ class TorchDistFormat:
     @property
     def manifest_rank(self) -> int:
         return self.rank
+
+
+def _unchanged(common_state_dict: dict) -> dict:
+    return common_state_dict
 
 
 def _init_distributed_optimizer_state(optimizer) -> None:
@@ -143,6 +196,9 @@ class TorchFormat:
         # Replicas of the same model-parallel shard: the first one writes, all of them read.
         group = parallel_state.get_expert_data_parallel_group()
         self.writer_rank = torch.distributed.get_global_rank(group, 0)
+        self.phases = PhaseClock()
+        self.first_save_phase = Phase.WRITE
+        self.first_load_phase = Phase.READ
 
     def file(self, directory: str) -> str:
         """Megatron-LM's `get_checkpoint_name` for the legacy format."""
@@ -173,6 +229,7 @@ class TorchFormat:
     def load(self, directory: str, iteration: int) -> int:
         path = self.file(directory)
         state = torch.load(path, map_location="cpu", weights_only=False)
+        self.phases.begin(Phase.COPY_IN)
         self.trainer.model.module.load_state_dict(state["model"])
         self.trainer.optimizer.load_state_dict(state["optimizer"])
         return os.path.getsize(path)
