@@ -1,26 +1,43 @@
-"""Which trainer arguments exist, and which the built-in worker acts on; nothing is silently ignored.
+"""Which trainer arguments exist, what values they take, and which the built-in worker acts on; nothing is
+silently ignored and no value is passed on that Megatron-LM would not read.
 
     MEGATRON_LM        every argument name Megatron-LM's own parser defines (its `dest`s and spellings,
                        the union over Megatron-LM core_v0.12.3, core_v0.16.1 and a 2026 main): megatron-core,
                        which the worker uses, ships no parser, so the names were taken from Megatron-LM
                        by tools/megatron_lm_arguments.py into megatron_lm_arguments.txt
+    TYPES              how that parser reads each name at core_v0.16.1 (the release the pinned megatron-core
+                       matches): megatron_lm_argument_types.json, by the same tool
+    SIZES              the integers a model or its layout is built from: 1 or more
     MEGATRON_DEFAULTS  the arguments the built-in worker acts on, with its defaults
 
     check_known(sources)          a name no Megatron-LM knows: ConfigError, one line, the closest names
+    check_values(values, sources) a value Megatron-LM's parser would refuse: ConfigError, one line
     not_acted_on(args, given)     names Megatron-LM knows that the worker ignores: the report's notes
 
-No torch here: the launcher checks names before deciding to launch anything.
+No torch here: the launcher checks names and values before deciding to launch anything.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 from ckpt_bench.core.errors import ConfigError, did_you_mean
 
 _NAMES_FILE = Path(__file__).with_name("megatron_lm_arguments.txt")
+_TYPES_FILE = Path(__file__).with_name("megatron_lm_argument_types.json")
+
+# Megatron-LM's parser types these as plain integers; a model or its layout cannot be built from 0 or less.
+SIZES = frozenset({
+    "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups", "kv_channels",
+    "seq_length", "max_position_embeddings", "vocab_size", "make_vocab_size_divisible_by", "num_experts",
+    "moe_ffn_hidden_size", "moe_router_topk", "tensor_model_parallel_size", "pipeline_model_parallel_size",
+    "expert_model_parallel_size", "expert_tensor_parallel_size", "context_parallel_size", "micro_batch_size",
+    "global_batch_size", "train_iters", "save_interval",
+})
 
 MEGATRON_DEFAULTS = {
     "num_layers": 2,
@@ -96,6 +113,78 @@ def check_known(sources: Mapping[str, str]) -> None:
     for key, source in sources.items():
         if key not in known:
             raise ConfigError(f"{source}: {key} is not a Megatron-LM argument{did_you_mean(key, known)}")
+
+
+_PYTHON_TYPES = {"bool": bool, "int": int, "float": int | float, "str": str | int | float}
+_WORDS = {"bool": ("true or false", "true or false"), "int": ("an integer", "integers"),
+          "float": ("a number", "numbers"), "str": ("text", "texts")}
+
+
+@dataclass(frozen=True)
+class ArgumentType:
+    """How Megatron-LM's parser reads one argument (an entry of megatron_lm_argument_types.json)."""
+
+    type: str
+    """`bool` (a flag), `int`, `float`, `str`, or `any`: a parser function of Megatron-LM's own, not checked."""
+    choices: tuple | None = None
+    nargs: str | int | None = None
+    """`+`, `*` or a count: a list, of which one value alone is a list of one; None: one value."""
+    positive: bool = False
+    """A size (SIZES): 1 or more."""
+
+    def _accepts_one(self, value, parsed: bool) -> bool:
+        if not parsed and self.type == "bool" and value in (0, 1):  # a namespace's flag is read as truthy
+            return True
+        if isinstance(value, bool) != (self.type == "bool"):  # YAML's true is no integer, 1 no flag
+            return False
+        if self.choices is not None and (parsed or isinstance(value, bool)):
+            return value in self.choices
+        return isinstance(value, _PYTHON_TYPES[self.type])  # text: a number given where text is read is its text
+
+    def accepts(self, value, parsed: bool = True) -> bool:
+        """Whether Megatron-LM would read `value` (YAML's null: the argument left at its default): through its
+        parser (`parsed`), or put into its namespace as it is, as Primus does (`parsed=False`: a flag may be
+        0 or 1, and choices are open: Primus adds its own, e.g. its tokenizers)."""
+        if value is None or self.type == "any":
+            return True
+        values = value if self.nargs is not None and isinstance(value, list) else [value]
+        if isinstance(self.nargs, int) and isinstance(value, list) and len(value) != self.nargs:
+            return False
+        return all(self._accepts_one(one, parsed) and not (self.positive and one < 1) for one in values)
+
+    def describe(self, parsed: bool = True) -> str:
+        """What Megatron-LM reads, for the message: `a positive integer`, `one of torch, torch_dist`."""
+        one, many = _WORDS[self.type]
+        if self.choices is not None and parsed:
+            one = many = f"one of {', '.join(map(str, self.choices))}"
+        elif self.positive:
+            one, many = f"a positive {one.split()[-1]}", f"positive {many}"
+        elif self.type == "bool" and not parsed:
+            one = many = "true or false (or 1 or 0)"
+        if self.nargs is None:
+            return one
+        count = f"{self.nargs} " if isinstance(self.nargs, int) else ""
+        return f"a list of {count}{many}" if self.choices is None or not parsed else f"a list, each {one}"
+
+
+@cache
+def argument_types() -> dict[str, ArgumentType]:
+    """Megatron-LM's argument names with how its parser reads them (TYPES in the module docstring)."""
+    table = json.loads(_TYPES_FILE.read_text())["arguments"]
+    return {name: ArgumentType(entry["type"], tuple(entry["choices"]) if "choices" in entry else None,
+                               entry.get("nargs"), positive=name in SIZES) for name, entry in table.items()}
+
+
+def check_values(values: Mapping[str, object], sources: Mapping[str, str], parsed: bool = True) -> None:
+    """Refuse the first value of `values` that Megatron-LM would not read (ArgumentType.accepts: through its
+    parser, or with `parsed=False` as Primus puts them into its namespace), for the keys in `sources` (each
+    key -> where it was given, for the message). Names the parser does not define (a framework's own keys,
+    or names of another release) are not ours to type."""
+    types = argument_types()
+    for key, source in sources.items():
+        kind = types.get(key)
+        if kind is not None and not kind.accepts(values[key], parsed):
+            raise ConfigError(f"{source}: Megatron-LM's {key} is {kind.describe(parsed)}, not {values[key]!r}")
 
 
 def not_acted_on(args: Mapping, given: Iterable[str]) -> list[str]:
