@@ -8,7 +8,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from ckpt_bench.backends.dcp.worker import load_phases, timed_save
+from ckpt_bench.backends.dcp.phases import mark_load
+from ckpt_bench.backends.dcp.worker import timed_save
 from ckpt_bench.core.events import EventKind, EventRecorder, Phase, read_event_files
 from ckpt_bench.worker.entry import load_returned, timed
 from ckpt_bench.worker.phases import PhaseClock
@@ -88,7 +89,7 @@ def test_dcp_load_phases(group, tmp_path):
     state = {"w": torch.zeros(32, 32)}
     clock = PhaseClock()
     reader = FileSystemReader(str(tmp_path / "ckpt"))
-    planner = load_phases(reader, clock)
+    planner = mark_load(reader, clock)
     with timed(recorder, EventKind.LOAD_START, EventKind.LOAD_END, 1, phases=clock):
         dcp.load(state, storage_reader=reader, planner=planner)
     load_returned(recorder, 1, None, clock)

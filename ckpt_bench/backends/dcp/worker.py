@@ -31,15 +31,15 @@ import threading
 
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, DefaultSavePlanner
 
 from ckpt_bench.backends.dcp.models import build_state
+from ckpt_bench.backends.dcp.phases import mark_load, mark_save
 from ckpt_bench.backends.dcp.spec import DcpSpec
-from ckpt_bench.core.events import EventKind, EventRecorder, Phase
+from ckpt_bench.core.events import EventKind, EventRecorder
 from ckpt_bench.storage import worker_storage
 from ckpt_bench.worker import integrity
 from ckpt_bench.worker.entry import WorkerContext, error_text, load_returned, save_returned, timed, worker_main
-from ckpt_bench.worker.phases import PhaseClock, mark_calls
+from ckpt_bench.worker.phases import PhaseClock
 
 
 def _log(rank: int, message: str) -> None:
@@ -77,28 +77,13 @@ def prepare_save(state: dict, call: int, integrity_dir: str, rank: int) -> None:
     integrity.write_manifest(integrity_dir, call, rank, integrity.state_digests(state))
 
 
-def save_phases(writer, sync_files: bool, training: PhaseClock, background: PhaseClock) -> DefaultSavePlanner:
-    """Mark the phases of a save on DCP's own steps: the planner (the one DCP makes when given none) and
-    `writer` wrapped in place. The writer stages an async save on the training thread (`training`); planning,
-    writing and finishing run on `background`, the writer's thread (the same clock for a synchronous save).
-    Returns the planner to save with."""
-    mark_calls(writer, training, {"stage": (Phase.STAGE, Phase.SCHEDULE)})
-    mark_calls(writer, background, {
-        "prepare_local_plan": (Phase.PLAN, Phase.EXCHANGE),
-        # DCP's writers write (and fsync) inside write_data; what follows is the gather of the results and
-        # the coordinator's metadata file.
-        "write_data": (Phase.WRITE_FSYNC if sync_files else Phase.WRITE, Phase.FINALIZE),
-    })
-    return mark_calls(DefaultSavePlanner(), background, {"set_up_planner": Phase.PLAN})
-
-
 def timed_save(state: dict, writer, events: EventRecorder, call: int, path: str, async_save: bool,
                sync_files: bool = False) -> None:
     """Save `call` as the report times it: SAVE_START, the call, SAVE_BLOCK_END when it returns, SAVE_END
     when the checkpoint is written (at once for a synchronous save); each with the phases up to it."""
     training = PhaseClock()
     background = PhaseClock() if async_save else training
-    planner = save_phases(writer, sync_files, training, background)
+    planner = mark_save(writer, sync_files, training, background)
     with timed(events, EventKind.SAVE_START, EventKind.SAVE_END, call, path=path, phases=training):
         if async_save:
             future = dcp.async_save(state, storage_writer=writer, planner=planner)
@@ -123,18 +108,6 @@ def save_pass(spec: DcpSpec, events: EventRecorder, context: WorkerContext) -> N
         _log(context.rank, f"saved checkpoint {call}/{spec.save_calls}")
 
 
-def load_phases(reader, phases: PhaseClock) -> DefaultLoadPlanner:
-    """Mark the phases of a load on DCP's own steps: `reader` wrapped in place and the planner DCP makes
-    when given none. DCP's readers read, deserialize and copy each item into the state inside read_data;
-    a collective closes the load."""
-    mark_calls(reader, phases, {
-        "read_metadata": Phase.METADATA,
-        "prepare_local_plan": (Phase.PLAN, Phase.EXCHANGE),
-        "read_data": (Phase.READ, Phase.FINALIZE),
-    })
-    return mark_calls(DefaultLoadPlanner(), phases, {"set_up_planner": Phase.PLAN})
-
-
 def load_pass(spec: DcpSpec, events: EventRecorder, context: WorkerContext) -> dict:
     """Load every saved checkpoint and return this rank's verdict over all of them."""
     storage = worker_storage(spec.storage)
@@ -149,7 +122,7 @@ def load_pass(spec: DcpSpec, events: EventRecorder, context: WorkerContext) -> d
         dist.barrier()
         _log(context.rank, f"loading checkpoint {call}/{spec.save_calls} from {path}")
         phases = PhaseClock()
-        planner = load_phases(reader, phases)
+        planner = mark_load(reader, phases)
         with timed(events, EventKind.LOAD_START, EventKind.LOAD_END, call, path=path, phases=phases):
             dcp.load(state, storage_reader=reader, planner=planner)
         load_returned(events, call, path, phases)

@@ -13,24 +13,15 @@ Megatron-LM's `generate_state_dict` does. (No `rng_state` and no scheduler: as w
 
 A format also says which bytes a rank wrote and whose integrity manifest a rank's loaded state is
 checked against (its own for torch_dist; the writer of its file for torch), and marks the phases of its
-saves and loads on its `phases` clock (ckpt_bench.worker.phases), from megatron-core's own steps:
-
-    torch_dist save   state_dict (factories applied, common split from sharded) | validate+common (the
-                      sharding check's all_gather, rank 0's common.pt) | plan+exchange (the fully-parallel
-                      distribution, the DCP planner megatron-core makes inside, its collectives) | stage
-                      (preload_fn: the device-to-host copy) | write+fsync (its writer processes, each file
-                      fsynced) | finalize (.metadata, metadata.json, the last barrier); async: the request is
-                      returned after plan+exchange, and the checkpointer marks what follows
-    torch_dist load   metadata (metadata.json, the strategy) | state_dict | validate+common (common.pt, the
-                      sharding check) | read (.metadata, the load plan, reading, deserializing) | copy_in
-    torch save        write (torch.save: serializing and writing one file, no fsync)
-    torch load        read (torch.load) | copy_in
+saves and loads on its `phases` clock (ckpt_bench.worker.phases): torch_dist from megatron-core's own
+steps (ckpt_bench.backends.megatron.phases), its loads ending in copy_in (into the model and optimizer);
+torch's save is one phase, write (torch.save serializing and writing one file, no fsync), its load
+read | copy_in.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import os
 from pathlib import Path
 
@@ -47,9 +38,10 @@ from megatron.core.dist_checkpointing.strategies.fully_parallel import (
 )
 from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
 
+from ckpt_bench.backends.megatron.phases import common_check_hook, mark_load_strategy, mark_save_strategy
 from ckpt_bench.backends.megatron.training import Trainer
 from ckpt_bench.core.events import Phase
-from ckpt_bench.worker.phases import PhaseClock, mark_calls
+from ckpt_bench.worker.phases import PhaseClock
 
 CHECKPOINT_VERSION = 3.0
 
@@ -89,43 +81,21 @@ class TorchDistFormat:
         # The common part's consistency hook changes nothing: it marks where the sharding check begins.
         return dist_checkpointing.save(
             state_dict, directory, self._strategy(), async_sharded_save=self.args.async_save,
-            preprocess_common_before_consistancy_check=self.phases.marking(_unchanged, Phase.VALIDATE_COMMON))
-
-    def _marked_async_save(self, async_save):
-        """The base strategy's `async_save` (its sync `save` calls it too), its request's steps marked: the
-        staging copy, and for a synchronous save the write and the finalize functions. An async save's
-        write runs in megatron-core's writer process, which the checkpointer marks."""
-
-        @functools.wraps(async_save)
-        def planned(sharded_state_dict, checkpoint_dir) -> AsyncRequest:
-            self.phases.begin(Phase.PLAN_EXCHANGE)
-            request = async_save(sharded_state_dict, checkpoint_dir)
-            synchronous = not self.args.async_save
-            staged = Phase.WRITE_FSYNC if synchronous else Phase.SCHEDULE
-            preload = request.preload_fn and self.phases.marking(request.preload_fn, Phase.STAGE, staged)
-            if not synchronous:
-                return request._replace(preload_fn=preload)
-            return request._replace(
-                preload_fn=preload,
-                async_fn=request.async_fn and self.phases.marking(request.async_fn, Phase.WRITE_FSYNC),
-                finalize_fns=[self.phases.marking(fn, Phase.FINALIZE) for fn in request.finalize_fns])
-
-        return planned
+            preprocess_common_before_consistancy_check=common_check_hook(self.phases))
 
     def _strategy(self):
         if self._save_strategy is None:
             strategy = get_default_save_sharded_strategy(self.name)
             # As Megatron-LM: with a constant structure the save plan is computed once, then reused.
             strategy.use_cached_ckpt_structure = bool(self.args.ckpt_assume_constant_structure)
-            strategy.async_save = self._marked_async_save(strategy.async_save)
+            base = strategy
             if self.args.ckpt_fully_parallel_save:
                 strategy = FullyParallelSaveStrategyWrapper(
                     strategy,
                     parallel_state.get_data_parallel_group(with_context_parallel=True),
                     self.args.ckpt_assume_constant_structure,
                 )
-                mark_calls(strategy, self.phases, {"save": Phase.PLAN_EXCHANGE, "async_save": Phase.PLAN_EXCHANGE})
-            self._save_strategy = strategy
+            self._save_strategy = mark_save_strategy(strategy, self.phases, not self.args.async_save, base)
         return self._save_strategy
 
     def load(self, directory: str, iteration: int) -> int | None:
@@ -136,7 +106,7 @@ class TorchDistFormat:
             strategy = FullyParallelLoadStrategyWrapper(
                 strategy, parallel_state.get_data_parallel_group(with_context_parallel=True)
             )
-        mark_calls(strategy, self.phases, {"load": Phase.READ})
+        mark_load_strategy(strategy, self.phases)
         self.phases.begin(Phase.STATE_DICT)
         _init_distributed_optimizer_state(self.trainer.optimizer)
         state_dict = self.state_dict(iteration, is_loading=True)
@@ -158,10 +128,6 @@ class TorchDistFormat:
     @property
     def manifest_rank(self) -> int:
         return self.rank
-
-
-def _unchanged(common_state_dict: dict) -> dict:
-    return common_state_dict
 
 
 def _init_distributed_optimizer_state(optimizer) -> None:
