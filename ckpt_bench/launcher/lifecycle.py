@@ -253,7 +253,7 @@ def measure(plan: Plan, facts: RunFacts) -> list[str]:
 
 
 def measure_storage(plan: Plan, facts: RunFacts, launch: LaunchConfig, passed: bool) -> list[str]:
-    """--storage-baseline: the storage's own write and cold-read bandwidth (median of 3 rounds) with the
+    """--storage-baseline: the storage's own write and cold-read bandwidth (the fastest of its rounds) with the
     last saved checkpoint's shape -- its files and their sizes, written by as many writers at once as the
     save had (ranks x writer threads), fsynced as the save was -- into the run facts (`storage_baseline`).
     Only after passes that all succeeded (`passed`): a failed or interrupted run has no shape to copy.

@@ -43,6 +43,8 @@ METRICS: tuple[tuple[str, Callable[[Report], object]], ...] = (
     ("load_bandwidth_in_mbps", lambda report: report.load_bandwidth_in_mbps),
     ("save_fraction_of_peak", lambda report: report.save_fraction_of_peak),
     ("load_fraction_of_peak", lambda report: report.load_fraction_of_peak),
+    ("save_above_peak", lambda report: report.save_above_peak and report.save_above_peak.ratio),
+    ("load_above_peak", lambda report: report.load_above_peak and report.load_above_peak.ratio),
     ("training_save_impact_time", lambda report: report.training and report.training.save_impact_time),
     ("training_save_impact_percent", lambda report: report.training and report.training.save_impact_percent),
     ("checkpoint_cost_s", lambda report: report.advice and report.advice.checkpoint_cost_s),
@@ -63,6 +65,9 @@ MEANINGS = {
     "first_save_total_time": "the first save, counted apart (one-off start-up)",
     "save_block_time": "the last complete save", "save_total_time": "the last complete save",
     "save_bandwidth_in_mbps": "the last complete save",
+    "save_above_peak": "the steady save beat the storage baseline's fastest round by this factor: no fraction "
+                       "of peak for it (its report says why)",
+    "load_above_peak": "the loads beat the storage baseline's fastest cold read by this factor: no fraction",
     "checkpoint_cost_s": "what a save costs training (report.advice, one definition for sync and async saves: "
                          "the training loop's measured cost when there is one); where from: checkpoint_cost_from",
 }

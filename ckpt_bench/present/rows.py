@@ -15,6 +15,7 @@ from ckpt_bench.core.units import MIB
 from ckpt_bench.report import metrics
 from ckpt_bench.report.metrics import HEADLINE
 from ckpt_bench.report.schema import (
+    AbovePeak,
     Advice,
     Comms,
     Comparable,
@@ -200,15 +201,25 @@ def headline_rows(report: Report) -> list[tuple[str, str]]:
         tool = f" ({baseline.tool})" if baseline.tool else ""
         rows.append(("storage baseline",
                      f"write {mibps(baseline.write_bandwidth)}, read {mibps(baseline.read_bandwidth)}{tool}"))
-    for fraction, label in ((report.save_fraction_of_peak, "save fraction of peak (steady)"),
-                            (report.load_fraction_of_peak, "load fraction of peak")):
-        if fraction is not None:
-            rows.append((label, percent(fraction, 1)))
+    for fraction, above, label in (
+            (report.save_fraction_of_peak, report.save_above_peak, "save fraction of peak (steady)"),
+            (report.load_fraction_of_peak, report.load_above_peak, "load fraction of peak")):
+        if fraction is not None or above is not None:
+            rows.append((label, of_peak(fraction, above, full=True)))
     if report.training is not None and report.training.save_impact_time is not None:
         rows.append(("training impact", training_impact_words(report.training)))
     resolution = fmt(report.time_resolution_s)
     rows.append(("time source", f"{fmt(report.time_source)} (resolution {resolution} s)"))
     return rows
+
+
+def of_peak(fraction: float | None, above: AbovePeak | None, full: bool = False) -> str:
+    """A fraction of the storage's peak, or, for a figure that beat the baseline, that it did (and why, `full`):
+    never a fraction above 1."""
+    if above is None:
+        return percent(fraction, 1)
+    words = f"above the baseline ({fmt(above.ratio, 2)}x its fastest round)"
+    return f"{words}: no fraction -- {above.reason}" if full else words
 
 
 def repetition_words(report: Report) -> str:
@@ -392,11 +403,11 @@ def swept(results: SweepResults) -> dict[str, list]:
 
 # With --storage-baseline: each job's storage peak (MiB/s) and how close its saves and loads came to it
 # (of reports that have a storage_baseline).
-PEAK_COLUMNS: tuple[tuple[Callable[[Report], float | None], str, int], ...] = (
-    (lambda report: report.storage_baseline.write_bandwidth, "peak write MiB/s", 1),
-    (lambda report: report.save_fraction_of_peak, "steady save of peak", 2),
-    (lambda report: report.storage_baseline.read_bandwidth, "peak cold read MiB/s", 1),
-    (lambda report: report.load_fraction_of_peak, "load of peak", 2))
+PEAK_COLUMNS: tuple[tuple[Callable[[Report], str], str], ...] = (
+    (lambda report: fmt(report.storage_baseline.write_bandwidth, 1), "peak write MiB/s"),
+    (lambda report: of_peak(report.save_fraction_of_peak, report.save_above_peak), "steady save of peak"),
+    (lambda report: fmt(report.storage_baseline.read_bandwidth, 1), "peak cold read MiB/s"),
+    (lambda report: of_peak(report.load_fraction_of_peak, report.load_above_peak), "load of peak"))
 
 
 def sweep_columns(results: SweepResults) -> list[str]:
@@ -485,8 +496,8 @@ def sweep_peak_table(results: SweepResults) -> tuple[list[str], list[list[str]]]
         return None
     parameters = swept(results)
     rows = [[str(job.index), *(fmt(job.params.get(name)) for name in parameters),
-             *(fmt(figure(job.report), digits) for figure, _label, digits in PEAK_COLUMNS)] for job in jobs]
-    return ["job", *parameters, *(label for _figure, label, _digits in PEAK_COLUMNS)], rows
+             *(figure(job.report) for figure, _label in PEAK_COLUMNS)] for job in jobs]
+    return ["job", *parameters, *(label for _figure, label in PEAK_COLUMNS)], rows
 
 
 def comms_table(comms: Comms) -> tuple[list[str], list[list[str]]]:

@@ -123,7 +123,7 @@ def _measurement_labels(report: dict, facts: RunFacts) -> dict:
         "load_cache": facts.load_cache,
         "load_cache_means": _load_cache_means(facts.load_cache, fsync),
         "storage_baseline": (f"measured with {baseline.get('tool')} after the benchmark, same I/O shape "
-                             f"(median of {len(baseline.get('rounds') or [None])} round(s)): {baseline.get('method')}"
+                             f"({baseline.get('peak') or 'one round'}): {baseline.get('method')}"
                              if isinstance(baseline, dict) else "asked for but not measured: see the notes"
                              if "storage_baseline" in report else "not measured (add --storage-baseline)"),
         "time": "per rank from its own monotonic clock; a save's times are its slowest rank's",

@@ -341,7 +341,7 @@ class BaselineRound:
 @dataclass
 class StorageBaseline:
     """The storage's own write and cold-read bandwidth (MiB/s) with the checkpoint's I/O shape
-    (--storage-baseline: storage.baseline, the median of its rounds)."""
+    (--storage-baseline: storage.baseline, the fastest of its rounds: `peak` says how it was taken)."""
 
     tool: str | None = None
     write_bandwidth: float | None = None
@@ -358,7 +358,19 @@ class StorageBaseline:
     fio_version: str | None = None
     method: str | None = None
     rounds: list[BaselineRound] | None = None
+    peak: str | None = None
     shape_of_iteration: int | None = None
+
+
+@dataclass
+class AbovePeak:
+    """A save or load that beat the storage baseline: no fraction of peak is given for it
+    (report.save_above_peak, load_above_peak)."""
+
+    measured: float | None = None  # MiB/s: the steady save's, or the median load's
+    peak: float | None = None  # MiB/s: the baseline's fastest round
+    ratio: float | None = None
+    reason: str = ""
 
 
 @dataclass
@@ -526,6 +538,8 @@ class Report:
     storage_baseline: StorageBaseline | None = None
     save_fraction_of_peak: float | None = None
     load_fraction_of_peak: float | None = None
+    save_above_peak: AbovePeak | None = None  # the steady save beat the baseline: no fraction of peak
+    load_above_peak: AbovePeak | None = None
     not_cleaned_up: list[str] | None = None
     measurement: Measurement | None = None
     advice: Advice | None = None

@@ -13,12 +13,16 @@ from __future__ import annotations
 import statistics
 
 from ckpt_bench.core.rundir import RunDir
+from ckpt_bench.report.engine import fractions_of_peak
 from ckpt_bench.report.metrics import HEADLINE, save_stats
 from ckpt_bench.report.schema import Report, RunSection
 
 # Per repetition, its steady save figures and its load (Report.compared).
 REPEATED_METRICS = HEADLINE
 NOISY_CV = 0.10
+# A repetition's storage baseline and its fractions: the series' own are taken over every repetition's.
+PEAK_KEYS = ("storage_baseline", "save_fraction_of_peak", "load_fraction_of_peak", "save_above_peak",
+             "load_above_peak")
 
 
 def spread(values: list[float], digits: int) -> dict:
@@ -75,8 +79,9 @@ def combined_report(folder: RunDir, planned: int, reports: list[dict]) -> dict:
     median_load = headline.get("load_time")
     load = min((x for x in loads if isinstance(x.get("time"), (int, float))), default=None,
                key=lambda x: abs(x["time"] - median_load)) if median_load is not None else None
-    return {
-        **{key: value for key, value in (completed or reports)[0].items() if key not in ("run", "notes", "advice")},
+    series = {
+        **{key: value for key, value in (completed or reports)[0].items()
+           if key not in ("run", "notes", "advice", *PEAK_KEYS)},
         **headline,
         "accurate": not any(save.get("overlapped") for save in saves),
         "num_saved": sum(1 for save in saves if save.get("complete")),
@@ -97,3 +102,23 @@ def combined_report(folder: RunDir, planned: int, reports: list[dict]) -> dict:
                   "completed repetition(s)", *notes],
         "run": run,
     }
+    baseline = best_baseline([report.get("storage_baseline") for report in completed])
+    if baseline is not None:  # each repetition measured the storage: the series' peak is their fastest round
+        series["storage_baseline"] = baseline
+        series.update(fractions_of_peak(series, baseline))
+    return series
+
+
+def best_baseline(baselines: list[dict | None]) -> dict | None:
+    """The storage baseline of a series: every repetition's rounds, the fastest write and the fastest cold read
+    over all of them (a peak bounds every repetition's saves, not its own alone); None when none measured."""
+    measured = [baseline for baseline in baselines if isinstance(baseline, dict)]
+    if not measured:
+        return None
+    combined = dict(measured[0])
+    for key in ("write_bandwidth", "read_bandwidth"):
+        combined[key] = max((b[key] for b in measured if b.get(key) is not None), default=None)
+    combined["rounds"] = [one for baseline in measured for one in baseline.get("rounds") or []]
+    combined["peak"] = (f"the fastest of the {len(combined['rounds'])} rounds of {len(measured)} repetitions' "
+                        "baselines, write and read each")
+    return combined

@@ -114,8 +114,8 @@ def test_a_sweep_of_engines_shows_the_storage_peak_beside_each_job():
     columns, peak_rows = rows.sweep_peak_table(results)
     assert columns == ["job", "engine", "peak write MiB/s", "steady save of peak", "peak cold read MiB/s",
                        "load of peak"]
-    assert peak_rows == [["0", "torch-save", "800.0", "0.61", "900.0", "0.50"], ["1", "dcp", "820.0", "0.40",
-                                                                                    "900.0", "0.50"]]
+    assert peak_rows == [["0", "torch-save", "800.0", "61.0 %", "900.0", "50.0 %"],
+                         ["1", "dcp", "820.0", "40.0 %", "900.0", "50.0 %"]]
     assert 'id="peak-table"' in render_sweep(results)
     assert rows.sweep_peak_table(sweep([{"index": 0, "params": {}, "report": {}}])) is None
 
