@@ -2,7 +2,8 @@
 """DLIO itself and ckpt-bench's `--workload` on the same workload file and disk, side by side.
 
     python benchmarks/dlio_side_by_side.py [--workload tests/fixtures/workloads/dlio_tiny_zero3.yaml]
-        [--ranks 2] [--saves 5] [--rounds 3] [--dir DIR] [--dlio-venv /tmp/dlio-venv --dlio-src /tmp/dlio-src]
+        [--ranks 2] [--saves 5] [--min-rounds 3] [--max-rounds 10] [--budget-s 600] [--settle 5] [--dir DIR]
+        [--dlio-venv /tmp/dlio-venv --dlio-src /tmp/dlio-src]
 
 DLIO (argonne-lcf/dlio_benchmark, MLPerf Storage's engine) is never a dependency: it runs from its own
 venv (CPU torch, mpi4py and the `mpich` wheel, DLIO from its source with --no-deps; see
@@ -14,7 +15,15 @@ no wait between checkpoints. Rounds are interleaved (the order flips every round
 host-cached disk hits both alike). Per side and round: the tensor bytes of every file written (loaded
 back with torch and summed), DLIO's `checkpoint_size_GB`, and the save and load figures under DLIO's own
 definition (`metric.save_checkpoint_io_mean_GB_per_second`: rank 0's durations; ours: the report's
-`mlperf.dlio`), plus mlpstorage's strict-time throughput for ours. Medians over rounds, and the ratio.
+`mlperf.dlio`), plus mlpstorage's strict-time throughput for ours.
+
+Rounds go on until ours/DLIO decides, for save and load bandwidth separately: each round's ratio, their
+geometric mean over rounds and its 95 % bootstrap interval (harness_overhead's PairedRatio). The interval
+inside COMPARABLE (0.8-1.25) is `comparable`, entirely outside it `not comparable`, across an edge
+`undecided`. No verdict before --min-rounds rounds; the rounds stop when both figures are decided, at
+--max-rounds, or when another round (as long as the longest so far) would end past --budget-s: then the
+verdict is `undecided`, with the interval and why the rounds stopped. Stopping at the first interval that
+decides makes its 95 % somewhat optimistic; the minimum of rounds keeps a lucky pair from deciding.
 """
 
 from __future__ import annotations
@@ -26,11 +35,74 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the tests' way of counting a torch.save file's tensor bytes
 from helpers import saved_tensor_bytes  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from harness_overhead import PairedRatio, settle  # noqa: E402 - the benchmarks are scripts, not a package
+
+COMPARABLE = (0.8, 1.25)  # ours/DLIO inside this band: the two tools measure the same storage alike
+FIGURES = {"save_GBps": "save", "load_GBps": "load"}  # the figures each round's ratio is taken of
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """ours/DLIO of one figure over the rounds so far, and what its interval says."""
+
+    figure: str
+    per_round: tuple[float, ...]
+    ratio: PairedRatio | None  # None below two rounds: no interval yet
+    verdict: str  # "comparable", "not comparable" or "undecided"
+
+    @classmethod
+    def of(cls, figure: str, per_round: list[float], min_rounds: int) -> Verdict:
+        ratio = PairedRatio.of_ratios(per_round) if len(per_round) >= 2 else None
+        verdict = "undecided"
+        if ratio is not None and len(per_round) >= min_rounds:
+            low, high = COMPARABLE
+            if low <= ratio.low and ratio.high <= high:
+                verdict = "comparable"
+            elif ratio.high < low or ratio.low > high:
+                verdict = "not comparable"
+        return cls(figure, tuple(per_round), ratio, verdict)
+
+    @property
+    def decided(self) -> bool:
+        return self.verdict != "undecided"
+
+    def line(self, stopped_by: str) -> str:
+        rounds = " ".join(f"{r:.3f}" for r in self.per_round) or "-"
+        if self.ratio is None:
+            return f"{self.figure}: ours/DLIO per round {rounds}; undecided ({stopped_by}): no interval below 2 rounds"
+        shown = (f"{self.figure}: ours/DLIO {self.ratio.estimate:.3f}, 95% CI {self.ratio.low:.3f}-"
+                 f"{self.ratio.high:.3f} over {len(self.per_round)} rounds (per round {rounds}): {self.verdict}")
+        if not self.decided:
+            shown += f" ({stopped_by}: the interval crosses an edge of {COMPARABLE[0]}-{COMPARABLE[1]})"
+        return shown
+
+
+def per_round_ratios(rows: dict[str, list[dict]], key: str) -> list[float]:
+    """ours/DLIO of `key` in each round where both sides have it."""
+    return [ours[key] / dlio[key] for dlio, ours in zip(rows["dlio"], rows["ours"], strict=True)
+            if dlio[key] and ours[key] is not None]
+
+
+def stop_reason(verdicts: list[Verdict], rounds: int, elapsed_s: float, longest_round_s: float,
+                max_rounds: int, budget_s: float) -> str | None:
+    """Why the rounds stop after `rounds` of them, or None to run another."""
+    if all(v.decided for v in verdicts):
+        return "decided"
+    if rounds >= max_rounds:
+        return f"stopped at the maximum of {max_rounds} rounds"
+    if elapsed_s + longest_round_s > budget_s:
+        return (f"stopped by the {budget_s:.0f} s budget: another round of up to {longest_round_s:.0f} s after "
+                f"{elapsed_s:.0f} s would pass it")
+    return None
 
 
 def run_dlio(args, workload: Path, work: Path) -> dict:
@@ -81,25 +153,44 @@ def main() -> int:
     parser.add_argument("--workload", type=Path, default=ROOT / "tests/fixtures/workloads/dlio_tiny_zero3.yaml")
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--saves", type=int, default=5)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--min-rounds", type=int, default=3, help="rounds before any verdict (default 3)")
+    parser.add_argument("--max-rounds", type=int, default=10, help="rounds at most (default 10)")
+    parser.add_argument("--budget-s", type=float, default=600.0, help="no round starts that would end past this "
+                        "many seconds, judged by the longest round so far (default 600)")
+    parser.add_argument("--settle", type=float, default=5.0, help="seconds of a synced, idle disk before each run "
+                        "(default 5): without fsync a run leaves its writes dirty for the next to flush")
     parser.add_argument("--dir", type=Path, default=None, help="where both write (default: a temporary folder)")
     parser.add_argument("--dlio-venv", type=Path, default=Path("/tmp/dlio-venv"))
     parser.add_argument("--dlio-src", type=Path, default=Path("/tmp/dlio-src"))
     args = parser.parse_args()
+    if not 2 <= args.min_rounds <= args.max_rounds:
+        print(f"--min-rounds {args.min_rounds} --max-rounds {args.max_rounds}: need 2 <= min-rounds <= max-rounds "
+              "(an interval needs two rounds)", file=sys.stderr)
+        return 2
     if not (args.dlio_venv / "bin" / "dlio_benchmark").exists():
         print(f"DLIO not found in {args.dlio_venv}: nothing to compare (see docs/workloads.md to install it)")
         return 0
     base = Path(tempfile.mkdtemp(prefix="dlio-side-", dir=args.dir))
     rows: dict[str, list[dict]] = {"dlio": [], "ours": []}
+    started, longest, stopped_by = time.monotonic(), 0.0, None
     try:
-        for round_index in range(args.rounds):
+        while stopped_by is None:
+            round_index, round_start = len(rows["dlio"]), time.monotonic()
             sides = ("dlio", "ours") if round_index % 2 == 0 else ("ours", "dlio")
             for side in sides:
                 work = base / f"{side}-{round_index}"
                 work.mkdir()
+                settle(args.settle)
                 rows[side].append((run_dlio if side == "dlio" else run_ours)(args, args.workload.resolve(), work))
                 shutil.rmtree(work)
-                print(f"round {round_index + 1} {side}: {rows[side][-1]}", flush=True)
+            longest = max(longest, time.monotonic() - round_start)
+            verdicts = [Verdict.of(name, per_round_ratios(rows, key), args.min_rounds) for key, name in FIGURES.items()]
+            print(f"round {round_index + 1} ({sides[0]} first, {time.monotonic() - round_start:.0f} s): "
+                  + "; ".join(f"{name} GB/s DLIO {_shown(rows['dlio'][-1][key])} ours {_shown(rows['ours'][-1][key])}"
+                              for key, name in FIGURES.items())
+                  + " -- " + ", ".join(f"{v.figure} {v.verdict}" for v in verdicts), flush=True)
+            stopped_by = stop_reason(verdicts, round_index + 1, time.monotonic() - started, longest,
+                                     args.max_rounds, args.budget_s)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
@@ -107,8 +198,9 @@ def main() -> int:
         values = [row[key] for row in rows[side] if row[key] is not None]
         return statistics.median(values) if values else None
 
-    print(f"\n{args.workload.name}, {args.ranks} ranks, {args.saves} saves and loads a run, {args.rounds} rounds "
-          "interleaved, no fsync, warm loads (medians)")
+    rounds = len(rows["dlio"])
+    print(f"\n{args.workload.name}, {args.ranks} ranks, {args.saves} saves and loads a run, {rounds} rounds "
+          f"interleaved in {time.monotonic() - started:.0f} s, no fsync, warm loads (medians over rounds)")
     print(f"{'':32}{'DLIO':>14}{'ckpt-bench':>14}{'ours/DLIO':>11}")
     for key, label in (("bytes", "tensor bytes written a save"), ("size_GB", "checkpoint_size_GB"),
                        ("save_GBps", "save GB/s (rank 0, DLIO's)"), ("load_GBps", "load GB/s (rank 0, DLIO's)"),
@@ -116,6 +208,10 @@ def main() -> int:
         dlio, ours = median("dlio", key), median("ours", key)
         ratio = f"{ours / dlio:.3f}" if dlio and ours else "-"
         print(f"{label:32}{_shown(dlio):>14}{_shown(ours):>14}{ratio:>11}")
+    print(f"\nours/DLIO paired by round (geometric mean, bootstrap over rounds); comparable = the 95% interval inside "
+          f"{COMPARABLE[0]}-{COMPARABLE[1]}, not comparable = entirely outside it")
+    for verdict in verdicts:
+        print(verdict.line(stopped_by))
     return 0
 
 
