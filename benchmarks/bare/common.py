@@ -7,8 +7,12 @@ import json
 import torch.distributed as dist
 
 
-def parse_arguments(description: str) -> argparse.Namespace:
+def parse_arguments(description: str, step_between_saves: bool = False) -> argparse.Namespace:
+    """The scripts' arguments; `step_between_saves`: the script offers --step-between-saves."""
     parser = argparse.ArgumentParser(description=description.split("\n\n")[0])
+    if step_between_saves:
+        parser.add_argument("--step-between-saves", action="store_true",
+                            help="update every tensor in place before each save (untimed), as training does")
     parser.add_argument("--spec", required=True, help="the worker.json ckpt-bench wrote for the same state")
     parser.add_argument("--save-calls", type=int, required=True)
     parser.add_argument("--save-dir", required=True)
