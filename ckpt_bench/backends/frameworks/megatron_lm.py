@@ -1,23 +1,33 @@
 """`--framework megatron-lm --megatron-path DIR`: Megatron-LM's own `pretrain_gpt.py` under our torchrun
 runner (per-rank logs, the failing rank named), the resolved experiment as Megatron-LM flags, mock
-data unless the experiment names `data_path`. See `ckpt_bench.backends.frameworks.common`."""
+data unless the experiment names `data_path`. See `ckpt_bench.backends.frameworks.common`.
+
+torchrun starts `ckpt_bench.backends.frameworks.megatron_lm_bootstrap` with the script: on ranks without
+CUDA it installs the CPU layer before any of Megatron-LM's code runs, elsewhere it runs the script as it is.
+The flags are checked against this checkout's own argument parser; after the passes, the iterations the log
+says were saved are checked against the checkpoint folder."""
 
 from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ckpt_bench.backends.frameworks.common import (
     FrameworkConfig,
     framework_plan,
-    known_megatron_flags,
     megatron_arguments,
     pass_args,
     record_events,
     resolve_for_framework,
 )
+from ckpt_bench.backends.megatron.launcher import preview
+from ckpt_bench.core.checkpoint_dir import iteration_folder_sizes, latest_iteration
+from ckpt_bench.core.errors import ConfigError
+from ckpt_bench.core.events import EventKind, event_files, read_event_files
 from ckpt_bench.core.options import Flag
 from ckpt_bench.core.rundir import RunDir
 from ckpt_bench.launcher import nodes
@@ -26,6 +36,7 @@ from ckpt_bench.launcher.config import LaunchConfig
 
 # torchrun's --tee prefix on a rank's line in console.log.
 _TEE = re.compile(r"^\[default\d+\]:")
+BOOTSTRAP = "ckpt_bench.backends.frameworks.megatron_lm_bootstrap"
 
 
 @dataclass
@@ -39,8 +50,51 @@ class MegatronLMConfig(FrameworkConfig):
         self.root = self.checkout("megatron_path", "pretrain_gpt.py", MegatronLMBackend.name)
 
 
-def _pythonpath(root: Path) -> str:
-    return os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)
+def _rank_env(root: Path) -> dict[str, str]:
+    """The ranks' environment: the checkout's `megatron` package first (it shadows the installed megatron-core),
+    and this interpreter's folder first on PATH: Megatron-LM builds its dataset helpers with `make`, which
+    asks `python3` for pybind11's include path."""
+    return {
+        "CUDA_DEVICE_MAX_CONNECTIONS": "1",
+        "PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p),
+        "PATH": os.pathsep.join(p for p in (str(Path(sys.executable).parent), os.environ.get("PATH", "")) if p),
+    }
+
+
+def parser_flags(root: Path) -> set[str]:
+    """Every option string of the checkout's own argument parser. Megatron-LM generates many of them from
+    megatron-core's config dataclasses, so no scan of its source finds them all: the parser is built in a
+    subprocess with the checkout first on the path, the CPU layer installed where CUDA is absent."""
+    result = subprocess.run([sys.executable, "-m", BOOTSTRAP, "--list-flags"], env={**os.environ, **_rank_env(root)},
+                            capture_output=True, text=True, check=False)
+    flags = {line for line in result.stdout.splitlines() if line.startswith("--")}
+    if result.returncode or not flags:
+        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ConfigError(f"--megatron-path {root}: its argument parser could not be built ({last}); give a "
+                          "Megatron-LM checkout of 2025 or later (megatron/training/arguments.py with "
+                          "add_megatron_arguments)")
+    return flags
+
+
+def saved_iterations_check(log_events_dir: Path, checkpoint_dir: str | None) -> list[str]:
+    """The iterations Megatron-LM's log says it saved, against the checkpoint folder: an `iter_NNNNNNN` folder
+    for each and `latest_checkpointed_iteration.txt` naming the last. Returns the report's note."""
+    if checkpoint_dir is None or not Path(checkpoint_dir).is_dir():
+        return []
+    logged = sorted({event.iteration for event in read_event_files(event_files(log_events_dir))
+                     if event.kind == EventKind.SAVE_END and event.error is None and event.iteration is not None})
+    folders = sorted(iteration_folder_sizes(checkpoint_dir))
+    latest = latest_iteration(checkpoint_dir)
+    if logged and logged == folders and latest == logged[-1]:
+        return [f"the checkpoint folder holds what the log says was saved: iterations {_listed(logged)}, "
+                f"latest_checkpointed_iteration.txt {latest}"]
+    return [f"the checkpoint folder differs from the log: the log says iterations {_listed(logged) or 'none'} were "
+            f"saved, the folder holds iter_* folders of {_listed(folders) or 'none'} and "
+            f"latest_checkpointed_iteration.txt says {latest if latest is not None else 'nothing'}"]
+
+
+def _listed(iterations: list[int]) -> str:
+    return ", ".join(str(i) for i in iterations)
 
 
 class MegatronLMBackend(Backend[MegatronLMConfig]):
@@ -49,22 +103,33 @@ class MegatronLMBackend(Backend[MegatronLMConfig]):
     Config = MegatronLMConfig
     framework = True
 
+    def preview(self, launch: LaunchConfig[MegatronLMConfig]) -> dict | None:
+        if not launch.options.plan_only:
+            return None
+        return preview(*resolve_for_framework(launch, "--framework megatron-lm"), launch)
+
     def plan(self, launch: LaunchConfig[MegatronLMConfig]) -> Plan:
         config = launch.options
         root = config.root
         experiment, args, sizes = resolve_for_framework(launch, "--framework megatron-lm")
-        known = known_megatron_flags(root)
+        # Megatron-LM sizes its validation set as train_iters // eval_interval (core_v0.16.1 has no default for
+        # it); the benchmark evaluates nothing unless the experiment asks.
+        args.setdefault("eval_iters", 0)
+        args.setdefault("eval_interval", args["train_iters"])
+        known = parser_flags(root)
+        script = str(root / "pretrain_gpt.py")
         # The load reads a cold checkpoint, as ours do: the lifecycle evicts it first.
-        passes = [WorkerPass(phase, [], spec=False, evict_before=phase == "load",
-                             env={"CUDA_DEVICE_MAX_CONNECTIONS": "1", "PYTHONPATH": _pythonpath(root)})
+        passes = [WorkerPass(phase, [], spec=False, evict_before=phase == "load", env=_rank_env(root))
                   for phase in ("save", "load")]
         notes: list[str] = []
+        bound: dict[str, str | None] = {}
 
         def bind(run: RunDir, checkpoint_dir: str | None) -> None:
+            bound["checkpoint_dir"] = checkpoint_dir
             skipped: set[str] = set()
             for worker_pass in passes:
-                worker_pass.args, left_out = megatron_arguments(pass_args(args, checkpoint_dir, worker_pass.name),
-                                                                known)
+                flags, left_out = megatron_arguments(pass_args(args, checkpoint_dir, worker_pass.name), known)
+                worker_pass.args = [script, *flags]
                 skipped.update(left_out)
             if skipped:
                 notes[:] = [f"not Megatron-LM arguments, left out: {', '.join(sorted(skipped))}"]
@@ -80,7 +145,7 @@ class MegatronLMBackend(Backend[MegatronLMConfig]):
                     with open(console, encoding="utf-8", errors="replace") as lines:
                         log.write_text("".join(_TEE.sub("", line) for line in lines))
                     logs.append(log)
-            return notes + record_events(run, logs)
+            events = record_events(run, logs)
+            return notes + events + saved_iterations_check(run.events_dir, bound.get("checkpoint_dir"))
 
-        return framework_plan(launch, experiment, args, sizes, passes, bind, collect,
-                              worker_module=str(root / "pretrain_gpt.py"))
+        return framework_plan(launch, experiment, args, sizes, passes, bind, collect, worker_module=BOOTSTRAP)

@@ -1,6 +1,9 @@
 """Run Megatron-LM's own training script on a rank: `python -m ckpt_bench.backends.frameworks.megatron_lm_bootstrap
 DIR/pretrain_gpt.py ARGS...` (torchrun starts it, `--framework megatron-lm`).
 
+`python -m ckpt_bench.backends.frameworks.megatron_lm_bootstrap --list-flags` prints every option string of the
+checkout's argument parser instead, one a line (the launcher checks the flags it passes against them).
+
 Where CUDA is available the script runs exactly as `python DIR/pretrain_gpt.py ARGS...` would. Where it is
 not, the CPU layer is installed first: megatron-core's (`ckpt_bench.backends.megatron.cpu_compat`), and what
 megatron.training needs beyond it (`install`, each redirection below with the call that needs it). Nothing
@@ -9,6 +12,7 @@ of the checkout is changed; its code runs as it is, on gloo ranks and CPU tensor
 
 from __future__ import annotations
 
+import argparse
 import runpy
 import sys
 import types
@@ -22,6 +26,8 @@ BATCH_INVARIANT = "megatron.core.transformer.custom_layers.batch_invariant_kerne
 
 # Arguments the ranks get on CPU unless the command names them: Megatron-LM's defaults that need GPU kernels.
 CPU_ARGUMENTS = (
+    # NCCL needs GPUs (Megatron-LM's default backend): gloo, whose collectives run on CPU tensors.
+    ("--distributed-backend", "gloo"),
     # Transformer Engine runs on GPUs only: megatron-core's own layers instead of the TE layer specs that
     # gpt_builders picks by default (TESpecProvider).
     ("--transformer-impl", "local"),
@@ -100,7 +106,20 @@ def _run_as_main_of_this_module(script: str) -> None:
     exec(compile(Path(script).read_bytes(), script, "exec"), module.__dict__)
 
 
+def parser_flags() -> list[str]:
+    """The option strings of Megatron-LM's own parser (`add_megatron_arguments`, with the arguments it
+    generates from megatron-core's config dataclasses)."""
+    install([])  # megatron.training's package imports the triton user
+    from megatron.training.arguments import add_megatron_arguments
+
+    parser = add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
+    return sorted(flag for action in parser._actions for flag in action.option_strings if flag.startswith("--"))
+
+
 def main(argv: list[str]) -> None:
+    if argv == ["--list-flags"]:
+        print("\n".join(parser_flags()))
+        return
     script, *args = argv
     cpu_args = install(args)
     sys.argv = [script, *cpu_args]
