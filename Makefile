@@ -27,6 +27,7 @@ run: $(STAMP)
 
 # Two test processes: the end-to-end tests mostly wait on process start-up and barriers; worksteal lets
 # the idle one take the other's remaining tests at the end. PYTEST_ARGS="-n 0" runs them one by one.
+# The 15 slowest tests are listed at the end: the suite's budget is 7 minutes on 2 cores.
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q -n 2 --dist worksteal $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n 2 --dist worksteal --durations=15 $(PYTEST_ARGS)
