@@ -8,6 +8,7 @@ names the failing rank with the tail of its own log.
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import socket
@@ -28,6 +29,14 @@ _TEE_PREFIX = re.compile(r"^\[default(\d+)\]:(.*)$")
 _FAILED_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)")
 _EXIT_CODE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
 _ROOT_CAUSE = re.compile(r"^Root Cause \(first observed failure\)")
+# A rank's own words for why it died: the line our workers print (`[rank 0] save failed: ZeroDivisionError: ...`,
+# ckpt_bench.worker.entry), else the exception line that ends the last Python traceback in its stderr
+# (torch prefixes a rank's lines with `[rank0]: ` on some paths).
+_WORKER_FAILED = re.compile(r"^\[rank \d+\] \w+ failed: (?P<exception>.+)$", re.MULTILINE)
+_RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")
+_TRACEBACK = "Traceback (most recent call last):"
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(: .*)?$")
+STDERR_READ = 1 << 20  # of a rank's stderr log, the end read for its exception
 # Storage failures that deserve a line of their own: a pattern in a failing rank's log -> what it means
 # (with the path when the error names one).
 _PATH = r"(?:: '(?P<path>[^']+)')?"
@@ -59,6 +68,29 @@ def storage_failure(text: str) -> str | None:
                 return f"{meaning} {found['code']}"
             return f"{meaning} on {found['path']}" if found.get("path") else meaning
     return None
+
+
+def exception_in(stderr: str) -> str | None:
+    """`Type: message` of the exception a rank's stderr says it died of, or None."""
+    ours = _WORKER_FAILED.findall(stderr)
+    if ours:
+        return ours[-1].strip()
+    lines = [_RANK_PREFIX.sub("", line) for line in stderr.splitlines()]
+    starts = [i for i, line in enumerate(lines) if line.strip() == _TRACEBACK]
+    if not starts:
+        return None
+    return next((line.strip() for line in lines[starts[-1] + 1:] if _EXCEPTION_LINE.match(line)), None)
+
+
+def elastic_error(error_file: Path) -> str | None:
+    """The message of torchelastic's error file (TORCHELASTIC_ERROR_FILE), which a rank whose entry point is
+    wrapped in torch's `@record` writes when it raises: `Type: message`, or None."""
+    try:
+        message = json.loads(error_file.read_text(errors="replace"))["message"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    text = message.get("message") if isinstance(message, dict) else message
+    return text.strip().splitlines()[0] if isinstance(text, str) and text.strip() else None
 
 
 @dataclass
@@ -95,6 +127,7 @@ class RankFailure:
     log_tail: str = ""
     first: bool = False  # torchrun's root cause: the first failure it observed
     killed_by: str | None = None  # who sent a root cause's SIGKILL, as far as we know (ckpt_bench.launcher.oom)
+    exception: str | None = None  # `Type: message` of what the rank died of, as its error file or stderr says
 
     @property
     def signal(self) -> str | None:
@@ -109,11 +142,12 @@ class RankFailure:
 
     def failed_rank(self) -> FailedRank:
         """As a pass summary lists it (`PassSummary.failed_ranks`)."""
-        return FailedRank(self.rank, self.local_rank, self.exit_code, self.signal, self.cause, self.killed_by)
+        return FailedRank(self.rank, self.local_rank, self.exit_code, self.signal, self.cause, self.killed_by,
+                          self.exception)
 
     def describe(self) -> str:
         how = self.killed_by or (f"killed by {self.signal}" if self.signal else f"exit code {self.exit_code}")
-        return f"rank {self.rank} failed ({self.cause}; {how})"
+        return f"rank {self.rank} failed ({self.cause}; {how})" + (f": {self.exception}" if self.exception else "")
 
 
 @dataclass
@@ -181,6 +215,15 @@ def _rank_log(log_dir: Path, local_rank: int, stream: str) -> Path | None:
     """torchrun writes `<log_dir>/<run_id>/attempt_<k>/<local_rank>/<stream>.log`; take the newest."""
     found = sorted(log_dir.glob(f"*/attempt_*/{local_rank}/{stream}.log"), key=lambda p: p.stat().st_mtime)
     return found[-1] if found else None
+
+
+def _end(path: Path | None, size: int = STDERR_READ) -> str:
+    """The last `size` bytes of a log, as text ('' where there is none)."""
+    if path is None or not path.is_file():
+        return ""
+    with open(path, "rb") as handle:
+        handle.seek(max(0, path.stat().st_size - size))
+        return handle.read().decode("utf-8", errors="replace")
 
 
 def _tail(path: Path | None, lines: int = 20) -> str:
@@ -299,8 +342,9 @@ def run_command(
         if failure.first and failure.signal == "SIGKILL":
             failure.killed_by = oom.sigkill_cause(oom_kills_before, oom.oom_kills())
     for failure in failures:
-        failure.log_tail = _tail(_rank_log(log_dir, failure.local_rank, "stderr")) or _tail(
-            _rank_log(log_dir, failure.local_rank, "stdout")
-        )
+        stderr = _rank_log(log_dir, failure.local_rank, "stderr")
+        failure.log_tail = _tail(stderr) or _tail(_rank_log(log_dir, failure.local_rank, "stdout"))
+        error_file = stderr.with_name("error.json") if stderr is not None else None
+        failure.exception = (error_file and elastic_error(error_file)) or exception_in(_end(stderr))
     cause = next(filter(None, (storage_failure(f.log_tail) for f in failures)), None)
     return PassResult(name, command, exit_code, log_dir, failures, cause)

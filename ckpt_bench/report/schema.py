@@ -187,6 +187,9 @@ class FailedRank:
     """`first failure`, `stopped by torchrun after the first failure` or `failed`."""
     killed_by: str | None = None
     """Who sent a root cause's SIGKILL, as far as known (launcher.oom)."""
+    exception: str | None = None
+    """What the rank died of, `Type: message`: torchelastic's error file where the rank wrote one (torch's
+    `@record`), else its stderr log (our workers' `<phase> failed:` line, or the last Python traceback)."""
 
 
 @dataclass(kw_only=True)
