@@ -28,6 +28,7 @@ from ckpt_bench.report.schema import (
     RunSection,
     SaveRecord,
     Stat,
+    StorageBaseline,
     Training,
 )
 from ckpt_bench.sweep.results import SweepResults
@@ -199,8 +200,8 @@ def headline_rows(report: Report) -> list[tuple[str, str]]:
     baseline = report.storage_baseline
     if baseline is not None:
         tool = f" ({baseline.tool})" if baseline.tool else ""
-        rows.append(("storage baseline",
-                     f"write {mibps(baseline.write_bandwidth)}, read {mibps(baseline.read_bandwidth)}{tool}"))
+        rows.append(("storage baseline", f"write {mibps(baseline.write_bandwidth)}, read "
+                                         f"{mibps(baseline.read_bandwidth)}{tool}{rounds_words(baseline)}"))
     for fraction, above, label in (
             (report.save_fraction_of_peak, report.save_above_peak, "save fraction of peak (steady)"),
             (report.load_fraction_of_peak, report.load_above_peak, "load fraction of peak")):
@@ -211,6 +212,21 @@ def headline_rows(report: Report) -> list[tuple[str, str]]:
     resolution = fmt(report.time_resolution_s)
     rows.append(("time source", f"{fmt(report.time_source)} (resolution {resolution} s)"))
     return rows
+
+
+def rounds_words(baseline: StorageBaseline) -> str:
+    """How far apart the baseline's rounds were: a storage whose own speed swings makes any fraction of its peak
+    a loose one."""
+    rounds = baseline.rounds or []
+    if len(rounds) < 2:
+        return ""
+    spans = []
+    for direction in ("write", "read"):
+        values = [value for r in rounds if (value := getattr(r, f"{direction}_bandwidth"))]
+        if values and max(values) >= 1.5 * min(values):
+            spans.append(f"{direction}s {fmt(min(values), 0)}-{fmt(max(values), 0)} MiB/s")
+    spread = f"; the storage's own speed varied: {', '.join(spans)}" if spans else ""
+    return f"; the fastest of {len(rounds)} rounds{spread}"
 
 
 def of_peak(fraction: float | None, above: AbovePeak | None, full: bool = False) -> str:

@@ -90,3 +90,10 @@ def test_the_summary_says_above_the_baseline_never_a_percentage_over_100():
     assert rows["save fraction of peak (steady)"].startswith("above the baseline (1.34x its fastest round): no "
                                                              "fraction -- the saves outran")
     assert "134" not in " ".join(rows.values())
+
+
+def test_the_summary_says_how_far_the_storages_own_rounds_were_apart():
+    report = {**steady_report(300.0), "saves": [], "notes": [], "storage_baseline": baseline([161.0, 1536.0, 458.0])}
+    rows = dict(headline_rows(Report.from_json(report)))
+    assert rows["storage baseline"].endswith("; the fastest of 3 rounds; the storage's own speed varied: writes "
+                                             "161-1,536 MiB/s")
