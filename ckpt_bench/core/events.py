@@ -87,6 +87,7 @@ class Phase(str, Enum):
     WRITE = "write"  # serializing and writing this rank's files (into the page cache)
     WRITE_FSYNC = "write+fsync"  # the same, each file fsynced as it is written
     FSYNC = "fsync"  # flushing this rank's files to storage, apart from writing them
+    PLAN_WRITE = "plan+write"  # a whole sharded save inside one call we cannot enter (Lightning's FSDP2)
     FINALIZE = "finalize"  # the checkpoint's metadata file, renames, the last collective
     METADATA = "metadata"  # a load reading the checkpoint's metadata
     READ = "read"  # a load reading and deserializing its bytes

@@ -38,11 +38,12 @@ from ckpt_bench.backends.lightning.checkpoint_io import checkpoint_io_stack, loc
 from ckpt_bench.backends.lightning.spec import LightningSpec
 from ckpt_bench.backends.lightning.training import FitClock, SaveEveryNSteps, build_module, build_trainer
 from ckpt_bench.backends.lightning.verify import live_digests, loaded_digests
-from ckpt_bench.core.events import EventKind, EventRecorder
+from ckpt_bench.core.events import EventKind, EventRecorder, Phase
 from ckpt_bench.core.rundir import MEASUREMENTS_FILE
 from ckpt_bench.storage import worker_storage
 from ckpt_bench.worker import integrity
-from ckpt_bench.worker.entry import WorkerContext, save_returned, timed, worker_main
+from ckpt_bench.worker.entry import WorkerContext, load_returned, save_returned, timed, worker_main
+from ckpt_bench.worker.phases import Marked, PhaseClock, mark_calls
 
 
 class Saver:
@@ -51,17 +52,34 @@ class Saver:
     def __init__(self, spec: LightningSpec, recorder: EventRecorder):
         self.spec = spec
         self.recorder = recorder
+        self.phases = PhaseClock()
+
+    def _mark(self, strategy) -> None:
+        """Mark the phases on the strategy's save (once per strategy): `trainer.save_checkpoint` builds the
+        checkpoint dict (state_dict), hands it to the strategy, then meets the other ranks in a barrier
+        (finalize). The strategy's call is DDP's write through the CheckpointIO (rank 0; the others write
+        nothing), an async CheckpointIO's copy of the tensors and hand-off to its thread (stage), or
+        FSDP2's whole DCP save (plan+write: its planner and writer are made inside)."""
+        if isinstance(strategy.save_checkpoint, Marked):
+            return
+        if self.spec.strategy == "fsdp":
+            call = Phase.PLAN_WRITE
+        else:
+            call = Phase.STAGE if self.spec.async_save else Phase.WRITE
+        mark_calls(strategy, self.phases, {"save_checkpoint": (call, Phase.FINALIZE)})
 
     def __call__(self, trainer, iteration: int) -> None:
         path = self.spec.checkpoint_path(iteration)
         writes_here = self.spec.strategy == "fsdp" or trainer.is_global_zero
         ends_on_writer = self.spec.async_save and writes_here
+        self._mark(trainer.strategy)
         trainer.strategy.barrier("ckpt-bench.save")
-        with timed(self.recorder, EventKind.SAVE_START, EventKind.SAVE_END, iteration, path=path,
+        with timed(self.recorder, EventKind.SAVE_START, EventKind.SAVE_END, iteration, path=path, phases=self.phases,
                    extra={"strategy": self.spec.strategy, "async": self.spec.async_save}):
             trainer.save_checkpoint(path)
         save_returned(self.recorder, iteration, path,
-                      None if ends_on_writer else lambda: {"bytes": self._written(path, writes_here)})
+                      None if ends_on_writer else lambda: {"bytes": self._written(path, writes_here)},
+                      phases=self.phases)
 
     def _written(self, path: str, writes_here: bool) -> int | None:
         """The bytes this rank's synchronous save wrote."""
@@ -167,9 +185,12 @@ class LoadCalls(Callback):
         for _call in range(spec.load_calls):
             self.context.evict(local_dir, spec.warm_load)
             trainer.strategy.barrier("ckpt-bench.load")
-            with timed(self.recorder, EventKind.LOAD_START, EventKind.LOAD_END, iteration, path=path):
+            # One phase: DDP's torch.load of the file; FSDP2's DCP load into the model and optimizer.
+            phases = PhaseClock()
+            with timed(self.recorder, EventKind.LOAD_START, EventKind.LOAD_END, iteration, path=path,
+                       phases=phases, first=Phase.READ):
                 loaded = trainer.strategy.load_checkpoint(path)
-            self.recorder.record(EventKind.LOAD_END, iteration, path=path)
+            load_returned(self.recorder, iteration, path, phases)
             verdicts.append(integrity.compare(expected, loaded_digests(trainer, loaded, spec.strategy)))
             del loaded
         integrity.publish_verdict(spec.integrity_dir, rank, iteration, integrity.combine_calls(verdicts))
