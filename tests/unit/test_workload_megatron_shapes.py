@@ -24,6 +24,11 @@ from ckpt_bench.backends.workload.shapes import CATALOG, Workload, WorkloadError
 BF16, FP32 = 2, 4
 
 
+def norm_parameters(workload: Workload) -> int:
+    """The norms' parameters (replicated over TP, so each TP rank's optimizer keeps them): two a layer, a final."""
+    return (2 * workload.num_layers + 1) * workload.hidden_size
+
+
 def gpt_workload(**changes) -> Workload:
     """tiny_test.yaml's model: every parameter a multiple of 64 elements, so no alignment padding."""
     shape = dict(name="tiny", model_type="transformer", num_layers=2, hidden_size=256, ffn_hidden_size=768,
@@ -79,7 +84,7 @@ def test_total_is_parameters_times_model_bytes_plus_three_fp32_states(world):
 def test_tensor_parallel_ranks_each_keep_the_norms_optimizer_state():
     workload = gpt_workload(tensor_parallelism=2)
     gpt = MegatronGPT(workload, 4)
-    model, optimizer = gpt.num_parameters * BF16, (gpt.num_parameters + gpt.num_norm_parameters) * 3 * FP32
+    model, optimizer = gpt.num_parameters * BF16, (gpt.num_parameters + norm_parameters(workload)) * 3 * FP32
     assert layout(workload, 4).total_bytes == model + optimizer
 
 
@@ -117,7 +122,7 @@ def test_every_rank_holds_its_replicas_and_writes_its_share():
     assert all(len(ranks) == 1 for ranks in writers.values())
     assert not any("layernorm" in name and ranks[0] % 2 for name, ranks in writers.items())
     # stage layers: DLIO's split, 2 + 1; the embedding on stage 0, the output layer on the last
-    assert [list(gpt.stage_layers(p)) for p in range(2)] == [[0, 1], [2]]
+    assert [list(gpt.parallel.stage_layers(p)) for p in range(2)] == [[0, 1], [2]]
     assert {s.key for s in rank_shards(gpt, 0).model} >= {"embedding.word_embeddings.weight"}
     assert "output_layer.weight" in {s.key for s in rank_shards(gpt, 8).model}
     # the files: every rank its shard file, rank 0 the index and the common state too
@@ -156,14 +161,15 @@ def test_the_mlperf_shapes_at_their_rank_counts():
     gpt = MegatronGPT(workload, 1024)
     assert len(result.ranks) == 1024 and gpt.kv_channels == 134  # 25872 // 192, as megatron-core floors it
     assert sum(share.bytes for share in result.ranks) == result.total_bytes
-    norms_again = (workload.tensor_parallelism - 1) * gpt.num_norm_parameters
+    norms_again = (workload.tensor_parallelism - 1) * norm_parameters(workload)
     exact = gpt.num_parameters * 2 + (gpt.num_parameters + norms_again) * 3 * FP32
     assert exact <= result.total_bytes < exact * 1.0001  # plus the optimizer buffers' alignment gaps
     assert math.isclose(layout(CATALOG["llama3-8b"]).total_bytes, num_parameters(CATALOG["llama3-8b"]) * 14)
 
 
 @pytest.mark.parametrize(("changes", "world", "needle"), [
-    (dict(num_kv_heads=1, tensor_parallelism=2), 2, "num_kv_heads 1 is not divisible by tensor parallelism 2"),
+    (dict(num_kv_heads=1, tensor_parallelism=2), 2,
+     r"num_query_groups \(num_kv_heads\) 1 is not divisible by tensor parallelism 2"),
     (dict(model_datatype="int8"), 2, "model_datatype int8"),
     (dict(tensor_parallelism=2), 3, "world size 3 is not a multiple"),
     (dict(vocab_size=8, hidden_size=64, ffn_hidden_size=64, num_layers=1), 4096, "owns no parameter"),

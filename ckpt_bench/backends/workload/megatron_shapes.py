@@ -1,79 +1,70 @@
 """What every rank of a Megatron-LM job saves through `torch_dist`, computed without torch.
 
-A Megatron GPT of the workload's shape and parallel layout -- megatron-core's local layer spec (RMSNorm,
-SwiGLU, rotary positions, no biases, untied output layer: the llama model DLIO counts), bf16/fp16/fp32
-weights, and the `DistributedOptimizer` -- hands `dist_checkpointing.save` a sharded state dict. This module
-derives that state dict's `ShardedTensor`s and `ShardedObject`s for any rank (`rank_shards`), and from them
-the bytes and files of every rank (`layout`), so that the `torch_dist` engine can allocate exactly them and
-the launcher can plan, check memory and report without building a model. Checked tensor by tensor (keys,
-shapes, offsets, replica ids, the bytes each rank writes) against a real GPTModel + DistributedOptimizer
-saved by megatron-core 0.16.1 on gloo with TP 2 / DP 2 and PP 2 / DP 2.
+The model is `ckpt_bench.model`'s description: a Primus/Megatron experiment's own (dense or MoE, MLA, MTP,
+tied embeddings, its parallel layout), or for a DLIO/catalog workload the llama GPT DLIO counts (RMSNorm,
+SwiGLU, rope, no biases, untied output layer, its TP and PP, DLIO's split of layers over stages). Megatron-LM
+hands `dist_checkpointing.save` megatron-core's sharded state dict of that model with its optimizer; this
+module derives its `ShardedTensor`s and `ShardedObject`s for any rank (`rank_shards`), and from them the bytes
+and files of every rank (`layout`), so that the `torch_dist` engine allocates exactly them and the launcher
+plans, checks memory and reports without building a model. Checked shard by shard (keys, shapes, offsets,
+fragmentations, replica ids, dtypes) and byte by byte (what each rank wrote) against real megatron-core
+0.16.1 saves on gloo: dense TP2/DP2 and uneven PP2/DP2; MoE with EP 2, EP 2 × TP 2 × ETP 1 with a dense first
+layer, a shared expert and the router's expert bias, PP 2 with an uneven stage split and tied embeddings
+without the distributed optimizer; MLA with one MTP layer on TP 2 (tests/unit/test_workload_megatron_*.py).
 
-The model, as megatron-core builds it (h hidden, f ffn hidden, L layers, tp/pp/dp parallel sizes):
+The model's shards, per rank (`ckpt_bench.model.tensors` names and shapes them):
 
-* the vocabulary is padded as Megatron-LM pads it (`--make-vocab-size-divisible-by 128`, times tp), so the
-  embedding and output layer are [V'/tp, h], sharded over TP on dim 0;
-* attention: kv_channels = h // heads (floored, as `TransformerConfig` does: MLPerf's llama3-1t has 134),
-  `linear_qkv` [kv_channels·(heads + 2·kv_heads)/tp, h] column-parallel, `linear_proj`
-  [h, kv_channels·heads/tp] row-parallel; MLP `linear_fc1` [2f/tp, h] (gated), `linear_fc2` [h, f/tp];
-  the two norms per layer and the final norm [h], replicated over TP;
-* the keys are megatron-core's, not the module paths: the local spec maps `input_layernorm` and
-  `pre_mlp_layernorm` to `self_attention.linear_qkv.layer_norm_weight` and `mlp.linear_fc1.layer_norm_weight`
-  (Transformer Engine's names), and the layers of a homogeneous `TransformerBlock` are one global tensor
-  each, keyed without the layer number, with the global layer index as a prepended axis
-  (`decoder.layers.self_attention.linear_qkv.weight` is [L, qkv, h]; layer i's shard is at offset (i, ...));
-  SwiGLU's fc1 is saved as two shards per rank (megatron's `apply_swiglu_sharded_factory`: the gate rows at
-  tp_rank, the up rows at tp + tp_rank, in units of f/tp);
-* pipeline stages: the embedding on the first, the final norm and output layer on the last, the layers split
-  as DLIO splits them (`shapes._layer_range`: contiguous runs, the first L % pp stages one layer more). When
-  pp divides L that is Megatron's own even split; otherwise Megatron-LM needs an explicit
-  `--pipeline-model-parallel-layout` to run the job at all, and this is the one we take;
-* ranks in Megatron's default order `tp-cp-ep-dp-pp`: rank = tp_rank + tp·(dp_rank + dp·pp_rank). This is
-  not DLIO's order (DLIO puts pp before dp), so a `--subset` of the first N ranks holds other shares than
-  DLIO's first N ranks;
-* model weights are replicated over data-parallel ranks: `replica_id` (0, 0, dp_rank), and (0, tp_rank,
-  dp_rank) for the norms, which are replicated over TP as well;
-* layers carry a `_extra_state` `ShardedObject` per linear module (None on the local spec), replicated over
-  TP and DP like the norms.
+* each parameter is split over TP on its axis (SwiGLU's fc1 as two shards, gate at tp_rank and up at
+  tp + tp_rank); replicated ones (norms, the router, MLA's down projections under TE) carry replica id
+  (0, tp_rank, dp_rank), split ones (0, 0, dp_rank), dp_rank in the data-parallel × context-parallel group;
+* decoder layers are one global tensor per key with the layer index as a leading axis
+  (`decoder.layers.self_attention.linear_qkv.weight` is [L, qkv, h]) -- unless `moe_layer_freq` is a list or
+  above 1, when megatron-core keys each layer by number (`decoder.layers.<i>.`) without that axis;
+* a routed expert's weights are `mlp.experts.experts.linear_fc1/2.weight` with the global expert index as an
+  axis (after the layer axis), split over ETP, held by the ranks of its EP rank, replica id (0, 0, edp_rank);
+* the embedding on the first stage, the final norm and the output layer on the last; a tied output layer on
+  a last stage other than the first is the embedding's replica (pp replica 1: never written there); MTP
+  layers (`mtp.layers.<d>.`) on the last stage;
+* every linear module carries an `_extra_state` `ShardedObject` (None on the local spec).
 
-The optimizer is the `DistributedOptimizer` (Megatron's ZeRO-1, whatever the workload's `zero_stage`) in the
-format Megatron-LM saves by default: `dp_reshardable` (Megatron-LM's `_build_sharded_state_dict_metadata`
-without `--dist-ckpt-optim-fully-reshardable`; megatron-core's own default, `fully_sharded_model_space`, is
-deprecated and not what Megatron-LM asks for). Each pipeline stage's parameters lie, in reverse module order,
-in one gradient buffer per (param, grad) dtype: each parameter starts at a multiple of 64 elements, the end is
-padded to a multiple of lcm(dp, 128), one bucket (Megatron-LM's default without `--overlap-grad-reduce`), and
-data-parallel rank d owns the d-th of dp equal slices. Its state is, per parameter fragment in its slice and
-per alignment gap inside the unpadded buffer, three 1-D `ShardedTensor`s (fp32 main `param`, `exp_avg`,
-`exp_avg_sq`, in the workload's optimizer datatype) of one global tensor per buffer and state,
-`optimizer.distributed.dp_group_idx_{mp}.gbuf_idx_0.dtype_(<param>, <grad>).bucket_idx_0.<state>`, where mp
-is the rank in its model-parallel group (tp_rank + tp·pp_rank), unique to the rank (`replica_id` (0, 0, 0)),
-plus the `per_bucket_numel` and `per_bucket_numel_unpadded` objects of data-parallel rank 0. The norms'
-optimizer state is therefore held once per TP rank. Left out: the optimizer's hyperparameter object
-(`...optimizer`, a few hundred bytes per model-parallel rank), the RNG state and `args` (as Megatron-LM's
-`--no-save-rng`; our workloads have no trainer arguments).
+The optimizer:
 
-Who writes what (`FullyParallelSaveStrategyWrapper` over each data-parallel group, Megatron-LM's default
-`--ckpt-fully-parallel-save`): each rank writes its own optimizer shards; the model shards whose main replica
-lies in the group (all of them, except the norms in groups of tp_rank > 0, whose main replica is tp_rank 0's)
-go, largest first, each to the group's rank with the fewest bytes so far -- megatron's
-`distribute_shards_to_ranks`, reproduced here step by step, so `RankShare.bytes` is what each rank writes.
-`ShardedObject`s are not distributed: their main replica (data-parallel rank 0, tp_rank 0) writes them.
+* the `DistributedOptimizer` (`use_distributed_optimizer`) in Megatron-LM's default `dp_reshardable` format:
+  per pipeline stage one buffer of the dense parameters (sharded over the data-parallel × context-parallel
+  group) and, for a MoE, one of the experts' (sharded over the expert data-parallel group), each the stage's
+  parameters in reverse module order, each parameter at a multiple of 64 elements, the end padded to
+  lcm(group size, 128), one bucket; group rank d owns the d-th slice, and saves per parameter fragment and
+  per alignment gap inside the unpadded buffer three 1-D shards (fp32 `param`, `exp_avg`, `exp_avg_sq`) of
+  `optimizer.distributed.dp_group_idx_<mp>.gbuf_idx_0.dtype_(<param>, <grad>).bucket_idx_0.<state>`, mp the
+  rank in the (expert-)tensor × (expert ×) pipeline group; with both buffers (a MoE stage) megatron's
+  ChainedOptimizer prefixes the keys `chained_0.` and `chained_1.`; plus `per_bucket_numel[_unpadded]`;
+* without it, Megatron's FP32 optimizer: per model shard `optimizer.state.{exp_avg,exp_avg_sq,fp32_param}.
+  <key>` of the same shape and replica id (`fp32_param` only for half-precision weights).
+
+Left out: the optimizer's hyperparameter object (a few hundred bytes per model-parallel rank), the RNG state
+and `args` (as Megatron-LM's `--no-save-rng`; a workload has no trainer arguments).
+
+Who writes what (`FullyParallelSaveStrategyWrapper` over each data-parallel × context-parallel group,
+Megatron-LM's `--ckpt-fully-parallel-save`): megatron's `distribute_shards_to_ranks` over the shards whose
+main replica lies in the group -- held by fewer ranks first, then largest first, then by (key, offset), each
+to its least-loaded holder -- reproduced step by step, so `RankShare.bytes` is what each rank writes.
+`ShardedObject`s are written by their main replica.
 
 Files of one save (megatron-core's `FileSystemWriterAsync`): every rank that writes `__{rank}_0.distcp`
-(with `--thread-count T`, the same tensors spread over up to T files `__{rank}_{0..T-1}.distcp` by size),
-rank 0 also `.metadata` (the global index), `common.pt` and `metadata.json`.
-
-Everything here is plain Python: llama3-1t's 1,024 ranks take a fraction of a second.
+(with `--thread-count T`, up to T files `__{rank}_{0..T-1}.distcp`), rank 0 also `.metadata`, `common.pt` and
+`metadata.json`. Plain Python: DeepSeek-V3's 1,024 ranks take seconds.
 """
 
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 
 from ckpt_bench.backends.workload.shapes import (
+    DTYPE_BYTES,
     TORCH_DTYPE,
     FileShare,
     Layout,
@@ -82,9 +73,20 @@ from ckpt_bench.backends.workload.shapes import (
     Workload,
     WorkloadError,
 )
+from ckpt_bench.model.architecture import Architecture, ArchitectureError
+from ckpt_bench.model.job import TrainingJob
+from ckpt_bench.model.parallel import ParallelError, Parallelism, RankCoordinates
+from ckpt_bench.model.tensors import (
+    Param,
+    ParameterCounts,
+    decoder_layer_params,
+    embedding_params,
+    final_params,
+    mtp_params,
+    parameter_counts,
+)
 
 __all__ = [
-    "MAKE_VOCAB_SIZE_DIVISIBLE_BY",
     "OPTIMIZER_SHARDING",
     "RANK0_FILES",
     "MegatronGPT",
@@ -94,10 +96,8 @@ __all__ = [
     "distcp_file",
     "layout",
     "rank_shards",
+    "training_job",
 ]
-
-#: Megatron-LM's `--make-vocab-size-divisible-by` default: the vocabulary is padded to a multiple of it × tp.
-MAKE_VOCAB_SIZE_DIVISIBLE_BY = 128
 
 #: The DistributedOptimizer's `sharded_state_dict` format Megatron-LM saves by default.
 OPTIMIZER_SHARDING = "dp_reshardable"
@@ -106,16 +106,14 @@ OPTIMIZER_SHARDING = "dp_reshardable"
 RANK0_FILES = (".metadata", "common.pt", "metadata.json")
 
 # Alignments of megatron-core's `_ParamAndGradBuffer` with the distributed optimizer: every parameter starts
-# at a multiple of 64 elements, the bucket ends at a multiple of lcm(dp, 128).
+# at a multiple of 64 elements, the bucket ends at a multiple of lcm(group size, 128).
 _PARAM_ALIGNMENT = 64
 _BUCKET_ALIGNMENT = 128
 
-# Megatron's model datatypes (DLIO names) and the gradient dtype Megatron-LM pairs with each: bf16 accumulates
-# and reduces gradients in fp32 (`validate_args` sets --accumulate-allreduce-grads-in-fp32), fp16 and fp32 in
-# their own dtype. The pair names the optimizer's buffer and its keys.
+# The gradient dtype Megatron-LM pairs with each weight dtype: bf16 accumulates and reduces gradients in fp32
+# (`--accumulate-allreduce-grads-in-fp32`), fp16 and fp32 in their own. The pair names the optimizer's buffer.
 _GRAD_DTYPE = {"bf16": "fp32", "fp16": "fp16", "fp32": "fp32"}
-_OPTIMIZER_STATES = ("param", "exp_avg", "exp_avg_sq")
-_LAYER_LINEARS = ("self_attention.linear_proj", "self_attention.linear_qkv", "mlp.linear_fc1", "mlp.linear_fc2")
+_DISTRIBUTED_STATES = ("param", "exp_avg", "exp_avg_sq")
 
 ReplicaId = tuple[int, int, int]
 
@@ -141,7 +139,7 @@ class Shard:
     replica_id: ReplicaId
     """Megatron's replica id before the fully-parallel save redistributes main replicas."""
     prepend_axis_num: int
-    """Axes of the global tensor the local one lacks (1: the layer index of stacked layers)."""
+    """Axes of the global tensor the local one lacks (the layer index of stacked layers, an expert's index)."""
     dtype: str
     """DLIO datatype name (`shapes.DTYPE_BYTES`, `shapes.TORCH_DTYPE`)."""
 
@@ -156,7 +154,7 @@ class Shard:
 
     @property
     def nbytes(self) -> int:
-        return self.tensor_spec.nbytes
+        return self.numel * DTYPE_BYTES[self.dtype]
 
     @property
     def tensor_spec(self) -> TensorSpec:
@@ -177,7 +175,7 @@ class ObjectShard:
     replica_id: ReplicaId
     bucket_numels: tuple[int, ...] | None = None
     """The optimizer's `per_bucket_numel[_unpadded]`: one number per bucket (megatron stores them keyed by
-    the buffer's (param, grad) dtypes); None for a layer's `_extra_state`, which is None on the local spec."""
+    the buffer's (param, grad) dtypes); None for a linear module's `_extra_state`, None on the local spec."""
 
     @property
     def name(self) -> str:
@@ -188,233 +186,342 @@ class ObjectShard:
         return not any(self.replica_id)
 
 
-@dataclass(frozen=True)
+def training_job(workload: Workload) -> TrainingJob:
+    """The Megatron job a workload describes: an experiment's own (`Workload.megatron`), else the llama GPT of
+    DLIO's fields with DLIO's split of layers over stages, the distributed optimizer and DLIO's dtypes."""
+    if workload.megatron is not None:
+        return TrainingJob.from_dict(workload.megatron)
+    w = workload
+    refuse = f"workload {w.name!r} as a Megatron GPT (--engine torch_dist)"
+    if w.num_layers <= 0:
+        raise WorkloadError(f"{refuse}: it has no transformer layers (model.num_layers)")
+    for what, dtype in (("model_datatype", w.model_datatype), ("optimizer_datatype", w.optimizer_datatype)):
+        if dtype not in _GRAD_DTYPE:
+            raise WorkloadError(f"{refuse}: {what} {dtype}: Megatron's are {', '.join(_GRAD_DTYPE)}")
+    per_stage, extra = divmod(w.num_layers, w.pipeline_parallelism)
+    try:
+        architecture = Architecture(
+            num_layers=w.num_layers, hidden_size=w.hidden_size, ffn_hidden_size=w.ffn_hidden_size,
+            num_attention_heads=w.num_attention_heads, num_query_groups=w.num_kv_heads,
+            kv_channels=w.hidden_size // w.num_attention_heads, vocab_size=w.vocab_size,
+            vocab_source="the workload's vocab_size", tied_embeddings=False, normalization="RMSNorm",
+            gated_mlp=True, add_bias_linear=False, params_dtype=w.model_datatype)
+    except ArchitectureError as error:
+        raise WorkloadError(f"{refuse}: {error}") from None
+    return TrainingJob(
+        architecture=architecture, tp=w.tensor_parallelism, pp=w.pipeline_parallelism,
+        stage_layer_counts=tuple(per_stage + (stage < extra) for stage in range(w.pipeline_parallelism)),
+        distributed_optimizer=True, optimizer_dtype=w.optimizer_datatype)
+
+
+@dataclass(frozen=True, slots=True)
+class _Buffer:
+    """One distributed-optimizer buffer of a pipeline stage: its parameters' [start, end), its sizes."""
+
+    ranges: tuple[tuple[int, int], ...]
+    unpadded: int
+    padded: int
+    group_size: int
+
+
 class MegatronGPT:
     """The Megatron GPT a workload describes, on a job of `world_size` ranks; raises `WorkloadError` for a
-    shape or layout megatron-core refuses."""
+    model or layout megatron-core refuses."""
 
-    workload: Workload
-    world_size: int
+    def __init__(self, workload: Workload, world_size: int):
+        self.workload = workload
+        self.world_size = world_size
+        self.job = training_job(workload)
+        self.arch = self.job.architecture
+        try:
+            self.parallel: Parallelism = self.job.parallelism(world_size)
+        except ParallelError as error:
+            raise self._refuse(str(error)) from None
+        self._check()
 
-    def __post_init__(self) -> None:
-        w, tp, pp = self.workload, self.workload.tensor_parallelism, self.workload.pipeline_parallelism
+    def _refuse(self, why: str) -> WorkloadError:
+        return WorkloadError(f"workload {self.workload.name!r} as a Megatron GPT (--engine torch_dist): {why}")
 
-        def refuse(why: str) -> WorkloadError:
-            return WorkloadError(f"workload {w.name!r} as a Megatron GPT (--engine torch_dist): {why}")
+    def _check(self) -> None:
+        arch, par = self.arch, self.parallel
+        divisible = [("ffn_hidden_size", arch.ffn_hidden_size, par.tp, "tensor"),
+                     ("num_attention_heads", arch.num_attention_heads, par.tp, "tensor")]
+        if arch.mla is None:
+            divisible.append(("num_query_groups (num_kv_heads)", arch.num_query_groups, par.tp, "tensor"))
+        if arch.moe is not None:
+            divisible += [("num_experts", arch.moe.num_experts, par.ep, "expert"),
+                          ("moe_ffn_hidden_size", arch.moe.ffn_hidden_size, par.expert_tp, "expert tensor")]
+            if arch.moe.shared_expert_size:
+                divisible.append(("moe_shared_expert_intermediate_size", arch.moe.shared_expert_size, par.tp,
+                                  "tensor"))
+        elif par.ep > 1:
+            raise self._refuse(f"expert parallelism {par.ep} without experts (num_experts)")
+        for what, value, size, name in divisible:
+            if value % size:
+                raise self._refuse(f"{what} {value} is not divisible by {name} parallelism {size} "
+                                   "(megatron-core requires it)")
+        for stage in range(par.pp):
+            for buffer in self._buffers[stage].values():
+                self._check_owned(buffer, stage)
 
-        if w.num_layers <= 0:
-            raise refuse("it has no transformer layers (model.num_layers)")
-        if w.model_datatype not in _GRAD_DTYPE:
-            raise refuse(f"model_datatype {w.model_datatype}: Megatron's weights are {', '.join(_GRAD_DTYPE)}")
-        if w.optimizer_datatype not in _GRAD_DTYPE:
-            raise refuse(f"optimizer_datatype {w.optimizer_datatype}: Megatron's optimizer state is "
-                         f"{', '.join(_GRAD_DTYPE)}")
-        if self.world_size % (tp * pp):
-            raise refuse(f"world size {self.world_size} is not a multiple of tensor × pipeline parallelism = {tp * pp}")
-        for what, value in (("num_attention_heads", w.num_attention_heads), ("num_kv_heads", w.num_kv_heads),
-                            ("ffn_hidden_size", w.ffn_hidden_size)):
-            if value % tp:
-                raise refuse(f"{what} {value} is not divisible by tensor parallelism {tp} (megatron-core requires it)")
-        if w.num_attention_heads % w.num_kv_heads:
-            raise refuse(f"num_attention_heads {w.num_attention_heads} is not a multiple of num_kv_heads "
-                         f"{w.num_kv_heads}")
+    def _check_owned(self, buffer: _Buffer, stage: int) -> None:
+        local = buffer.padded // buffer.group_size
+        if buffer.unpadded <= (buffer.group_size - 1) * local:
+            raise self._refuse(
+                f"data-parallel rank {buffer.group_size - 1} of stage {stage} owns no parameter (a buffer of "
+                f"{buffer.unpadded} elements over {buffer.group_size} ranks); megatron-core's DistributedOptimizer "
+                "refuses that (empty bucket): use fewer ranks")
 
     # ---- layout ------------------------------------------------------------------------------------------
 
     @property
     def tp(self) -> int:
-        return self.workload.tensor_parallelism
+        return self.parallel.tp
 
     @property
     def pp(self) -> int:
-        return self.workload.pipeline_parallelism
+        return self.parallel.pp
 
     @property
     def dp(self) -> int:
-        return self.world_size // (self.tp * self.pp)
+        return self.parallel.dp_cp
 
-    def coordinates(self, rank: int) -> tuple[int, int, int]:
-        """(tp_rank, dp_rank, pp_rank) of `rank` in Megatron's default order tp-cp-ep-dp-pp."""
-        return rank % self.tp, (rank // self.tp) % self.dp, rank // (self.tp * self.dp)
-
-    def rank(self, tp_rank: int, dp_rank: int, pp_rank: int) -> int:
-        return tp_rank + self.tp * (dp_rank + self.dp * pp_rank)
-
-    def data_parallel_group(self, tp_rank: int, pp_rank: int) -> list[int]:
-        """The ranks of one data-parallel group, in group-rank order."""
-        return [self.rank(tp_rank, d, pp_rank) for d in range(self.dp)]
-
-    def stage_layers(self, pp_rank: int) -> range:
-        """Global (0-based) indices of the layers of pipeline stage `pp_rank`: DLIO's split (see the module)."""
-        per_stage, extra = divmod(self.workload.num_layers, self.pp)
-        first = pp_rank * per_stage + min(pp_rank, extra)
-        return range(first, first + per_stage + (pp_rank < extra))
-
-    # ---- shapes ------------------------------------------------------------------------------------------
+    def coordinates(self, rank: int) -> RankCoordinates:
+        return self.parallel.coordinates(rank)
 
     @property
     def padded_vocab_size(self) -> int:
-        multiple = MAKE_VOCAB_SIZE_DIVISIBLE_BY * self.tp
-        return -(-self.workload.vocab_size // multiple) * multiple
+        return self.arch.padded_vocab_size(self.tp)
 
     @property
     def kv_channels(self) -> int:
-        return self.workload.hidden_size // self.workload.num_attention_heads
+        return self.arch.kv_channels
 
-    @property
-    def qkv_rows(self) -> int:
-        w = self.workload
-        return self.kv_channels * (w.num_attention_heads + 2 * w.num_kv_heads)
-
-    @property
-    def query_size(self) -> int:
-        return self.kv_channels * self.workload.num_attention_heads
+    @cached_property
+    def parameters(self) -> ParameterCounts:
+        """Total and active parameters, each once (the padded vocabulary)."""
+        return parameter_counts(self.arch, self.tp)
 
     @property
     def num_parameters(self) -> int:
-        """Parameters of the whole model (each once), with the padded vocabulary."""
-        h, f = self.workload.hidden_size, self.workload.ffn_hidden_size
-        per_layer = 2 * h + self.qkv_rows * h + h * self.query_size + 3 * f * h
-        return 2 * self.padded_vocab_size * h + self.workload.num_layers * per_layer + h
-
-    @property
-    def num_norm_parameters(self) -> int:
-        """Parameters of the norms (replicated over TP): two per layer and the final one."""
-        return (2 * self.workload.num_layers + 1) * self.workload.hidden_size
+        return self.parameters.total
 
     @property
     def buffer_dtypes(self) -> tuple[str, str]:
-        """(param, grad) datatypes of the gradient buffer the optimizer's state follows."""
-        return self.workload.model_datatype, _GRAD_DTYPE[self.workload.model_datatype]
+        """(param, grad) datatypes of the buffers the optimizer's state follows."""
+        return self.arch.params_dtype, _GRAD_DTYPE[self.arch.params_dtype]
 
     @property
     def buffer_dtype_key(self) -> str:
-        """`dtype_(<param>, <grad>)` of the optimizer's keys: the buffer's torch dtypes, as megatron prints them."""
         param, grad = self.buffer_dtypes
         return f"dtype_(torch.{TORCH_DTYPE[param]}, torch.{TORCH_DTYPE[grad]})"
 
-    def _stage_parameters(self, pp_rank: int) -> list[int]:
-        """Element counts of one rank's parameters of stage `pp_rank`, in module order (`named_parameters`);
-        the same on every TP rank."""
-        w, tp = self.workload, self.tp
-        h, f = w.hidden_size, w.ffn_hidden_size
-        vocab_shard = self.padded_vocab_size // tp * h
-        numels = [vocab_shard] if pp_rank == 0 else []
-        layer = [h, h * self.query_size // tp, self.qkv_rows // tp * h, h, 2 * f // tp * h, h * f // tp]
-        numels += layer * len(self.stage_layers(pp_rank))
-        if pp_rank == self.pp - 1:
-            numels += [h, vocab_shard]
-        return numels
+    # ---- the stage's modules ----------------------------------------------------------------------------------
 
-    def model_shards(self, tp_rank: int, dp_rank: int, pp_rank: int) -> list[Shard]:
-        """The model's `ShardedTensor`s on one rank, in the order of megatron-core's `sharded_state_dict`."""
-        w, tp, dtype = self.workload, self.tp, self.workload.model_datatype
-        h, f, layers = w.hidden_size, w.ffn_hidden_size, w.num_layers
-        sharded: ReplicaId = (0, 0, dp_rank)
-        replicated: ReplicaId = (0, tp_rank, dp_rank)  # over TP too: tp_rank 0 holds the main replica
-        vocab = self.padded_vocab_size // tp
+    def _stage_modules(self, pp_rank: int) -> list[tuple[str, int | None, list[Param]]]:
+        """(key prefix, layer index or None, params) of the stage's modules, in module order."""
+        arch, par = self.arch, self.parallel
+        numbered = arch.moe is not None and arch.moe.numbered_layers
+        modules: list[tuple[str, int | None, list[Param]]] = []
+        if pp_rank == 0:
+            modules.append(("", None, embedding_params(arch, self.tp)))
+        for layer in par.stage_layers(pp_rank):
+            prefix = f"decoder.layers.{layer}." if numbered else "decoder.layers."
+            modules.append((prefix, None if numbered else layer, decoder_layer_params(arch, layer)))
+        if pp_rank == par.pp - 1:
+            final = final_params(arch, self.tp)
+            norm, output = final[:-1], final[-1:]
+            modules.append(("", None, norm))
+            for depth in range(arch.mtp_num_layers):
+                modules.append((f"mtp.layers.{depth}.", None, mtp_params(arch, depth)))
+            if not arch.tied_embeddings or par.pp > 1:
+                modules.append(("", None, output))
+        return modules
 
-        def vocab_parallel(key: str) -> Shard:
-            return Shard(key, (vocab, h), (vocab * tp, h), (tp_rank * vocab, 0), (tp, 1), sharded, 0, dtype)
-
-        def layer_shard(i: int, name: str, local: tuple[int, ...], axis: int | None, chunk: int = 0,
-                        chunks: int = 1) -> Shard:
-            """Layer i's shard of a stacked tensor: split over TP on `axis` (None: replicated over TP), as the
-            `chunk`-th of `chunks` pieces per rank (SwiGLU's fc1: 2)."""
-            fragments = [1] * len(local)
-            offset = [0] * len(local)
-            if axis is not None:
-                fragments[axis] = tp * chunks
-                offset[axis] = (chunk * tp + tp_rank) * local[axis]
-            global_shape = tuple(size * fragment for size, fragment in zip(local, fragments, strict=True))
-            return Shard(f"decoder.layers.{name}", local, (layers, *global_shape), (i, *offset),
-                         (layers, *fragments), sharded if axis is not None else replicated, 1, dtype)
-
-        shards = [vocab_parallel("embedding.word_embeddings.weight")] if pp_rank == 0 else []
-        for i in self.stage_layers(pp_rank):
-            shards += [
-                layer_shard(i, "self_attention.linear_qkv.layer_norm_weight", (h,), None),
-                layer_shard(i, "self_attention.linear_proj.weight", (h, self.query_size // tp), 1),
-                layer_shard(i, "self_attention.linear_qkv.weight", (self.qkv_rows // tp, h), 0),
-                layer_shard(i, "mlp.linear_fc1.layer_norm_weight", (h,), None),
-                layer_shard(i, "mlp.linear_fc1.weight", (f // tp, h), 0, chunk=0, chunks=2),
-                layer_shard(i, "mlp.linear_fc1.weight", (f // tp, h), 0, chunk=1, chunks=2),
-                layer_shard(i, "mlp.linear_fc2.weight", (h, f // tp), 1),
-            ]
-        if pp_rank == self.pp - 1:
-            shards += [Shard("decoder.final_layernorm.weight", (h,), (h,), (0,), (1,), replicated, 0, dtype),
-                       vocab_parallel("output_layer.weight")]
+    def _param_shards(self, c: RankCoordinates, prefix: str, layer: int | None, param: Param) -> list[Shard]:
+        """The shards of one parameter on the rank at `c` (one per local expert for an expert's)."""
+        par, arch = self.parallel, self.arch
+        dtype = "fp32" if param.fp32 else arch.params_dtype
+        tied_copy = param.name == "output_layer.weight" and arch.tied_embeddings
+        key = "embedding.word_embeddings.weight" if tied_copy else prefix + param.name
+        lead: list[tuple[int, int]] = []  # prepended axes: (index, size)
+        if layer is not None:
+            lead.append((layer, arch.num_layers))
+        if param.expert:
+            local = arch.moe.num_experts // par.ep
+            experts = [(par_e, arch.moe.num_experts) for par_e in range(c.ep_rank * local, (c.ep_rank + 1) * local)]
+            split, split_rank = par.expert_tp, c.etp_rank
+            replica: ReplicaId = (0, 0 if param.tp_axis is not None else c.etp_rank, c.edp_rank)
+        else:
+            experts = [None]
+            split, split_rank = par.tp, c.tp_rank
+            replica = (1 if tied_copy else 0, 0 if param.tp_axis is not None else c.tp_rank, c.dp_rank)
+        shape = list(param.shape)
+        if param.tp_axis is not None:
+            shape[param.tp_axis] //= split * param.chunks
+        shards = []
+        for expert in experts:
+            axes = lead + ([expert] if expert else [])
+            for chunk in range(param.chunks):
+                fragments, offset = [1] * len(shape), [0] * len(shape)
+                if param.tp_axis is not None:
+                    fragments[param.tp_axis] = split * param.chunks
+                    offset[param.tp_axis] = (chunk * split + split_rank) * shape[param.tp_axis]
+                global_shape = tuple(s * f for s, f in zip(shape, fragments, strict=True))
+                shards.append(Shard(
+                    key, tuple(shape), (*(size for _, size in axes), *global_shape),
+                    (*(index for index, _ in axes), *offset), (*(size for _, size in axes), *fragments),
+                    replica, len(axes), dtype))
         return shards
 
+    def model_shards(self, c: RankCoordinates) -> list[Shard]:
+        """The model's `ShardedTensor`s on the rank at `c`, in module order."""
+        return [shard for prefix, layer, params in self._stage_modules(c.pp_rank) for param in params
+                for shard in self._param_shards(c, prefix, layer, param)]
+
+    def _extra_states(self, c: RankCoordinates) -> list[ObjectShard]:
+        """Every linear module's `_extra_state` object (None on the local spec)."""
+        objects, arch, par = [], self.arch, self.parallel
+        for prefix, layer, params in self._stage_modules(c.pp_rank):
+            for param in params:
+                linear = param.name.endswith(".weight") and len(param.shape) == 2 and "router" not in param.name
+                if not linear or param.name.startswith(("embedding.", "output_layer.")):
+                    continue
+                module = prefix + param.name.removesuffix(".weight")
+                lead = [(layer, arch.num_layers)] if layer is not None else []
+                if param.expert:
+                    local = arch.moe.num_experts // par.ep
+                    for expert in range(c.ep_rank * local, (c.ep_rank + 1) * local):
+                        axes = [*lead, (expert, arch.moe.num_experts)]
+                        objects.append(ObjectShard(f"{module}._extra_state", tuple(s for _, s in axes),
+                                                   tuple(i for i, _ in axes), (0, c.etp_rank, c.edp_rank)))
+                else:
+                    axes = lead or [(0, 1)]
+                    objects.append(ObjectShard(f"{module}._extra_state", tuple(s for _, s in axes),
+                                               tuple(i for i, _ in axes), (0, c.tp_rank, c.dp_rank)))
+        return objects
+
+    # ---- the optimizer ----------------------------------------------------------------------------------------
+
+    def _local_numels(self, pp_rank: int, expert: bool) -> list[int]:
+        """Element counts of one rank's trained parameters of stage `pp_rank`, in module order: the dense ones
+        (the same on every TP rank), or the experts' (each local expert's parameters, expert after expert)."""
+        par = self.parallel
+        numels = []
+        for _, _, params in self._stage_modules(pp_rank):
+            trained = [p for p in params if p.trained and p.expert == expert]
+            if not trained:
+                continue
+            split = par.expert_tp if expert else par.tp
+            local = [p.numel // split if p.tp_axis is not None else p.numel for p in trained]
+            numels += local * (self.arch.moe.num_experts // par.ep if expert else 1)
+        return numels
+
     @cached_property
-    def _buffers(self) -> list[tuple[list[tuple[int, int]], int, int]]:
-        """Per pipeline stage: the parameters' [start, end) in its gradient buffer (buffer order), the unpadded
-        and the padded buffer size -- megatron-core's `_ParamAndGradBuffer` with the distributed optimizer."""
-        buffers = []
-        bucket_multiple = math.lcm(self.dp, _BUCKET_ALIGNMENT)
+    def _buffers(self) -> list[dict[str, _Buffer]]:
+        """Per pipeline stage, its distributed-optimizer buffers ("dense", "expert" when it has experts)."""
+        stages = []
         for pp_rank in range(self.pp):
-            ranges, end = [], 0
-            for numel in reversed(self._stage_parameters(pp_rank)):  # backprop order
-                start = -(-end // _PARAM_ALIGNMENT) * _PARAM_ALIGNMENT
-                end = start + numel
-                ranges.append((start, end))
-            buffers.append((ranges, end, -(-end // bucket_multiple) * bucket_multiple))
-        return buffers
+            buffers = {}
+            for kind, group in (("dense", self.parallel.dp_cp), ("expert", self.parallel.edp)):
+                numels = self._local_numels(pp_rank, kind == "expert")
+                if not numels:
+                    continue
+                ranges, end = [], 0
+                for numel in reversed(numels):  # backprop order
+                    start = -(-end // _PARAM_ALIGNMENT) * _PARAM_ALIGNMENT
+                    end = start + numel
+                    ranges.append((start, end))
+                multiple = math.lcm(group, _BUCKET_ALIGNMENT)
+                buffers[kind] = _Buffer(tuple(ranges), end, -(-end // multiple) * multiple, group)
+            stages.append(buffers)
+        return stages
 
-    def optimizer_shards(self, tp_rank: int, dp_rank: int, pp_rank: int) -> list[Shard]:
-        """The DistributedOptimizer's `dp_reshardable` `ShardedTensor`s on one rank: for every parameter
-        fragment and alignment gap of its buffer slice, in buffer order, its three states."""
-        ranges, unpadded, padded = self._buffers[pp_rank]
-        local = padded // self.dp
-        begin, end = dp_rank * local, (dp_rank + 1) * local
-        # This rank's parameter fragments in world (buffer) coordinates, then the gaps between them, as
-        # `sharded_param_state_dp_reshardable` inserts them: only those starting inside the unpadded buffer.
-        fragments = [(max(s, begin), min(e, end)) for s, e in ranges if min(e, end) > max(s, begin)]
-        if not fragments:
-            raise WorkloadError(
-                f"workload {self.workload.name!r} as a Megatron GPT: data-parallel rank {dp_rank} of stage "
-                f"{pp_rank} owns no parameter (a buffer of {unpadded} elements over {self.dp} ranks); "
-                "megatron-core's DistributedOptimizer refuses that (empty bucket): use fewer ranks")
-        pieces, cursor = [], begin
-        for start, stop in [*fragments, (end, end)]:
-            if start > cursor and cursor < unpadded:
-                pieces.append((cursor, start))
-            if stop > start:
-                pieces.append((start, stop))
-            cursor = stop
-        mp_rank = tp_rank + self.tp * pp_rank
-        prefix = f"optimizer.distributed.dp_group_idx_{mp_rank}.gbuf_idx_0.{self.buffer_dtype_key}.bucket_idx_0"
-        dtype = self.workload.optimizer_datatype
-        return [Shard(f"{prefix}.{state}", (stop - start,), (unpadded,), (start,), None, (0, 0, 0), 0, dtype)
-                for start, stop in pieces for state in _OPTIMIZER_STATES]
+    def _optimizer_prefix(self, c: RankCoordinates, kind: str) -> str:
+        buffers = self._buffers[c.pp_rank]
+        chained = f"chained_{list(buffers).index(kind)}." if len(buffers) > 1 else ""
+        mp = (self.parallel.model_parallel_rank(c.tp_rank, c.pp_rank) if kind == "dense" else
+              c.etp_rank + self.parallel.expert_tp * (c.ep_rank + self.parallel.ep * c.pp_rank))
+        return f"{chained}optimizer.distributed.dp_group_idx_{mp}"
 
-    def objects(self, tp_rank: int, dp_rank: int, pp_rank: int) -> list[ObjectShard]:
-        """The `ShardedObject`s on one rank: the layers' `_extra_state`s and the optimizer's bucket sizes."""
-        layers = self.workload.num_layers
-        objects = [ObjectShard(f"decoder.layers.{linear}._extra_state", (layers,), (i,), (0, tp_rank, dp_rank))
-                   for i in self.stage_layers(pp_rank) for linear in _LAYER_LINEARS]
-        _, unpadded, padded = self._buffers[pp_rank]
-        prefix = f"optimizer.distributed.dp_group_idx_{tp_rank + self.tp * pp_rank}"
-        for name, numel in (("per_bucket_numel", padded), ("per_bucket_numel_unpadded", unpadded)):
-            objects.append(ObjectShard(f"{prefix}.{name}", (1,), (0,), (0, 0, dp_rank), (numel,)))
+    def optimizer_shards(self, c: RankCoordinates, model: list[Shard] | None = None) -> list[Shard]:
+        """The optimizer's `ShardedTensor`s on the rank at `c` (`model`: its model shards, for the optimizer
+        without distribution, whose state mirrors them)."""
+        dtype = self.job.optimizer_dtype
+        if not self.job.distributed_optimizer:
+            states = ("exp_avg", "exp_avg_sq") + (("fp32_param",) if self.arch.params_dtype != "fp32" else ())
+            trained = {prefix + p.name for prefix, _, params in self._stage_modules(c.pp_rank) for p in params
+                       if p.trained}
+            trained.add("embedding.word_embeddings.weight")
+            return [Shard(f"optimizer.state.{state}.{s.key}", s.local_shape, s.global_shape, s.global_offset,
+                          s.axis_fragmentations, s.replica_id, s.prepend_axis_num, dtype)
+                    for state in states for s in (model if model is not None else self.model_shards(c))
+                    if s.key in trained]
+        shards = []
+        for kind, buffer in self._buffers[c.pp_rank].items():
+            group_rank = c.dp_rank if kind == "dense" else c.edp_rank
+            local = buffer.padded // buffer.group_size
+            begin, end = group_rank * local, (group_rank + 1) * local
+            # This rank's parameter fragments in buffer coordinates, then the gaps between them, as
+            # `sharded_param_state_dp_reshardable` inserts them: only those starting inside the unpadded buffer.
+            fragments = [(max(s, begin), min(e, end)) for s, e in buffer.ranges if min(e, end) > max(s, begin)]
+            pieces, cursor = [], begin
+            for start, stop in [*fragments, (end, end)]:
+                if start > cursor and cursor < buffer.unpadded:
+                    pieces.append((cursor, start))
+                if stop > start:
+                    pieces.append((start, stop))
+                cursor = stop
+            prefix = f"{self._optimizer_prefix(c, kind)}.gbuf_idx_0.{self.buffer_dtype_key}.bucket_idx_0"
+            shards += [Shard(f"{prefix}.{state}", (stop - start,), (buffer.unpadded,), (start,), None, (0, 0, 0), 0,
+                             dtype) for start, stop in pieces for state in _DISTRIBUTED_STATES]
+        return shards
+
+    def objects(self, c: RankCoordinates) -> list[ObjectShard]:
+        """The `ShardedObject`s on the rank at `c`: the linear modules' `_extra_state`s and the distributed
+        optimizer's bucket sizes."""
+        objects = self._extra_states(c)
+        if self.job.distributed_optimizer:
+            for kind, buffer in self._buffers[c.pp_rank].items():
+                group_rank = c.dp_rank if kind == "dense" else c.edp_rank
+                prefix = self._optimizer_prefix(c, kind)
+                for name, numel in (("per_bucket_numel", buffer.padded), ("per_bucket_numel_unpadded",
+                                                                          buffer.unpadded)):
+                    objects.append(ObjectShard(f"{prefix}.{name}", (1,), (0,), (0, 0, group_rank), (numel,)))
         return objects
 
     # ---- who writes what -----------------------------------------------------------------------------------
 
-    def save_distribution(self, tp_rank: int, pp_rank: int) -> dict[str, int]:
-        """Which data-parallel rank writes each model shard of one data-parallel group under megatron-core's
-        `FullyParallelSaveStrategyWrapper` (`distribute_shards_to_ranks`): shards held by fewer ranks first
-        (each rank's own optimizer shards), then by size, largest first, then by shard id; each to the
-        group's rank with the fewest bytes so far (the lowest rank on a tie). Shards with no main replica in
-        the group (the norms of tp_rank > 0) are nobody's here."""
-        loads = [(sum(s.nbytes for s in self.optimizer_shards(tp_rank, d, pp_rank)), d) for d in range(self.dp)]
-        shared = [s for s in self.model_shards(tp_rank, 0, pp_rank) if s.is_main_replica]
-        shared.sort(key=lambda s: (-s.nbytes, s.key, s.global_offset))
-        writer = {}
-        for shard in shared:
-            size, dp_rank = min(loads)
-            writer[shard.name] = dp_rank
-            loads[dp_rank] = (size + shard.nbytes, dp_rank)
+    def save_distribution(self, tp_rank: int, pp_rank: int) -> dict[str, tuple[int, int]]:
+        """For each shard whose main replica lies in one data-parallel × context-parallel group: the rank
+        (global) that writes it under megatron-core's `FullyParallelSaveStrategyWrapper`
+        (`distribute_shards_to_ranks`), and its bytes."""
+        group = self.parallel.data_parallel_group(tp_rank, pp_rank)
+        holders: dict[str, list[int]] = defaultdict(list)
+        sizes: dict[str, int] = {}
+        order: dict[str, tuple] = {}
+        main: set[str] = set()
+        by_class: dict[tuple[int, int], list[Shard]] = {}  # the model shards of ranks of one (ep, etp) rank
+        for index, rank in enumerate(group):
+            c = self.coordinates(rank)
+            shared = by_class.get((c.ep_rank, c.etp_rank))
+            if shared is None:
+                shared = by_class[(c.ep_rank, c.etp_rank)] = self.model_shards(c)
+            own = self.optimizer_shards(c, shared) if self.job.distributed_optimizer else []
+            mirrored = [] if self.job.distributed_optimizer else self.optimizer_shards(c, shared)
+            for shard in (*shared, *mirrored, *own):
+                name = shard.name
+                holders[name].append(index)
+                if name not in sizes:
+                    sizes[name] = shard.nbytes
+                    order[name] = (shard.key, shard.global_offset)
+            main.update(shard.name for shard in (*shared, *mirrored, *own) if shard.is_main_replica)
+        loads = [(0, index) for index in range(len(group))]
+        writer: dict[str, tuple[int, int]] = {}
+        for name in sorted(main, key=lambda n: (len(holders[n]), -sizes[n], order[n])):
+            size, index = min(loads[i] for i in holders[name])
+            writer[name] = (group[index], sizes[name])
+            loads[index] = (size + sizes[name], index)
         return writer
 
 
@@ -423,17 +530,26 @@ class RankShards:
     """Everything one rank holds and writes: what the `torch_dist` engine allocates and saves."""
 
     rank: int
-    tp_rank: int
-    dp_rank: int
-    pp_rank: int
+    coordinates: RankCoordinates
     model: tuple[Shard, ...]
     """Its model shards (replicated over DP, some over TP), megatron-core's order."""
     optimizer: tuple[Shard, ...]
-    """Its DistributedOptimizer shards (its own)."""
+    """Its optimizer shards."""
     objects: tuple[ObjectShard, ...]
     written: frozenset[str]
-    """Names of the shards it writes under the fully-parallel save: its optimizer shards and the model shards
-    its data-parallel group assigns to it."""
+    """Names of the shards it writes under the fully-parallel save."""
+
+    @property
+    def tp_rank(self) -> int:
+        return self.coordinates.tp_rank
+
+    @property
+    def dp_rank(self) -> int:
+        return self.coordinates.dp_rank
+
+    @property
+    def pp_rank(self) -> int:
+        return self.coordinates.pp_rank
 
     @property
     def shards(self) -> tuple[Shard, ...]:
@@ -448,27 +564,29 @@ class RankShards:
         return [o for o in self.objects if o.is_main_replica]
 
 
-def _rank_shards(gpt: MegatronGPT, tp_rank: int, dp_rank: int, pp_rank: int, assigned: dict[str, int]) -> RankShards:
-    optimizer = tuple(gpt.optimizer_shards(tp_rank, dp_rank, pp_rank))
-    written = {s.name for s in optimizer} | {name for name, writer in assigned.items() if writer == dp_rank}
-    return RankShards(gpt.rank(tp_rank, dp_rank, pp_rank), tp_rank, dp_rank, pp_rank,
-                      tuple(gpt.model_shards(tp_rank, dp_rank, pp_rank)), optimizer,
-                      tuple(gpt.objects(tp_rank, dp_rank, pp_rank)), frozenset(written))
+def _rank_shards(gpt: MegatronGPT, c: RankCoordinates, assigned: dict[str, tuple[int, int]]) -> RankShards:
+    model = gpt.model_shards(c)
+    optimizer = gpt.optimizer_shards(c, model)
+    written = {name for name, (writer, _) in assigned.items() if writer == c.rank}
+    return RankShards(c.rank, c, tuple(model), tuple(optimizer), tuple(gpt.objects(c)), frozenset(written))
 
 
 def rank_shards(gpt: MegatronGPT, rank: int) -> RankShards:
     """What `rank` of the job holds and writes."""
-    tp_rank, dp_rank, pp_rank = gpt.coordinates(rank)
-    return _rank_shards(gpt, tp_rank, dp_rank, pp_rank, gpt.save_distribution(tp_rank, pp_rank))
+    c = gpt.coordinates(rank)
+    return _rank_shards(gpt, c, gpt.save_distribution(c.tp_rank, c.pp_rank))
 
 
-def _all_rank_shards(gpt: MegatronGPT) -> Iterator[RankShards]:
-    """Every rank's shards, one data-parallel group at a time (the distribution is computed once per group)."""
+def _written_bytes(gpt: MegatronGPT) -> Iterator[tuple[int, int, dict[str, tuple[int, int]]]]:
+    """(rank, bytes written, the distribution of its group) for every rank, one group at a time."""
     for pp_rank in range(gpt.pp):
         for tp_rank in range(gpt.tp):
             assigned = gpt.save_distribution(tp_rank, pp_rank)
-            for dp_rank in range(gpt.dp):
-                yield _rank_shards(gpt, tp_rank, dp_rank, pp_rank, assigned)
+            per_rank: dict[int, int] = defaultdict(int)
+            for writer, nbytes in assigned.values():
+                per_rank[writer] += nbytes
+            for rank in gpt.parallel.data_parallel_group(tp_rank, pp_rank):
+                yield rank, per_rank[rank], assigned
 
 
 def layout(workload: Workload, world_size: int | None = None, subset_ranks: int | None = None) -> Layout:
@@ -477,8 +595,7 @@ def layout(workload: Workload, world_size: int | None = None, subset_ranks: int 
     `RankShare.bytes`: the tensor bytes the rank writes under the fully-parallel save; `resident_bytes`: the
     tensor bytes it holds (its model shards and its optimizer shards). `Layout.total_bytes`: the whole job's
     (each replicated shard once); `dlio_reported_bytes`: the state held by the ranks that run, as DLIO's
-    `checkpoint_size_GB` counts its own (allocated model and optimizer bytes). `RankShare.mp_rank` is the rank
-    in its model-parallel group (`dp_group_idx` of the optimizer keys). Raises `WorkloadError`.
+    `checkpoint_size_GB` counts its own. Raises `WorkloadError`.
     """
     world = workload.world_size if world_size is None else world_size
     if world is None:
@@ -487,23 +604,23 @@ def layout(workload: Workload, world_size: int | None = None, subset_ranks: int 
     if not 1 <= count <= world:
         raise WorkloadError(f"subset_ranks = {subset_ranks!r} is not valid for a job of {world} ranks")
     gpt = MegatronGPT(workload, world)
-
     written: dict[int, int] = {}
     ranks: dict[int, RankShare] = {}
-    for state in _all_rank_shards(gpt):
-        tensors = tuple(s.tensor_spec for s in state.written_shards)
-        share = sum(t.nbytes for t in tensors)
-        written[state.rank] = share
-        if state.rank >= count:
+    for rank, share, assigned in _written_bytes(gpt):
+        written[rank] = share
+        if rank >= count:
             continue
-        files = [FileShare(distcp_file(state.rank), "sharded", tensors)] if tensors else []
-        if state.rank == 0:
+        state = _rank_shards(gpt, gpt.coordinates(rank), assigned)
+        tensors = tuple(s.tensor_spec for s in state.written_shards)
+        files = [FileShare(distcp_file(rank), "sharded", tensors)] if tensors else []
+        if rank == 0:
             files += [FileShare(name, "metadata", ()) for name in RANK0_FILES]
-        ranks[state.rank] = RankShare(
-            rank=state.rank, files=tuple(files), bytes=share,
-            resident_bytes=sum(s.nbytes for s in state.shards),
-            tp_rank=state.tp_rank, pp_rank=state.pp_rank, dp_rank=state.dp_rank,
-            mp_rank=state.tp_rank + gpt.tp * state.pp_rank)
+        c = state.coordinates
+        ranks[rank] = RankShare(
+            rank=rank, files=tuple(files), bytes=share, resident_bytes=sum(s.nbytes for s in state.shards),
+            tp_rank=c.tp_rank, pp_rank=c.pp_rank, dp_rank=c.dp_rank,
+            mp_rank=gpt.parallel.model_parallel_rank(c.tp_rank, c.pp_rank), ep_rank=c.ep_rank)
     shares = tuple(ranks[r] for r in range(count))
     return Layout(workload=workload, world_size=world, data_parallelism=gpt.dp, ranks=shares,
-                  total_bytes=sum(written.values()), dlio_reported_bytes=sum(r.resident_bytes for r in shares))
+                  total_bytes=sum(written.values()), dlio_reported_bytes=sum(r.resident_bytes for r in shares),
+                  parameters=gpt.parameters)

@@ -50,6 +50,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from ckpt_bench.model.tensors import ParameterCounts
+
 __all__ = [
     "CATALOG",
     "DLIO_APPLIES_FSYNC",
@@ -191,6 +193,12 @@ class Workload:
 
     checkpoint_folder: str = "./checkpoints/"
     """``checkpoint.checkpoint_folder`` (DLIO strips a trailing ``/`` from the YAML's value)."""
+
+    megatron: dict | None = None
+    """The Megatron job an experiment describes (``ckpt_bench.model.job.TrainingJob.as_dict()``: its model,
+    MoE, MLA and MTP included, and its parallel layout), which the Megatron engines save; None: the dense GPT
+    of the fields above. DLIO's formulas describe a dense model only, so the DLIO engines refuse a job whose
+    model is not one (see :func:`layout`)."""
 
     def __post_init__(self) -> None:
         def bad(what: str, value: object, valid: str) -> WorkloadError:
@@ -538,6 +546,9 @@ class RankShare:
     mp_rank: int
     """Model-parallel rank (rank % (tp·pp)), the ``mp_rank`` of the file names."""
 
+    ep_rank: int = 0
+    """Expert-parallel rank (a Megatron MoE's; 0 otherwise)."""
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -562,6 +573,9 @@ class Layout:
     """What DLIO reports as ``checkpoint_size_GB`` (× 2**30) for a run of exactly these ranks: the allocated
     model bytes (including ZeRO-2 copies it does not write; a non-transformer's ``model_size_bytes`` instead,
     once) plus the optimizer bytes, summed over the ranks that run. DLIO divides it by rank 0's duration."""
+
+    parameters: ParameterCounts | None = None
+    """The model's total and active parameters (each once), where it is a transformer."""
 
     @property
     def run_bytes(self) -> int:
@@ -666,6 +680,21 @@ def _stage(w: Workload, pp_rank: int, dp: int) -> _Stage:
     return _Stage(layers, per_layer, tuple(nested), tuple(empty))
 
 
+def _refuse_beyond_dlio(workload: Workload) -> None:
+    """DLIO's formulas know one dense MLP and standard attention per block: a MoE's experts and router, MLA's
+    projections, MTP layers have no honest place in its files, so such a model is refused, not approximated."""
+    from ckpt_bench.model.job import TrainingJob
+
+    arch = TrainingJob.from_dict(workload.megatron).architecture
+    beyond = [what for what, present in (("experts", arch.moe), ("multi-latent attention", arch.mla),
+                                         ("MTP layers", arch.mtp_num_layers)) if present]
+    if beyond:
+        raise WorkloadError(
+            f"workload {workload.name!r} is a {arch.kind} model: DLIO's formulas (the torch-save and dcp engines) "
+            f"know one dense MLP and standard attention per block and cannot express its {' and '.join(beyond)}; "
+            "use --engine torch_dist or --engine torch (Megatron-LM's own formats)")
+
+
 def layout(workload: Workload, world_size: int | None = None, subset_ranks: int | None = None) -> Layout:
     """Every rank's files and tensors for one save of ``workload``.
 
@@ -674,6 +703,8 @@ def layout(workload: Workload, world_size: int | None = None, subset_ranks: int 
     same ranks of the full job hold); :attr:`Layout.total_bytes` still counts the whole job.
     """
     w = workload
+    if w.megatron is not None:
+        _refuse_beyond_dlio(w)
     world = w.world_size if world_size is None else world_size
     if world is None:
         raise WorkloadError(
@@ -765,6 +796,7 @@ def layout(workload: Workload, world_size: int | None = None, subset_ranks: int 
         ranks=tuple(ranks),
         total_bytes=total_bytes,
         dlio_reported_bytes=reported,
+        parameters=ParameterCounts(num_parameters(w), num_parameters(w)) if w.num_layers > 0 else None,
     )
 
 

@@ -1,0 +1,84 @@
+"""A Megatron training job's checkpoint-relevant description: its model, its parallel sizes, its optimizer.
+
+`TrainingJob.from_megatron_args` reads Megatron-LM's arguments (a Primus/Megatron experiment's merged
+arguments); the world size is given when the job is laid out (`parallelism(world_size)`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ckpt_bench.model.architecture import Architecture, ArchitectureError
+from ckpt_bench.model.parallel import Parallelism
+
+__all__ = ["CKPT_FORMATS", "TrainingJob"]
+
+#: Megatron-LM's `--ckpt-format` values we write, and its default.
+CKPT_FORMATS = ("torch_dist", "torch")
+DEFAULT_CKPT_FORMAT = "torch_dist"
+
+
+@dataclass(frozen=True)
+class TrainingJob:
+    """The model, the parallel sizes (all but the world size), the optimizer and the checkpoint format."""
+
+    architecture: Architecture
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    etp: int | None = None
+    cp: int = 1
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
+    stage_layer_counts: tuple[int, ...] | None = None
+    distributed_optimizer: bool = True
+    optimizer_dtype: str = "fp32"
+    """The optimizer's state (Adam's moments, the main parameters): fp32 in Megatron-LM unless asked otherwise."""
+    ckpt_format: str = DEFAULT_CKPT_FORMAT
+    """What the experiment saves with (`ckpt_format`)."""
+
+    def parallelism(self, world_size: int) -> Parallelism:
+        return Parallelism(world_size=world_size, num_layers=self.architecture.num_layers, tp=self.tp, pp=self.pp,
+                           ep=self.ep, etp=self.etp, cp=self.cp, first_stage_layers=self.first_stage_layers,
+                           last_stage_layers=self.last_stage_layers, stage_layer_counts=self.stage_layer_counts)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "architecture": self.architecture.as_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TrainingJob:
+        values = dict(data)
+        values["architecture"] = Architecture.from_dict(values["architecture"])
+        if values.get("stage_layer_counts") is not None:
+            values["stage_layer_counts"] = tuple(values["stage_layer_counts"])
+        return cls(**values)
+
+    @classmethod
+    def from_megatron_args(cls, args: Mapping[str, Any]) -> TrainingJob:
+        """The job Megatron-LM runs for `args`; raises ArchitectureError."""
+        if args.get("pipeline_model_parallel_layout"):
+            raise ArchitectureError(
+                f"pipeline_model_parallel_layout {args['pipeline_model_parallel_layout']!r} is not read yet: give "
+                "the stages with decoder_first_pipeline_num_layers / decoder_last_pipeline_num_layers")
+        if args.get("num_virtual_stages_per_pipeline_rank") or args.get("num_layers_per_virtual_pipeline_stage"):
+            raise ArchitectureError("virtual pipeline stages (num_layers_per_virtual_pipeline_stage) are not "
+                                    "sized yet: each model chunk is saved as its own model<i> state")
+        fmt = str(args.get("ckpt_format") or DEFAULT_CKPT_FORMAT)
+        if fmt not in CKPT_FORMATS:
+            raise ArchitectureError(f"ckpt_format {fmt!r}: we write {' and '.join(CKPT_FORMATS)}")
+
+        def size(key: str, default: int | None = 1) -> int | None:
+            value = args.get(key)
+            return default if value is None else int(value)
+
+        return cls(
+            architecture=Architecture.from_megatron_args(args),
+            tp=size("tensor_model_parallel_size"), pp=size("pipeline_model_parallel_size"),
+            ep=size("expert_model_parallel_size"), etp=size("expert_tensor_parallel_size", None),
+            cp=size("context_parallel_size"),
+            first_stage_layers=size("decoder_first_pipeline_num_layers", None),
+            last_stage_layers=size("decoder_last_pipeline_num_layers", None),
+            distributed_optimizer=bool(args.get("use_distributed_optimizer")), ckpt_format=fmt)

@@ -1,0 +1,107 @@
+"""MoE, MLA and MTP in megatron_shapes, against real megatron-core 0.16.1 saves.
+
+REAL_SAVES: GPTModels of megatron-core's local spec (RMSNorm, SwiGLU, rope, no bias, bf16, padded vocabulary
+1024) with megatron-core's DDP and optimizer, their sharded state dicts built as Megatron-LM builds them
+(`singleton_local_shards` off, `dp_reshardable`, `chained_optim_avoid_prefix`) and saved on gloo CPU ranks
+through `dist_checkpointing.save` with `FullyParallelSaveStrategyWrapper` over the data-parallel group. The
+numbers are the tensor bytes each rank wrote (from the checkpoint's `.metadata`). In each of these runs every
+ShardedTensor (key, local and global shape, offset, fragmentations, replica id, prepended axes, dtype) and
+every ShardedObject but the optimizer's hyperparameters matched `rank_shards` exactly, rank by rank.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ckpt_bench.backends.workload.megatron_shapes import MegatronGPT, layout, rank_shards
+from ckpt_bench.backends.workload.shapes import Workload, WorkloadError
+from ckpt_bench.model.job import TrainingJob
+
+TINY = dict(num_layers=2, hidden_size=64, ffn_hidden_size=128, num_attention_heads=4, padded_vocab_size=1024,
+            normalization="RMSNorm", swiglu=True, add_bias_linear=False, position_embedding_type="rope", bf16=True,
+            untie_embeddings_and_output_weights=True, use_distributed_optimizer=True)
+GQA = dict(group_query_attention=True, num_query_groups=2)
+MOE = dict(num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=96)
+
+REAL_SAVES = {
+    # EP 2 on 2 ranks: dense DP 2, expert DP 1; ChainedOptimizer of a dense and an expert DistributedOptimizer
+    "ep2": (dict(**GQA, **MOE, expert_model_parallel_size=2), 2, [2127616, 2127488]),
+    # TP 2 x EP 2 with ETP 1 on 4 ranks; a dense first layer (moe_layer_freq [0, 1]: layers keyed by number),
+    # a shared expert, the router's fp32 expert bias
+    "tp2_ep2_etp1": (dict(**GQA, **MOE, tensor_model_parallel_size=2, expert_model_parallel_size=2,
+                          expert_tensor_parallel_size=1, moe_layer_freq=[0, 1], moe_shared_expert_intermediate_size=64,
+                          moe_router_enable_expert_bias=True), 4, [934800, 933632, 936960, 936960]),
+    # PP 2 with 1 + 2 layers, EP 2, tied embeddings (the last stage's copy is a replica), no distributed optimizer
+    "pp2_uneven_tied_no_distopt": (dict(**GQA, **MOE, num_layers=3, pipeline_model_parallel_size=2,
+                                        expert_model_parallel_size=2, decoder_first_pipeline_num_layers=1,
+                                        untie_embeddings_and_output_weights=False, use_distributed_optimizer=False),
+                                   4, [1064960, 1062144, 1210112, 1209984]),
+    # MLA (q and kv low-rank projections) with one MTP layer, TP 2, tied embeddings
+    "mla_mtp_tp2": (dict(multi_latent_attention=True, q_lora_rank=32, kv_lora_rank=32, qk_head_dim=16,
+                         qk_pos_emb_head_dim=8, v_head_dim=16, mtp_num_layers=1, tensor_model_parallel_size=2,
+                         untie_embeddings_and_output_weights=False), 2, [1374464, 1373184]),
+}
+
+
+def workload(world: int, **args) -> Workload:
+    job = TrainingJob.from_megatron_args({**TINY, **args})
+    return Workload(name="tiny-moe", model_type="transformer", num_layers=job.architecture.num_layers,
+                    model_datatype="bf16", world_size=world, megatron=job.as_dict())
+
+
+@pytest.mark.parametrize("case", REAL_SAVES)
+def test_bytes_each_rank_wrote_in_a_real_megatron_save(case):
+    args, world, written = REAL_SAVES[case]
+    result = layout(workload(world, **args), world)
+    assert [share.bytes for share in result.ranks] == written
+    assert result.total_bytes == sum(written)
+
+
+def test_experts_carry_their_global_index_and_the_expert_data_parallel_replica():
+    args, world, _ = REAL_SAVES["tp2_ep2_etp1"]
+    state = rank_shards(MegatronGPT(workload(world, **args), world), 1)  # tp 1, ep 1 (ETP 1: ranks are experts)
+    fc1 = [s for s in state.model if s.key == "decoder.layers.1.mlp.experts.experts.linear_fc1.weight"]
+    # experts 2 and 3, gate and up halves of each, whole over ETP 1; no layer axis (layers keyed by number)
+    assert [(s.global_offset, s.local_shape, s.global_shape) for s in fc1] == [
+        ((2, 0, 0), (96, 64), (4, 192, 64)), ((2, 96, 0), (96, 64), (4, 192, 64)),
+        ((3, 0, 0), (96, 64), (4, 192, 64)), ((3, 96, 0), (96, 64), (4, 192, 64))]
+    assert {s.replica_id for s in fc1} == {(0, 0, 0)} and {s.prepend_axis_num for s in fc1} == {1}
+    bias = next(s for s in state.model if s.key.endswith("router.expert_bias"))
+    assert bias.dtype == "fp32" and bias.replica_id == (0, 1, 0)  # replicated over TP, kept in fp32
+    keys = {s.key.split(".bucket_idx_0")[0] for s in state.optimizer}
+    assert keys == {"chained_0.optimizer.distributed.dp_group_idx_1.gbuf_idx_0.dtype_(torch.bfloat16, torch.float32)",
+                    "chained_1.optimizer.distributed.dp_group_idx_1.gbuf_idx_0.dtype_(torch.bfloat16, torch.float32)"}
+
+
+def test_the_tied_output_layer_of_the_last_stage_is_never_written_there():
+    args, world, _ = REAL_SAVES["pp2_uneven_tied_no_distopt"]
+    gpt = MegatronGPT(workload(world, **args), world)
+    last = rank_shards(gpt, 2)
+    copy = [s for s in last.shards if s.key.endswith("embedding.word_embeddings.weight")]
+    assert copy and all(s.replica_id[0] == 1 for s in copy)
+    assert not any(name.startswith(("embedding.", "optimizer.state.exp_avg.embedding")) for name in last.written)
+    assert [list(gpt.parallel.stage_layers(stage)) for stage in range(2)] == [[0], [1, 2]]
+
+
+def test_mixtral_8x7b_and_deepseek_v3_have_their_published_parameter_counts():
+    llama = dict(normalization="RMSNorm", swiglu=True, add_bias_linear=False, position_embedding_type="rope",
+                 untie_embeddings_and_output_weights=True, bf16=True)
+    mixtral = TrainingJob.from_megatron_args(dict(
+        **llama, num_layers=32, hidden_size=4096, ffn_hidden_size=14336, num_attention_heads=32,
+        group_query_attention=True, num_query_groups=8, vocab_size=32000, num_experts=8, moe_router_topk=2))
+    counts = MegatronGPT(Workload(name="mixtral", model_type="transformer", num_layers=32, model_datatype="bf16",
+                                  megatron=mixtral.as_dict()), 8).parameters
+    assert (counts.total, counts.active) == (46_702_792_704, 12_879_925_248)  # Mixtral-8x7B's 46.7 B / 12.9 B
+
+
+@pytest.mark.parametrize(("args", "world", "needle"), [
+    (dict(**MOE, expert_model_parallel_size=3), 3, "num_experts 4 is not divisible by expert parallelism 3"),
+    (dict(**MOE, expert_model_parallel_size=2), 3, "world size 3 is not a multiple of expert tensor"),
+    ({**MOE, "expert_model_parallel_size": 2, "expert_tensor_parallel_size": 2, "moe_ffn_hidden_size": 95}, 4,
+     "moe_ffn_hidden_size 95 is not divisible by expert tensor parallelism 2"),
+    (dict(num_layers=3, pipeline_model_parallel_size=2), 2, "num_layers 3 cannot be split over 2 pipeline stages"),
+    (dict(expert_model_parallel_size=2), 2, "expert parallelism 2 without experts"),
+])
+def test_layouts_megatron_refuses(args, world, needle):
+    with pytest.raises(WorkloadError, match=needle):
+        layout(workload(world, **args), world)
