@@ -30,10 +30,12 @@ import torch.distributed as dist
 from ckpt_bench.backends.workload.engines import ENGINES
 from ckpt_bench.backends.workload.engines.base import Engine, Pending, RankState
 from ckpt_bench.backends.workload.spec import WorkloadSpec
-from ckpt_bench.core.events import EventKind, EventRecorder
+from ckpt_bench.core import progress
+from ckpt_bench.core.events import EventKind, EventRecorder, Phase
 from ckpt_bench.storage import worker_storage
 from ckpt_bench.worker import integrity
-from ckpt_bench.worker.entry import WorkerContext, error_text, save_returned, timed, worker_main
+from ckpt_bench.worker.entry import WorkerContext, error_text, load_returned, save_returned, timed, worker_main
+from ckpt_bench.worker.phases import PhaseClock
 
 
 def _log(rank: int, message: str) -> None:
@@ -52,8 +54,9 @@ def _perturb(state: RankState, call: int, digests: dict[str, str]) -> None:
     digests[name] = integrity.tensor_digest(state.tensors[name])
 
 
-def _wait_durable(pending: Pending, events: EventRecorder, call: int, path: str) -> None:
-    """Wait for an async save; SAVE_END is stamped on the thread that saw the write finish."""
+def _wait_durable(pending: Pending, events: EventRecorder, call: int, path: str, background: PhaseClock) -> None:
+    """Wait for an async save; SAVE_END is stamped on the thread that saw the write finish, with the phases of
+    `background` (the engine's writer)."""
     outcome: list[BaseException | None] = []
 
     def wait() -> None:
@@ -62,7 +65,9 @@ def _wait_durable(pending: Pending, events: EventRecorder, call: int, path: str)
             outcome.append(None)
         except BaseException as error:  # noqa: BLE001  (recorded, then raised on the rank's thread)
             outcome.append(error)
-        events.record(EventKind.SAVE_END, call, path=path, error=error_text(outcome[0]) if outcome[0] else None)
+        done = events.now()
+        events.record(EventKind.SAVE_END, call, path=path, error=error_text(outcome[0]) if outcome[0] else None,
+                      at=done, phases=background.close(done[0]))
 
     waiter = threading.Thread(target=wait, name="checkpoint-finalize")
     waiter.start()
@@ -73,7 +78,10 @@ def _wait_durable(pending: Pending, events: EventRecorder, call: int, path: str)
 
 def save_pass(spec: WorkloadSpec, engine: Engine, events: EventRecorder, context: WorkerContext) -> None:
     workload = engine.layout.workload
+    progress.say(f"allocating {workload.name}'s checkpoint state on each rank (rank 0 writes "
+                 f"{engine.share.bytes / 2**30:.1f} GiB a save)")
     state = engine.allocate()
+    progress.say("digesting every tensor of the state once (to verify the loads against)")
     digests = integrity.state_digests(state.tensors)
     _log(context.rank, f"{workload.name} through {spec.engine}: {state.nbytes / 2**30:.3f} GiB on rank 0, "
                        f"{spec.save_calls} saves")
@@ -85,18 +93,22 @@ def save_pass(spec: WorkloadSpec, engine: Engine, events: EventRecorder, context
         time.sleep(spec.time_between_checkpoints)
         dist.barrier()
         _log(context.rank, f"saving checkpoint {call}/{spec.save_calls} to {path}")
-        with timed(events, EventKind.SAVE_START, EventKind.SAVE_END, call, path=path):
+        progress.say_once(progress.FIRST_SAVE)
+        with timed(events, EventKind.SAVE_START, EventKind.SAVE_END, call, path=path, phases=engine.phases,
+                   first=engine.first_save_phase):
             pending = engine.save(state, path)
             if workload.rank_sync and pending is None:
+                engine.phases.begin(Phase.FINALIZE)
                 dist.barrier()
-        save_returned(events, call, path, dict if pending is None else None)
+        save_returned(events, call, path, dict if pending is None else None, phases=engine.phases)
         if pending is not None:
-            _wait_durable(pending, events, call, path)
+            _wait_durable(pending, events, call, path, engine.background)
         _log(context.rank, f"saved checkpoint {call}/{spec.save_calls}")
 
 
 def load_pass(spec: WorkloadSpec, engine: Engine, events: EventRecorder, context: WorkerContext) -> dict:
     """Load saves 1..load_calls, each cold; this rank's verdict over all of them."""
+    progress.say("allocating each rank's buffers to load into")
     state = engine.allocate_for_load()
     verdicts = []
     for call in range(1, spec.load_calls + 1):
@@ -106,11 +118,13 @@ def load_pass(spec: WorkloadSpec, engine: Engine, events: EventRecorder, context
         time.sleep(spec.time_between_checkpoints)
         dist.barrier()
         _log(context.rank, f"loading checkpoint {call}/{spec.load_calls} from {path}")
-        with timed(events, EventKind.LOAD_START, EventKind.LOAD_END, call, path=path):
+        with timed(events, EventKind.LOAD_START, EventKind.LOAD_END, call, path=path, phases=engine.phases,
+                   first=engine.first_load_phase):
             loaded = engine.load(state, path)
             if engine.layout.workload.rank_sync:
+                engine.phases.begin(Phase.FINALIZE)
                 dist.barrier()
-        events.record(EventKind.LOAD_END, call, path=path)
+        load_returned(events, call, path, engine.phases)
         expected = integrity.read_manifest(spec.integrity_dir, call, context.rank)
         verdicts.append(integrity.compare(expected, integrity.state_digests(loaded)))
         del loaded

@@ -15,8 +15,10 @@ import torch
 
 from ckpt_bench.backends.workload.shapes import FileShare, Layout, RankShare
 from ckpt_bench.backends.workload.spec import WorkloadSpec
+from ckpt_bench.core.events import Phase
 from ckpt_bench.storage.base import WorkerStorage
 from ckpt_bench.worker.entry import WorkerContext
+from ckpt_bench.worker.phases import PhaseClock
 
 # An async save's pending write: call it to wait until the checkpoint is durable.
 Pending = Callable[[], None]
@@ -70,11 +72,18 @@ def allocate_dlio(share: RankShare, seed: int, randomize: bool, device: torch.de
 
 
 class Engine(ABC):
-    """One checkpoint engine on one rank."""
+    """One checkpoint engine on one rank. It marks the phases of its saves and loads (ckpt_bench.worker.phases)
+    on `phases` (the rank's thread, from the call's start, in `first_save_phase` / `first_load_phase`) and an
+    async save's on `background` (what the worker's wait for durability records with SAVE_END)."""
+
+    first_save_phase = Phase.STATE_DICT
+    first_load_phase = Phase.STATE_DICT
 
     def __init__(self, spec: WorkloadSpec, layout: Layout, context: WorkerContext, storage: WorkerStorage):
         self.spec, self.layout, self.context, self.storage = spec, layout, context, storage
         self.share = layout.ranks[context.rank]
+        self.phases = PhaseClock()
+        self.background = PhaseClock()
 
     def allocate(self) -> RankState:
         """This rank's state to save (DLIO's tensors unless the engine saves another layout)."""

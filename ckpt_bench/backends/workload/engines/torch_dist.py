@@ -32,6 +32,7 @@ The same code runs on GPUs with nccl: the tensors live on the rank's device and 
 
 from __future__ import annotations
 
+import time
 import zlib
 from pathlib import Path
 
@@ -48,6 +49,7 @@ from megatron.core.dist_checkpointing.strategies.fully_parallel import (
 from megatron.core.dist_checkpointing.strategies.torch import TorchDistSaveShardedStrategy
 
 from ckpt_bench.backends.megatron import cpu_compat
+from ckpt_bench.backends.megatron.phases import common_check_hook, mark_load_strategy, mark_save_strategy
 from ckpt_bench.backends.workload.engines.base import Engine, Pending, RankState
 from ckpt_bench.backends.workload.megatron_shapes import (
     OPTIMIZER_SHARDING,
@@ -59,6 +61,7 @@ from ckpt_bench.backends.workload.megatron_shapes import (
 from ckpt_bench.backends.workload.shapes import TORCH_DTYPE, Layout
 from ckpt_bench.backends.workload.spec import WorkloadSpec
 from ckpt_bench.core.checkpoint_dir import ITER_DIR
+from ckpt_bench.core.events import Phase
 from ckpt_bench.storage.base import WorkerStorage
 from ckpt_bench.worker.entry import WorkerContext
 
@@ -101,6 +104,8 @@ if not torch.cuda.is_available():
 class TorchDistEngine(Engine):
     """One rank of a Megatron job's `torch_dist` checkpoint."""
 
+    first_load_phase = Phase.METADATA  # the load strategy comes from the checkpoint's metadata.json
+
     def __init__(self, spec: WorkloadSpec, layout: Layout, context: WorkerContext, storage: WorkerStorage):
         super().__init__(spec, layout, context, storage)
         self.gpt = MegatronGPT(self.layout.workload, self.layout.world_size)
@@ -109,8 +114,10 @@ class TorchDistEngine(Engine):
         # Built once, as Megatron-LM keeps its strategies between saves (`checkpointing_context`).
         self._group = None if self.subset else self._data_parallel_group()
         self._save_strategy = TorchDistSaveShardedStrategy("torch_dist", 1, thread_count=self.spec.thread_count)
+        base = self._save_strategy
         if not self.subset:
             self._save_strategy = FullyParallelSaveStrategyWrapper(self._save_strategy, self._group)
+        mark_save_strategy(self._save_strategy, self.phases, not self.spec.async_save, base)
         self._async_queue = AsyncCallsQueue(persistent=True) if self.spec.async_save else None
         self._tensors: dict[str, torch.Tensor] = {}  # the allocated shards' tensors, by `Shard.name`
         self._state_dict: dict = {}  # the sharded state dict of the next save or load (dist_checkpointing edits it)
@@ -200,15 +207,22 @@ class TorchDistEngine(Engine):
 
     def save(self, state: RankState, location: str) -> Pending | None:
         request = dist_checkpointing.save(self._state_dict, location, self._save_strategy,
-                                          async_sharded_save=self.spec.async_save, content_metadata=CONTENT_METADATA)
+                                          async_sharded_save=self.spec.async_save, content_metadata=CONTENT_METADATA,
+                                          preprocess_common_before_consistancy_check=common_check_hook(self.phases))
         if request is None:
             return None
+        # Phases: the persistent writer stages the state while this rank waits (schedule); the wait for its
+        # write (write+fsync) and the finalize functions run in `_finalize`.
+        request = request._replace(finalize_fns=[self.background.marking(fn, Phase.FINALIZE)
+                                                 for fn in request.finalize_fns])
+        self.phases.begin(Phase.SCHEDULE)
         self._async_queue.schedule_async_request(request)  # every rank, even one with nothing to write
         return self._finalize
 
     def _finalize(self) -> None:
         """Wait for this save's writers on every rank and finalize it (collective). The worker calls it on a
         thread of its own, and megatron's finalize all-reduces on the current CUDA device, which is per thread."""
+        self.background.open(Phase.WRITE_FSYNC, time.monotonic_ns())
         if self.context.device.type == "cuda":
             torch.cuda.set_device(self.context.device)
         self._async_queue.maybe_finalize_async_calls(blocking=True)
@@ -217,7 +231,8 @@ class TorchDistEngine(Engine):
         strategy = get_default_load_sharded_strategy(location)
         if not self.subset:
             strategy = FullyParallelLoadStrategyWrapper(strategy, self._group)
-        loaded = dist_checkpointing.load(self._state_dict, location, strategy)
+        self.phases.begin(Phase.VALIDATE_COMMON)
+        loaded = dist_checkpointing.load(self._state_dict, location, mark_load_strategy(strategy, self.phases))
         tensors = {**loaded["model"], **loaded["optimizer"]["param_state"]}
         return {name: tensors[name] for name in state.tensors}
 

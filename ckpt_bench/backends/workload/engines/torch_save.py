@@ -9,10 +9,16 @@ from __future__ import annotations
 import torch
 
 from ckpt_bench.backends.workload.engines.base import Engine, RankState, dlio_tensor_name
+from ckpt_bench.core.events import Phase
 from ckpt_bench.worker.integrity import iter_tensors
 
 
 class TorchSaveEngine(Engine):
+    # Phases, per file: write (torch.save serializing into the storage's stream), fsync (the stream's close,
+    # with sync_files); a load's read (torch.load).
+    first_save_phase = Phase.WRITE
+    first_load_phase = Phase.READ
+
     def allocate_for_load(self) -> RankState:
         """Only the file list: `torch.load` allocates what it reads, as DLIO's loads do."""
         return RankState({}, [(file, {}) for file in self.share.files])
@@ -20,7 +26,10 @@ class TorchSaveEngine(Engine):
     def save(self, state: RankState, location: str) -> None:
         for file, tree in state.files:
             with self.storage.file_writer(f"{location}/{file.name}", self.spec.sync_files) as stream:
+                self.phases.begin(Phase.WRITE)
                 torch.save(tree, stream)
+                if self.spec.sync_files:
+                    self.phases.begin(Phase.FSYNC)
 
     def load(self, state: RankState, location: str) -> dict[str, torch.Tensor]:
         loaded: dict[str, torch.Tensor] = {}
