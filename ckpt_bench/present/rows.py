@@ -196,6 +196,11 @@ def headline_rows(report: Report) -> list[tuple[str, str]]:
         slowest = slowest_rank(load)
         which = f", slowest rank {slowest}" if slowest != NONE else ""
         rows.append(("load", f"{seconds(load.time)}, {mibps(load.bandwidth)}, {_cache_words(report, load)}{which}"))
+    timed = [record for record in [*(saves[-1:]), *([load] if load else [])] if record.phases]
+    if timed:
+        rows.append(("where the time goes", "; ".join(
+            f"{'load' if isinstance(record, LoadRecord) else 'last save'}: {dominant_words(record)}"
+            for record in timed)))
     rows.append(("verified", "not checked" if report.verified is None else fmt(report.verified)))
     baseline = report.storage_baseline
     if baseline is not None:
@@ -355,6 +360,64 @@ def load_rows(report: Report) -> list[list[str]]:
         label = f"load {_which(load)}" + (f" (call {call})" if repeated and load.repetition is None else "")
         rows.append([*_record_row(label, None, load, load.time, memory), _cache_words(report, load)])
     return rows
+
+
+def _phased(report: Report) -> list[tuple[str, SaveRecord | LoadRecord]]:
+    """The records the phase table shows: the first and the last save (the first pays one-off costs) and the
+    last load, each with its phases."""
+    saves = [save for save in report.saves or [] if save.phases]
+    picked = [("first save", saves[0]), ("last save", saves[-1])] if len(saves) > 1 else \
+        [("save", save) for save in saves]
+    loads = [load for load in report.every_load if load.phases]
+    return [(f"{label} {_which(record)}", record) for label, record in picked] + \
+        [(f"load {_which(record)}", record) for record in loads[-1:]]
+
+
+def phase_table(report: Report) -> tuple[list[str], list[list[str]]] | None:
+    """Where the time went (docs/report.md, "Phases"): one row per phase in the order they ran, a column of
+    seconds (the slowest rank's) and one of shares per record of `_phased`, a last row of the records' times.
+    An async save's background phases are marked `(bg)`. None when no record carries phases (logs)."""
+    records = _phased(report)
+    if not records:
+        return None
+    names: dict[str, None] = {}
+    for _, record in records:
+        names.update(dict.fromkeys(record.phase_seconds()))
+    columns = ["phase"]
+    for label, _ in records:
+        columns += [f"{label} s", "share"]
+    rows = []
+    for name in names:
+        background = any(p.phase == name and p.blocking is False for _, r in records for p in r.phases)
+        row = [name + (" (bg)" if background else "")]
+        for _, record in records:
+            spent = record.phase_seconds().get(name)
+            whole = sum(record.phase_seconds().values())
+            row += [fmt(spent), percent(spent / whole, 0) if spent is not None and whole else NONE]
+        rows.append(row)
+    total = ["total (block)"]
+    for _, record in records:
+        if isinstance(record, LoadRecord):
+            total += [fmt(record.time), ""]
+        else:
+            total += [fmt(record.total_time) + ("" if record.block_time == record.total_time
+                                                else f" ({fmt(record.block_time)})"), ""]
+    return columns, [*rows, total]
+
+
+def dominant_words(record: SaveRecord | LoadRecord) -> str:
+    """Which phase a save or load spent most of its time in, and its share: of the whole (a load, a synchronous
+    save), or of the block time and of the background write apart (an async save)."""
+    background = isinstance(record, SaveRecord) and bool(record.phase_seconds(blocking=False))
+    parts = []
+    for blocking, of in (((True, "of the block time"), (False, "of the background write")) if background
+                         else ((None, ""),)):
+        dominant = record.dominant_phase(blocking)
+        total = sum(record.phase_seconds(blocking).values())
+        if dominant is not None and total:
+            parts.append(f"{dominant[0]} {percent(dominant[1] / total, 0)}{' ' + of if of else ''}")
+    rank = f" (rank {record.phases_rank})" if parts and record.ranks > 1 else ""
+    return "; ".join(parts) + rank if parts else NONE
 
 
 def advice_rows(advice: Advice) -> list[tuple[str, str]]:

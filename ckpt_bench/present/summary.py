@@ -60,6 +60,9 @@ def report_renderables(report: Report) -> list[RenderableType]:
     loads = p.load_rows(report)
     if rows or loads:
         parts.append(_grid("Saves and load (seconds; slowest rank: the longest total time)", columns, rows + loads))
+    phases = p.phase_table(report)
+    if phases:
+        parts.append(_grid("Where the time went: phases (the slowest rank's; docs/report.md)", *phases))
     parts.append(_pairs("Summary", p.headline_rows(report)))
     if report.mlperf is not None:
         parts.append(_pairs("MLPerf Storage's figures (docs/workloads.md)", p.mlperf_rows(report.mlperf)))

@@ -123,10 +123,19 @@ class Operation:
     phases_rank: int | None = None  # whose `phases` they are
     phases_per_rank: list[RankPhases] | None = None
 
-    def dominant_phase(self, blocking: bool | None = None) -> PhaseTime | None:
-        """The longest of `phases` (of the blocking ones only, or the background ones only, when asked)."""
-        phases = [p for p in self.phases or [] if blocking is None or p.blocking is blocking]
-        return max(phases, key=lambda p: p.seconds) if phases else None
+    def phase_seconds(self, blocking: bool | None = None) -> dict[str, float]:
+        """Seconds per phase name of `phases`, in the order they first ran (a phase that recurs, as each
+        file's write and fsync, summed); the blocking ones only, or the background ones only, when asked."""
+        seconds: dict[str, float] = {}
+        for phase in self.phases or []:
+            if blocking is None or phase.blocking is blocking:
+                seconds[phase.phase] = seconds.get(phase.phase, 0.0) + phase.seconds
+        return seconds
+
+    def dominant_phase(self, blocking: bool | None = None) -> tuple[str, float] | None:
+        """The phase that took longest (`phase_seconds`), and its seconds."""
+        seconds = self.phase_seconds(blocking)
+        return max(seconds.items(), key=lambda item: item[1]) if seconds else None
 
 
 @dataclass
