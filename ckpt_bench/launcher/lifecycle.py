@@ -37,6 +37,7 @@ from pathlib import Path
 
 import yaml
 
+from ckpt_bench.core import progress
 from ckpt_bench.core.checkpoint_dir import evict_from_page_cache
 from ckpt_bench.core.environment import describe_environment
 from ckpt_bench.core.errors import ConfigError
@@ -270,17 +271,17 @@ def measure_storage(plan: Plan, facts: RunFacts, launch: LaunchConfig, passed: b
     try:
         shape = IOShape.of(checkpoints.storage.iteration_files(iteration), ranks * checkpoints.writers_per_rank,
                            plan.run_info.fsync)
-        print(f"storage baseline: {len(shape.file_sizes)} files, {shape.total_bytes / MIB:.1f} MiB, "
-              f"{shape.concurrency} writers at once, fsync {'on' if shape.fsync else 'off'}",
-              file=sys.stderr, flush=True)
+        progress.say(f"storage baseline: {len(shape.file_sizes)} files, {shape.total_bytes / MIB:.1f} MiB, "
+                     f"{shape.concurrency} writers at once, fsync {'on' if shape.fsync else 'off'}; each round "
+                     "writes them and reads them back cold")
         result = measure_rounds(checkpoints.storage.baseline(), shape)
     except Exception as error:  # the storage failed now: the benchmark's numbers stand, the baseline is lost
         facts.storage_baseline = None
         return [f"storage baseline failed ({_one_line(error)}): fraction of peak left out"]
     result["shape_of_iteration"] = iteration
     facts.storage_baseline = result
-    print(f"storage baseline ({result['tool']}): write {result['write_bandwidth']} MiB/s, "
-          f"read {result['read_bandwidth']} MiB/s", file=sys.stderr, flush=True)
+    progress.say(f"storage baseline ({result['tool']}): write {result['write_bandwidth']} MiB/s, "
+                 f"read {result['read_bandwidth']} MiB/s")
     if launch.topology.nnodes > 1:
         return [f"storage baseline measured from node 0 alone with all {shape.concurrency} writers: a shared "
                 "filesystem's aggregate over several nodes may be higher"]
@@ -340,6 +341,7 @@ def _evict(plan: Plan) -> None:
     storage = checkpoints.storage
     folder = storage.worker(storage.describe()).local_path(storage.location)
     if folder is not None:
+        progress.say(f"evicting {folder} from the page cache (a cold load): each file fsynced and dropped")
         evict_from_page_cache(folder)
 
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ckpt_bench.core import progress
 from ckpt_bench.launcher import oom
 from ckpt_bench.launcher.guard import guarded
 from ckpt_bench.report.schema import FailedRank, PassSummary
@@ -281,6 +282,7 @@ def run_pass(
     on_start: Callable[[subprocess.Popen], None] | None = None,
 ) -> PassResult:
     """Run one pass; print rank 0's lines for which `show_progress` is true to stderr as it goes."""
+    progress.show(f"starting {topology.nproc_per_node} rank(s) per node: {module}", name)
     return run_command(name, torchrun_command(topology, log_dir, module, args), log_dir, show_progress, env,
                        on_start=on_start)
 
@@ -320,11 +322,13 @@ def run_command(
             console.write(line)
             tee = _TEE_PREFIX.match(line)
             if tee:
-                if tee.group(1) == "0" and show_progress(tee.group(2)):
-                    print(f"[{name}] {tee.group(2).strip()}", file=sys.stderr, flush=True)
+                said = progress.from_rank(tee.group(2))
+                if said is not None or (tee.group(1) == "0" and show_progress(tee.group(2))):
+                    progress.show(said or tee.group(2).strip(), name)
                 continue
-            if not line.startswith("[default") and show_progress(line):
-                print(f"[{name}] {line.strip()}", file=sys.stderr, flush=True)
+            said = progress.from_rank(line)
+            if said is not None or (not line.startswith("[default") and show_progress(line)):
+                progress.show(said or line.strip(), name)
             if _ROOT_CAUSE.match(line):
                 root_cause = True
                 continue

@@ -29,6 +29,7 @@ from typing import TypeVar
 import torch
 import torch.distributed as dist
 
+from ckpt_bench.core import progress
 from ckpt_bench.core.checkpoint_dir import evict_from_page_cache
 from ckpt_bench.core.events import EventKind, EventRecorder, Phase
 from ckpt_bench.worker.integrity import EXIT_VERIFICATION_FAILED, VerificationFailed
@@ -128,6 +129,7 @@ class WorkerContext:
         """Before a cold load: drop `path` from the page cache, once per host (its ranks share the cache).
         Nothing for a warm load, or a `path` of None (remote storage has no page cache here)."""
         if path is not None and not warm and self.local_rank == 0:
+            progress.say(f"evicting {path} from the page cache (a cold load): each file fsynced and dropped")
             evict_from_page_cache(path)
 
 

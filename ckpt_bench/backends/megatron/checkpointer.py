@@ -45,6 +45,7 @@ from megatron.core.dist_checkpointing.strategies.async_utils import AsyncCallsQu
 from ckpt_bench.backends.megatron import megatron_log
 from ckpt_bench.backends.megatron.formats import TorchDistFormat, TorchFormat, rank_written_bytes
 from ckpt_bench.backends.megatron.global_checksums import global_checksums
+from ckpt_bench.core import progress
 from ckpt_bench.core.checkpoint_dir import TRACKER_FILE, iter_dir_name, latest_iteration
 from ckpt_bench.core.events import EventKind, EventRecorder, Phase
 from ckpt_bench.worker import integrity
@@ -148,6 +149,7 @@ class Checkpointer:
         megatron_log.print_rank_0(megatron_log.saving_line(iteration, self.args.save, self.format.name))
         self.format.prepare(directory)
         torch.distributed.barrier()
+        progress.say_once(progress.FIRST_SAVE)
 
         with timed(self.events, EventKind.SAVE_START, EventKind.SAVE_END, iteration, phases=self.format.phases,
                    first=self.format.first_save_phase, **self._event_fields(directory)):
