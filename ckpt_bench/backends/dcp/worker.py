@@ -35,6 +35,7 @@ import torch.distributed.checkpoint as dcp
 from ckpt_bench.backends.dcp.models import build_state
 from ckpt_bench.backends.dcp.phases import mark_load, mark_save
 from ckpt_bench.backends.dcp.spec import DcpSpec
+from ckpt_bench.core import progress
 from ckpt_bench.core.events import EventKind, EventRecorder
 from ckpt_bench.storage import worker_storage
 from ckpt_bench.worker import integrity
@@ -104,6 +105,7 @@ def save_pass(spec: DcpSpec, events: EventRecorder, context: WorkerContext) -> N
         writer = storage.dcp_writer(path, spec.thread_count, spec.sync_files)
         dist.barrier()
         _log(context.rank, f"saving checkpoint {call}/{spec.save_calls} to {path}")
+        progress.say_once(progress.FIRST_SAVE)
         timed_save(state, writer, events, call, path, spec.async_save, spec.sync_files)
         _log(context.rank, f"saved checkpoint {call}/{spec.save_calls}")
 
