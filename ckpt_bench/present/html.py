@@ -32,7 +32,7 @@ from ckpt_bench.present import rows as p
 from ckpt_bench.report.advice import per_save_training_cost
 from ckpt_bench.report.engine import CONFIG_KEYS, Operation, pair
 from ckpt_bench.report.metrics import HEADLINE, STEADY
-from ckpt_bench.report.schema import Comms, MLPerf, Report, RunSection
+from ckpt_bench.report.schema import Comms, MLPerf, PhaseTime, Report, RunSection
 from ckpt_bench.sweep.results import JobRecord, SweepResults
 
 REPORT_HTML = "report.html"
@@ -48,6 +48,14 @@ TOTAL_COLOR = "#2e4053"
 BASELINE_COLOR = "#117a65"
 FIRST_SAVE_COLOR = "#e6b0aa"  # the first save, counted apart
 PALETTE = ("#2471a3", "#c0392b", "#117a65", "#af601a", "#7d3c98", "#2e4053", "#b7950b", "#1abc9c")
+# A colour per phase (ckpt_bench.core.events.Phase), in the order a save runs them; a name not here is grey.
+PHASE_COLORS = {
+    "state_dict": "#7f8c8d", "validate+common": "#8e44ad", "plan": "#2980b9", "exchange": "#5dade2",
+    "plan+exchange": "#2e86c1", "stage": "#f39c12", "schedule": "#d35400", "queued": "#d5d8dc",
+    "write": "#c0392b", "write+fsync": "#c0392b", "plan+write": "#a93226", "fsync": "#78281f",
+    "serialize": "#e74c3c", "finalize": "#27ae60", "metadata": "#76d7c4", "read": "#2471a3", "copy_in": "#1abc9c",
+}
+OTHER_PHASE_COLOR = "#aab7b8"
 MAX_TIMELINE_OPERATIONS = 4000  # bars drawn at most; a longer run shows its first operations
 
 CSS = """
@@ -89,6 +97,7 @@ class TimedOperation:
     block_s: float | None  # a save's blocking part
     total_s: float | None
     complete: bool
+    phases: list[PhaseTime] | None = None  # the rank's phases (report.engine.Operation.phases), from its start
 
 
 def timeline(operations: Iterable[Operation]) -> list[TimedOperation]:
@@ -100,7 +109,8 @@ def timeline(operations: Iterable[Operation]) -> list[TimedOperation]:
         return []
     origin = min(op.start.wall_ns for op in operations)
     return [TimedOperation(op.rank, op.kind, op.iteration, (op.start.wall_ns - origin) / 1e9,
-                           op.block_s() if op.kind == "save" else None, op.total_s(), op.complete)
+                           op.block_s() if op.kind == "save" else None, op.total_s(), op.complete,
+                           [PhaseTime(**phase) for phase in op.phases() or []] or None)
             for op in operations]
 
 
@@ -257,7 +267,8 @@ def _grouped(operations: list[TimedOperation]) -> list[tuple[str, list[TimedOper
 
 def plot_operations(operations: list[TimedOperation]) -> str | None:
     """Each save (and, beside them, each load) on a time axis of its own start: one band per
-    checkpoint, one thin bar per rank in it, saves split into blocking and background part."""
+    checkpoint, one thin bar per rank in it, split into the rank's phases where it recorded them, else a
+    save into its blocking and background part."""
     groups = _grouped(operations)[:MAX_PANELS]
     if not groups:
         return None
@@ -265,8 +276,10 @@ def plot_operations(operations: list[TimedOperation]) -> str | None:
     kinds = [kind for kind in ("save", "load") if any(ops[0].kind == kind for _, ops in groups)]
     bands = max(sum(ops[0].kind == kind for _, ops in groups) for kind in kinds)
     band = 0.3 + min(0.6, 0.08 * len(ranks))
-    figure = _figure(11, 0.95 + bands * band, left=0.9, right=0.2, top=0.35, bottom=0.5, wspace=1.1,
-                     columns=len(kinds))
+    names = list(dict.fromkeys(phase.phase for _, ops in groups for op in ops for phase in op.phases or []))
+    legend = 0.3 if names else 0.0
+    figure = _figure(11, 0.95 + legend + bands * band, left=0.9, right=0.2, top=0.35, bottom=0.5 + legend,
+                     wspace=1.1, columns=len(kinds))
     width_ratios = [2, 1] if len(kinds) == 2 else [1]
     panels = figure.subplots(1, len(kinds), squeeze=False, gridspec_kw={"width_ratios": width_ratios})[0]
     bar = 0.8 / len(ranks)
@@ -283,7 +296,10 @@ def plot_operations(operations: list[TimedOperation]) -> str | None:
                 block = total if kind == "load" or op.block_s is None else op.block_s
                 pieces = [(LOAD_COLOR, start, total)] if kind == "load" else [
                     (BLOCK_COLOR, start, block), (BACKGROUND_COLOR, start + block, max(0.0, total - block))]
+                if op.phases:  # where the time went on this rank
+                    pieces = [(_phase_color(phase.phase), start + phase.start, phase.seconds) for phase in op.phases]
                 for color, left, length in pieces:
+                    parts.setdefault(color, ([], [], []))
                     parts[color][0].append(y)
                     parts[color][1].append(length)
                     parts[color][2].append(left)
@@ -295,6 +311,44 @@ def plot_operations(operations: list[TimedOperation]) -> str | None:
         _style(axes, f"Each {kind}, from its start", "seconds", "")
         axes.title.set_fontsize(10)
         axes.grid(False, axis="y")
+    if names:
+        _phase_legend(figure, names)
+    return _svg(figure)
+
+
+def _phase_color(name: str) -> str:
+    return PHASE_COLORS.get(name, OTHER_PHASE_COLOR)
+
+
+def _phase_legend(figure, names: list[str]) -> None:
+    from matplotlib.patches import Patch
+
+    figure.legend(handles=[Patch(color=_phase_color(name), label=name) for name in names], loc="lower center",
+                  ncols=min(len(names), 9), frameon=False, fontsize=8)
+
+
+def plot_phases(report: Report) -> str | None:
+    """A stacked bar per save and load: its slowest rank's phases, in the order they ran; an async save's
+    background phases hatched. None when no record carries phases."""
+    records = [(f"save {_label(s.iteration)}", s) for s in report.saves or [] if s.phases]
+    records += [(f"load {_label(x.iteration)}" + (f" #{i}" if len(report.every_load) > 1 else ""), x)
+                for i, x in enumerate(report.every_load, 1) if x.phases]
+    if not records:
+        return None
+    records = records[:MAX_PANELS * 4]
+    figure = _figure(11, min(1.5 + 0.3 * len(records), 14), left=1.2, bottom=0.9, top=0.35)
+    axes = figure.add_subplot()
+    for index, (_, record) in enumerate(records):
+        left = 0.0
+        for phase in record.phases:
+            axes.barh(index, phase.seconds, left=left, height=0.7, color=_phase_color(phase.phase),
+                      hatch="//" if phase.blocking is False else None, edgecolor="white", linewidth=0.3)
+            left += phase.seconds
+    axes.set_yticks(range(len(records)), [label for label, _ in records], fontsize=9)
+    axes.invert_yaxis()
+    _style(axes, "Where each save's and load's time went (its slowest rank)", "seconds", "")
+    axes.grid(False, axis="y")
+    _phase_legend(figure, list(dict.fromkeys(phase.phase for _, record in records for phase in record.phases)))
     return _svg(figure)
 
 
@@ -549,6 +603,12 @@ def render_report(report: Report | dict, operations: list[TimedOperation] | None
         plot_operations(operations), "Each save and load on a time axis of its own start (the first "
                                      f"{MAX_PANELS}): one band per checkpoint, one bar per rank (rank 0 on top).",
         "")))
+    phases = p.phase_table(report)
+    if phases is not None:
+        sections.append(("phases", "Phases", _figure_html(
+            plot_phases(report), "Each save's and load's phases, its slowest rank's, in the order they ran (hatched: "
+                                 "an async save's background part). They sum to its time; docs/report.md says what "
+                                 "each phase holds for each engine.", "") + _grid_table(*phases, "phases-table")))
     sections.append(("bandwidth", "Bandwidth", _figure_html(
         plot_bandwidth(report), "Bytes of the checkpoint folder / the save's total time (loads: / load time); the "
                                 "line is the storage's own bandwidth measured with the same I/O shape, when measured.",
