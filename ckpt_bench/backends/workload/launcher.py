@@ -169,7 +169,10 @@ def preview(config: WorkloadConfig, launch: LaunchConfig, run: WorkloadRun) -> d
         "load_calls": run.load_calls,
         "host_memory_needed_bytes": host_memory_needed(run, config.engine_info, config.async_save,
                                                        launch.topology.nproc_per_node),
-        "ranks": [{"rank": share.rank, "bytes": share.bytes, "files": [f.name for f in share.files]}
+        "ranks": [{"rank": share.rank, "bytes": share.bytes,
+                   "files": config.engine_info.files_written(share.rank, [f.name for f in share.files],
+                                                             config.thread_count or config.engine_info.default_threads
+                                                             or 1)}
                   for share in layout.ranks],
     }
 

@@ -37,6 +37,18 @@ class EngineInfo:
     """Extra copies of a rank's state an async save holds while it writes (for the memory check)."""
     always_fsyncs: bool = False
     """Whether its writer fsyncs whatever --sync-files says (megatron-core's has no switch)."""
+    rank_files: str | None = None
+    """The names of the files a rank writes, one per writer thread (`{rank}`, `{thread}`); None: the state's
+    own file names (DLIO's, or megatron-core's as `state_layout` gives them)."""
+    coordinator_files: tuple[str, ...] = ()
+    """Files rank 0 writes beside its own (with `rank_files`)."""
+
+    def files_written(self, rank: int, state_files: list[str], threads: int) -> list[str]:
+        """What rank `rank` writes for one save (`--plan`), given its state's file names and its writer threads."""
+        if self.rank_files is None:
+            return state_files
+        own = [self.rank_files.format(rank=rank, thread=thread) for thread in range(threads)]
+        return own + list(self.coordinator_files) if rank == 0 else own
 
 
 ENGINES: dict[str, EngineInfo] = {
@@ -51,7 +63,10 @@ ENGINES: dict[str, EngineInfo] = {
                    always_fsyncs=True),
         EngineInfo("dcp", "ckpt_bench.backends.workload.engines.dcp",
                    "torch.distributed.checkpoint with writer threads", "dlio",
-                   async_save=True, default_threads=1, storage_kinds=("disk", "s3", "fsspec"), async_staging_copies=1),
+                   async_save=True, default_threads=1, storage_kinds=("disk", "s3", "fsspec"), async_staging_copies=1,
+                   # DCP's writer: one file per writer thread a rank (single_file_per_rank), the coordinator's
+                   # .metadata beside rank 0's.
+                   rank_files="__{rank}_{thread}.distcp", coordinator_files=(".metadata",)),
     )
 }
 
