@@ -65,32 +65,6 @@ class FrameworkConfig(MegatronConfig):
         return root
 
 
-def megatron_arguments(args: dict, known: set[str] | None) -> tuple[list[str], list[str]]:
-    """Megatron-LM command-line flags for trainer arguments, and the keys left out because Megatron-LM
-    has no such flag (Primus-only settings). Booleans follow Megatron-LM's two kinds of switch:
-    `--x` (default off) and `--no-x` (default on); the default needs no flag."""
-    argv: list[str] = []
-    skipped: list[str] = []
-    for key, value in args.items():
-        if value is None:
-            continue
-        flag = "--" + key.replace("_", "-")
-        negative = "--no-" + key.replace("_", "-")
-        if isinstance(value, bool):
-            if known is None:
-                argv += [flag] if value else []
-            elif (flag if value else negative) in known:
-                argv.append(flag if value else negative)
-            elif (negative if value else flag) not in known:
-                skipped.append(key)
-            continue
-        if known is not None and flag not in known:
-            skipped.append(key)
-            continue
-        argv += [flag, *(str(item) for item in value)] if isinstance(value, list) else [flag, str(value)]
-    return argv, skipped
-
-
 def resolve_for_framework(launch: LaunchConfig[FrameworkConfig], runner: str) -> tuple:
     """`ckpt_bench.backends.megatron.launcher.resolve`, plus the mock data a framework needs without a data path."""
     experiment, args, sizes = resolve(launch, runner)

@@ -4,22 +4,22 @@ data unless the experiment names `data_path`. See `ckpt_bench.backends.framework
 
 torchrun starts `ckpt_bench.backends.frameworks.megatron_lm_bootstrap` with the script: on ranks without
 CUDA it installs the CPU layer before any of Megatron-LM's code runs, elsewhere it runs the script as it is.
-The flags are checked against this checkout's own argument parser; after the passes, the iterations the log
+The flags are written from this checkout's own argument parser; after the passes, the iterations the log
 says were saved are checked against the checkpoint folder."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ckpt_bench.backends.frameworks.common import (
     FrameworkConfig,
     framework_plan,
-    megatron_arguments,
     pass_args,
     record_events,
     resolve_for_framework,
@@ -61,19 +61,74 @@ def _rank_env(root: Path) -> dict[str, str]:
     }
 
 
-def parser_flags(root: Path) -> set[str]:
-    """Every option string of the checkout's own argument parser. Megatron-LM generates many of them from
-    megatron-core's config dataclasses, so no scan of its source finds them all: the parser is built in a
-    subprocess with the checkout first on the path, the CPU layer installed where CUDA is absent."""
-    result = subprocess.run([sys.executable, "-m", BOOTSTRAP, "--list-flags"], env={**os.environ, **_rank_env(root)},
-                            capture_output=True, text=True, check=False)
-    flags = {line for line in result.stdout.splitlines() if line.startswith("--")}
-    if result.returncode or not flags:
+@dataclass
+class ParserFlags:
+    """A Megatron-LM checkout's own argument parser, as the flags we write need it. A name is an argument's
+    `dest` or one of its flags spelled with underscores (`disable_bias_linear` as well as `add_bias_linear`)."""
+
+    value_flag: dict[str, str] = field(default_factory=dict)  # name -> the flag that takes its value
+    switch: dict[tuple[str, bool], str] = field(default_factory=dict)  # (name, value) -> the flag setting it
+    default: dict[str, bool] = field(default_factory=dict)  # a switch's value when no flag is given
+
+    @classmethod
+    def of(cls, described: list[dict]) -> ParserFlags:
+        """From `megatron_lm_bootstrap.describe_parser`. A dest wins over a flag's spelling of the same name."""
+        parser = cls()
+        for argument in described:
+            dest = argument["dest"]
+            if argument["takes_value"]:
+                parser.value_flag[dest] = argument["flags"][0]
+            for flag, value in argument["sets"]:
+                parser.switch.setdefault((dest, value), flag)
+            if argument["default"] is not None:
+                parser.default[dest] = argument["default"]
+        for argument in described:
+            for flag in argument["flags"]:
+                name = flag[2:].replace("-", "_")
+                if argument["takes_value"]:
+                    parser.value_flag.setdefault(name, flag)
+                elif argument["sets"]:  # a switch named by its own flag: given means true
+                    parser.switch.setdefault((name, True), flag)
+                    parser.default.setdefault(name, False)
+        return parser
+
+    def argv(self, args: dict) -> tuple[list[str], list[str]]:
+        """Megatron-LM flags for trainer arguments, and the names left out because this parser has no flag
+        for them (another version's arguments, Primus-only settings). A boolean at the parser's default
+        needs no flag."""
+        argv: list[str] = []
+        left_out: list[str] = []
+        for key, value in args.items():
+            if value is None:
+                continue
+            if isinstance(value, bool):
+                if self.default.get(key) == value:
+                    continue
+                if (key, value) in self.switch:
+                    argv.append(self.switch[key, value])
+                else:
+                    left_out.append(key)
+            elif key in self.value_flag:
+                values = value if isinstance(value, list) else [value]
+                argv += [self.value_flag[key], *(str(item) for item in values)]
+            else:
+                left_out.append(key)
+        return argv, left_out
+
+
+def parser_flags(root: Path) -> ParserFlags:
+    """The checkout's own argument parser. Megatron-LM generates many of its arguments from megatron-core's
+    config dataclasses, so no scan of its source finds them all: the parser is built in a subprocess with the
+    checkout first on the path, the CPU layer installed where CUDA is absent."""
+    result = subprocess.run([sys.executable, "-m", BOOTSTRAP, "--describe-parser"],
+                            env={**os.environ, **_rank_env(root)}, capture_output=True, text=True, check=False)
+    lines = result.stdout.strip().splitlines()
+    if result.returncode or not lines:
         last = (result.stderr.strip().splitlines() or ["no output"])[-1]
         raise ConfigError(f"--megatron-path {root}: its argument parser could not be built ({last}); give a "
                           "Megatron-LM checkout of 2025 or later (megatron/training/arguments.py with "
                           "add_megatron_arguments)")
-    return flags
+    return ParserFlags.of(json.loads(lines[-1]))
 
 
 def saved_iterations_check(log_events_dir: Path, checkpoint_dir: str | None) -> list[str]:
@@ -116,7 +171,7 @@ class MegatronLMBackend(Backend[MegatronLMConfig]):
         # it); the benchmark evaluates nothing unless the experiment asks.
         args.setdefault("eval_iters", 0)
         args.setdefault("eval_interval", args["train_iters"])
-        known = parser_flags(root)
+        parser = parser_flags(root)
         script = str(root / "pretrain_gpt.py")
         # The load reads a cold checkpoint, as ours do: the lifecycle evicts it first.
         passes = [WorkerPass(phase, [], spec=False, evict_before=phase == "load", env=_rank_env(root))
@@ -128,7 +183,7 @@ class MegatronLMBackend(Backend[MegatronLMConfig]):
             bound["checkpoint_dir"] = checkpoint_dir
             skipped: set[str] = set()
             for worker_pass in passes:
-                flags, left_out = megatron_arguments(pass_args(args, checkpoint_dir, worker_pass.name), known)
+                flags, left_out = parser.argv(pass_args(args, checkpoint_dir, worker_pass.name))
                 worker_pass.args = [script, *flags]
                 skipped.update(left_out)
             if skipped:

@@ -1,8 +1,8 @@
 """Run Megatron-LM's own training script on a rank: `python -m ckpt_bench.backends.frameworks.megatron_lm_bootstrap
 DIR/pretrain_gpt.py ARGS...` (torchrun starts it, `--framework megatron-lm`).
 
-`python -m ckpt_bench.backends.frameworks.megatron_lm_bootstrap --list-flags` prints every option string of the
-checkout's argument parser instead, one a line (the launcher checks the flags it passes against them).
+`python -m ckpt_bench.backends.frameworks.megatron_lm_bootstrap --describe-parser` prints the checkout's argument
+parser instead, as JSON (`describe_parser`): the launcher writes the flags it passes from it.
 
 Where CUDA is available the script runs exactly as `python DIR/pretrain_gpt.py ARGS...` would. Where it is
 not, the CPU layer is installed first: megatron-core's (`ckpt_bench.backends.megatron.cpu_compat`), and what
@@ -13,6 +13,7 @@ of the checkout is changed; its code runs as it is, on gloo ranks and CPU tensor
 from __future__ import annotations
 
 import argparse
+import json
 import runpy
 import sys
 import types
@@ -36,6 +37,9 @@ CPU_ARGUMENTS = (
     # Apex's fused weight-gradient accumulation (fused_weight_gradient_mlp_cuda): the parallel linear layers
     # refuse to build without it.
     ("--no-gradient-accumulation-fusion",),
+    # The local layers' experts (SequentialMLP, MoE) apply the fused bias-GELU only with swiglu/quick_gelu and
+    # raise otherwise; with TE's grouped experts it is not reached.
+    ("--no-bias-gelu-fusion",),
 )
 
 
@@ -73,8 +77,10 @@ def install(args: list[str]) -> list[str]:
     sys.modules.setdefault(BATCH_INVARIANT, _batch_invariant_stand_in())
 
     from ckpt_bench.backends.megatron import cpu_compat
+    from ckpt_bench.backends.megatron.training import _define_missing_te_gemm
 
     cpu_compat.install()
+    _define_missing_te_gemm()  # the MoE router's Transformer Engine test, as in the built-in worker
 
     from megatron.legacy import fused_kernels
     from megatron.training import initialize, training
@@ -106,19 +112,33 @@ def _run_as_main_of_this_module(script: str) -> None:
     exec(compile(Path(script).read_bytes(), script, "exec"), module.__dict__)
 
 
-def parser_flags() -> list[str]:
-    """The option strings of Megatron-LM's own parser (`add_megatron_arguments`, with the arguments it
-    generates from megatron-core's config dataclasses)."""
+def describe_parser() -> list[dict]:
+    """Megatron-LM's own parser (`add_megatron_arguments`, with the arguments it generates from megatron-core's
+    config dataclasses), one entry an argument: its `dest`, its long `flags`, whether it `takes_value`, the
+    boolean each switch flag `sets` ([flag, value] pairs) and a switch's `default`."""
     install([])  # megatron.training's package imports the triton user
     from megatron.training.arguments import add_megatron_arguments
 
     parser = add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
-    return sorted(flag for action in parser._actions for flag in action.option_strings if flag.startswith("--"))
+    described = []
+    for action in parser._actions:
+        flags = [flag for flag in action.option_strings if flag.startswith("--")]
+        if not flags or isinstance(action, argparse._HelpAction):
+            continue
+        if isinstance(action, argparse.BooleanOptionalAction):
+            sets = [[flag, not flag.startswith("--no-")] for flag in flags]
+        elif isinstance(action, argparse._StoreConstAction) and isinstance(action.const, bool):  # store_true/false
+            sets = [[flag, action.const] for flag in flags]
+        else:
+            sets = []
+        described.append({"dest": action.dest, "flags": flags, "takes_value": action.nargs != 0, "sets": sets,
+                          "default": action.default if isinstance(action.default, bool) else None})
+    return described
 
 
 def main(argv: list[str]) -> None:
-    if argv == ["--list-flags"]:
-        print("\n".join(parser_flags()))
+    if argv == ["--describe-parser"]:
+        print(json.dumps(describe_parser()))
         return
     script, *args = argv
     cpu_args = install(args)
