@@ -71,6 +71,10 @@ MEANINGS = {
     "checkpoint_cost_s": "what a save costs training (report.advice, one definition for sync and async saves: "
                          "the training loop's measured cost when there is one); where from: checkpoint_cost_from",
 }
+# Per phase (docs/report.md, "Phases"), after the metrics above: which phase makes one source slower.
+STEADY_PHASE, LOAD_PHASE = "steady_phase:", "load_phase:"
+PHASE_MEANINGS = {STEADY_PHASE: "seconds of this phase, the slowest rank's: median over the steady saves",
+                  LOAD_PHASE: "seconds of this phase in the last load, the slowest rank's"}
 RATIO = "value / the first source's value (numbers only; null when either is missing or the first is 0)"
 
 
@@ -170,6 +174,13 @@ def _typed(source: Source) -> Report:
         raise ReportError(f"{source.path}: not a report of this version ({error})") from None
 
 
+def _phases(report: Report) -> dict[str, float]:
+    """A report's phases as metrics: the steady saves' median per phase, the last load's."""
+    loads = [load for load in report.every_load if load.phases]
+    return {**{STEADY_PHASE + name: seconds for name, seconds in report.steady_phases().items()},
+            **{LOAD_PHASE + name: seconds for name, seconds in (loads[-1].phase_seconds() if loads else {}).items()}}
+
+
 def compare(sources: list[Source]) -> Comparison:
     """Every metric of every source, and its ratio to the first source's (numbers only)."""
     if len(sources) < 2:
@@ -178,11 +189,19 @@ def compare(sources: list[Source]) -> Comparison:
     reports = [_typed(source) for source in sources]
     values = [{name: get(report) for name, get in METRICS} for report in reports]
     metrics = [name for name, _ in METRICS if name in CORE or any(v[name] is not None for v in values)]
+    phases = [_phases(report) for report in reports]
+    phase_metrics = list(dict.fromkeys(name for figures in phases for name in figures))
+    for figures, phase_figures in zip(values, phases, strict=True):
+        figures.update({name: phase_figures.get(name) for name in phase_metrics})
+    metrics += phase_metrics
+    meanings = {name: MEANINGS[name] if name in MEANINGS else mlperf_meaning(name) for name in metrics
+                if name in MEANINGS or name in MLPERF_KEYS}
+    meanings.update({name: PHASE_MEANINGS[prefix] for name in phase_metrics for prefix in PHASE_MEANINGS
+                     if name.startswith(prefix)})
     return Comparison(
         baseline=sources[0].label,
         metrics=metrics,
-        meanings={name: MEANINGS[name] if name in MEANINGS else mlperf_meaning(name) for name in metrics
-                  if name in MEANINGS or name in MLPERF_KEYS},
+        meanings=meanings,
         sources=[Column(source.label, source.path, {name: figures[name] for name in metrics},
                         {name: _ratio(figures[name], values[0][name]) for name in metrics})
                  for source, figures in zip(sources, values, strict=True)],

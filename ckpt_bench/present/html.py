@@ -771,6 +771,11 @@ def render_sweep(results: SweepResults | dict) -> str:
     peak = p.sweep_peak_table(results)
     if peak is not None:
         sections.append(("storage-peak", "The storage's own peak", _grid_table(*peak, "peak-table")))
+    phases = p.sweep_phase_table(results)
+    if phases is not None:
+        sections.append(("phases", "Phases", _grid_table(*phases, "phases-sweep-table")
+                         + '<p class="hint">Each phase\'s median seconds over a job\'s steady saves, its slowest '
+                           "rank's (docs/report.md, \"Phases\").</p>"))
     mlperf = p.sweep_mlperf_table(results)
     if mlperf is not None:
         sections.append(("mlperf", "MLPerf Storage", _grid_table(*mlperf, "mlperf-sweep-table")

@@ -579,6 +579,20 @@ def sweep_peak_table(results: SweepResults) -> tuple[list[str], list[list[str]]]
     return ["job", *parameters, *(label for _figure, label in PEAK_COLUMNS)], rows
 
 
+def sweep_phase_table(results: SweepResults) -> tuple[list[str], list[list[str]]] | None:
+    """Per job, each phase's steady median seconds (Report.steady_phases: the slowest rank's), side by side:
+    which phase makes one job slower than another. None when no job recorded phases."""
+    jobs = [(job, job.report.steady_phases()) for job in results.jobs if job.report is not None]
+    jobs = [(job, phases) for job, phases in jobs if phases]
+    if not jobs:
+        return None
+    parameters = swept(results)
+    names = list(dict.fromkeys(name for _, phases in jobs for name in phases))
+    rows = [[str(job.index), *(fmt(job.params.get(name)) for name in parameters),
+             *(fmt(phases.get(name)) for name in names)] for job, phases in jobs]
+    return ["job", *parameters, *names], rows
+
+
 def comms_table(comms: Comms) -> tuple[list[str], list[list[str]]]:
     """The collectives a comms sweep or preflight measured: columns and rows (nccl-tests' figures)."""
     return (["collective", "size", "time (us)", "algbw (GB/s)", "busbw (GB/s)"],

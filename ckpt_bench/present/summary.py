@@ -138,6 +138,9 @@ def print_sweep(summary: dict, results: SweepResults | dict, file: TextIO | None
     peak = p.sweep_peak_table(results)
     if peak is not None:
         out.print(_grid("the storage's own peak (--storage-baseline, each job's I/O shape)", *peak))
+    phases = p.sweep_phase_table(results)
+    if phases is not None:
+        out.print(_grid("phases: steady median seconds, the slowest rank's (docs/report.md)", *phases))
     mlperf = p.sweep_mlperf_table(results)
     if mlperf is not None:
         out.print(_grid(f"MLPerf Storage's figures ({p.MLPERF_COLUMNS_MEAN})", *mlperf))

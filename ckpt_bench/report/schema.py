@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import keyword
+import statistics
 import sys
 import types
 import typing
@@ -198,7 +199,8 @@ class FailedRank:
     """Who sent a root cause's SIGKILL, as far as known (launcher.oom)."""
     exception: str | None = None
     """What the rank died of, `Type: message`: torchelastic's error file where the rank wrote one (torch's
-    `@record`), else its stderr log (our workers' `<phase> failed:` line, or the last Python traceback)."""
+    `@record`), else its stderr log (our workers' `<phase> failed:` line, or the last Python traceback); None
+    for a rank ended by a signal (`signal` is its cause) or that left none."""
 
 
 @dataclass(kw_only=True)
@@ -629,6 +631,17 @@ class Report:
         """The ranks of the whole job when a workload run ran a subset of them (--subset), else None."""
         config = self.config or {}
         return config.get("job_world_size") if config.get("subset") else None
+
+    def steady_phases(self) -> dict[str, float]:
+        """Each phase's median seconds (its slowest rank's) over the steady saves that recorded phases (the
+        saves after the first of each process, or all: report.metrics' rule); a phase a save did not run
+        counts 0 for it."""
+        complete = [save for save in self.saves or [] if save.complete]
+        _first, later = split_first_saves(complete, lambda save: save.repetition)
+        saves = [save for save in later or complete if save.phases]
+        names = dict.fromkeys(name for save in saves for name in save.phase_seconds())
+        return {name: round(statistics.median(save.phase_seconds().get(name, 0.0) for save in saves), 6)
+                for name in names}
 
     @property
     def assumes_constant_structure(self) -> bool:
