@@ -375,7 +375,8 @@ def _phased(report: Report) -> list[tuple[str, SaveRecord | LoadRecord]]:
 
 def phase_table(report: Report) -> tuple[list[str], list[list[str]]] | None:
     """Where the time went (docs/report.md, "Phases"): one row per phase in the order they ran, a column of
-    seconds (the slowest rank's) and one of shares per record of `_phased`, a last row of the records' times.
+    seconds (the slowest rank's) and one of shares per record of `_phased`, then, with more than two saves (a
+    --repeat series, a long run), each phase's median over the steady saves; a last row of the records' times.
     An async save's background phases are marked `(bg)`. None when no record carries phases (logs)."""
     records = _phased(report)
     if not records:
@@ -383,9 +384,12 @@ def phase_table(report: Report) -> tuple[list[str], list[list[str]]] | None:
     names: dict[str, None] = {}
     for _, record in records:
         names.update(dict.fromkeys(record.phase_seconds()))
+    steady = report.steady_phases() if sum(1 for save in report.saves or [] if save.phases) > 2 else {}
     columns = ["phase"]
     for label, _ in records:
         columns += [f"{label} s", "share"]
+    if steady:
+        columns.append("steady median s")
     rows = []
     for name in names:
         background = any(p.phase == name and p.blocking is False for _, r in records for p in r.phases)
@@ -394,6 +398,8 @@ def phase_table(report: Report) -> tuple[list[str], list[list[str]]] | None:
             spent = record.phase_seconds().get(name)
             whole = sum(record.phase_seconds().values())
             row += [fmt(spent), percent(spent / whole, 0) if spent is not None and whole else NONE]
+        if steady:
+            row.append(fmt(steady.get(name)))
         rows.append(row)
     total = ["total (block)"]
     for _, record in records:
@@ -402,6 +408,8 @@ def phase_table(report: Report) -> tuple[list[str], list[list[str]]] | None:
         else:
             total += [fmt(record.total_time) + ("" if record.block_time == record.total_time
                                                 else f" ({fmt(record.block_time)})"), ""]
+    if steady:
+        total.append(fmt(report.steady_median("total_time")))
     return columns, [*rows, total]
 
 

@@ -35,10 +35,10 @@ def test_summary_names_the_longest_phase_and_tables_first_and_last_save():
     assert typed.steady_phases() == {"plan": 1, "write": 3, "fsync": 1}
     assert dict(headline_rows(typed))["where the time goes"] == "last save: write 60 %"
     columns, rows = phase_table(typed)
-    assert columns == ["phase", "first save 1 s", "share", "last save 3 s", "share"]
-    assert rows[0] == ["plan", "5.000", "83 %", "1.000", "20 %"]
+    assert columns == ["phase", "first save 1 s", "share", "last save 3 s", "share", "steady median s"]
+    assert rows[0] == ["plan", "5.000", "83 %", "1.000", "20 %", "1.000"]
     assert rows[2][:2] == ["fsync", "-"]  # the first save ran no fsync
-    assert rows[-1][0] == "total (block)" and rows[-1][3] == "5.000"
+    assert rows[-1][0] == "total (block)" and rows[-1][3] == "5.000" and rows[-1][5] == "5.000"
 
 
 def test_compare_puts_phases_side_by_side():
