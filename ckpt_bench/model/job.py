@@ -35,6 +35,10 @@ class TrainingJob:
     last_stage_layers: int | None = None
     stage_layer_counts: tuple[int, ...] | None = None
     distributed_optimizer: bool = True
+    overlap_grad_reduce: bool = False
+    """DDP splits each gradient buffer into buckets (`--overlap-grad-reduce`): the optimizer saves per bucket."""
+    ddp_bucket_size: int | None = None
+    """`--ddp-bucket-size` (elements); None: megatron-core's max(40 M, 1 M x data-parallel size)."""
     optimizer_dtype: str = "fp32"
     """The optimizer's state (Adam's moments, the main parameters): fp32 in Megatron-LM unless asked otherwise."""
     ckpt_format: str = DEFAULT_CKPT_FORMAT
@@ -81,4 +85,6 @@ class TrainingJob:
             cp=size("context_parallel_size"),
             first_stage_layers=size("decoder_first_pipeline_num_layers", None),
             last_stage_layers=size("decoder_last_pipeline_num_layers", None),
-            distributed_optimizer=bool(args.get("use_distributed_optimizer")), ckpt_format=fmt)
+            distributed_optimizer=bool(args.get("use_distributed_optimizer")),
+            overlap_grad_reduce=bool(args.get("overlap_grad_reduce")), ddp_bucket_size=size("ddp_bucket_size", None),
+            ckpt_format=fmt)

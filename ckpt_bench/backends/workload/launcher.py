@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from ckpt_bench.backends.workload.engines import ENGINES, EngineInfo, state_layout
@@ -25,6 +25,7 @@ from ckpt_bench.backends.workload.shapes import DLIO_APPLIES_FSYNC, Layout, Work
 from ckpt_bench.backends.workload.sources import resolve_workload
 from ckpt_bench.backends.workload.spec import SECTION, WorkloadSpec
 from ckpt_bench.core.errors import ConfigError
+from ckpt_bench.core.experiment import parse_assignment
 from ckpt_bench.core.options import Flag
 from ckpt_bench.core.rundir import RunDir
 from ckpt_bench.core.units import GIB
@@ -33,7 +34,9 @@ from ckpt_bench.launcher.base import (
     DIST_BACKEND,
     LOAD_CALLS,
     PLAN_ONLY,
+    PRIMUS_PATH,
     SAVE_CALLS,
+    SET,
     SYNC_FILES,
     THREAD_COUNT,
     Backend,
@@ -44,6 +47,7 @@ from ckpt_bench.launcher.base import (
 from ckpt_bench.launcher.config import LaunchConfig
 from ckpt_bench.launcher.resources import RANK_BASE_BYTES, check_host_memory, default_dist_backend
 from ckpt_bench.launcher.run_info import Ranks, RunInfo, SaveConfig, fsynced
+from ckpt_bench.model.job import TrainingJob
 from ckpt_bench.storage import StorageOptions, storage_for
 
 WORKER = "ckpt_bench.backends.workload.worker"
@@ -57,10 +61,14 @@ class WorkloadConfig(CheckpointOptions, StorageOptions):
     workload: str | None = Flag(
         ("--workload",), "A real job's checkpoint, without training: a name (llama3-8b, llama3-70b, llama3-405b, "
         "llama3-1t: MLPerf Storage's; llama2-7b, llama2-70b), a DLIO workload YAML, or a Primus/Megatron "
-        "experiment YAML (its model shape and parallel sizes).", metavar="NAME|FILE").field()
-    engine: str = Flag(("--engine",), "How the workload's checkpoints are written: " + "; ".join(
-        f"{name}: {info.writes}" for name, info in ENGINES.items()) + ".", choices=tuple(ENGINES),
-        default="torch-save", show_default=True).field()
+        "experiment YAML (the Megatron job it describes: dense or MoE, MLA, MTP, its parallel layout).",
+        metavar="NAME|FILE").field()
+    engine: str | None = Flag(("--engine",), "How the workload's checkpoints are written: " + "; ".join(
+        f"{name}: {info.writes}" for name, info in ENGINES.items()) + ". Default: a Megatron experiment's own "
+        "ckpt_format, else torch-save.", choices=tuple(ENGINES)).field()
+    set: tuple[str, ...] = SET.field(())
+    primus_path: str | None = PRIMUS_PATH.field()
+    overrides: dict = field(init=False)  # an experiment's Megatron-LM arguments set with --set
     subset: bool = Flag(("--subset",), "Run only the first N ranks of the workload's job (N = --nnodes x "
                         "--nproc-per-node), each writing its real share (MLPerf Storage's subset mode).",
                         type=bool).field(False)
@@ -79,20 +87,21 @@ class WorkloadConfig(CheckpointOptions, StorageOptions):
         super().__post_init__()
         if not self.workload:
             raise ConfigError("--backend workload needs --workload NAME|FILE (e.g. --workload llama3-8b)")
-        info = self.engine_info
-        if self.async_save and not info.async_save:
-            raise ConfigError(f"--async-save: the {self.engine} engine has no asynchronous save (DLIO's is "
-                              "synchronous); use --engine torch_dist or --engine dcp")
-        if self.sync_files is False and info.always_fsyncs:
-            raise ConfigError(f"--no-sync-files: the {self.engine} engine's writer (megatron-core) always fsyncs "
-                              "its files; use --engine torch-save or dcp to write without fsync")
-        if self.thread_count is not None and info.default_threads is None:
-            raise ConfigError(f"--thread-count: the {self.engine} engine writes each rank's files one after the "
-                              "other; writer threads apply to --engine dcp and torch_dist")
+        self.overrides = dict(parse_assignment(text) for text in self.set)
 
-    @property
-    def engine_info(self) -> EngineInfo:
-        return ENGINES[self.engine]
+    def check_engine(self, engine: str) -> EngineInfo:
+        """The engine's description, once the options it does not read are refused."""
+        info = ENGINES[engine]
+        if self.async_save and not info.async_save:
+            raise ConfigError(f"--async-save: the {engine} engine has no asynchronous save; use --engine "
+                              f"{' or '.join(name for name, other in ENGINES.items() if other.async_save)}")
+        if self.sync_files is False and info.always_fsyncs:
+            raise ConfigError(f"--no-sync-files: the {engine} engine's writer always fsyncs its files; use "
+                              "--engine torch-save or dcp to write without fsync")
+        if self.thread_count is not None and info.default_threads is None:
+            raise ConfigError(f"--thread-count: the {engine} engine writes each rank's files one after the "
+                              "other; writer threads apply to --engine dcp and torch_dist")
+        return info
 
 
 @dataclass(frozen=True)
@@ -100,6 +109,9 @@ class WorkloadRun:
     """A workload resolved against the ranks that run: everything `plan` and `--plan` report."""
 
     workload: Workload
+    engine: str
+    """The engine that writes it: --engine, else a Megatron experiment's own ckpt_format, else torch-save."""
+    info: EngineInfo
     layout: Layout
     ranks: int
     save_calls: int
@@ -107,9 +119,21 @@ class WorkloadRun:
     time_between: float
 
 
+def default_engine(workload: Workload) -> str:
+    """A Megatron experiment saves in its own `ckpt_format`; DLIO's workloads through DLIO's torch.save."""
+    if workload.megatron is not None:
+        return TrainingJob.from_dict(workload.megatron).ckpt_format
+    return "torch-save"
+
+
 def resolve(config: WorkloadConfig, launch: LaunchConfig) -> WorkloadRun:
     """The workload, its layout on the ranks that run, and its counts; raises ConfigError."""
-    workload = resolve_workload(config.workload)
+    workload = resolve_workload(config.workload, config.overrides, config.primus_path)
+    engine = config.engine or default_engine(workload)
+    if engine not in ENGINES:
+        raise ConfigError(f"--workload {config.workload}: its ckpt_format {engine!r} has no engine here; give "
+                          f"--engine ({', '.join(ENGINES)})")
+    info = config.check_engine(engine)
     ranks = launch.topology.world_size
     subset = config.subset or workload.subset
     job = workload.world_size
@@ -129,7 +153,7 @@ def resolve(config: WorkloadConfig, launch: LaunchConfig) -> WorkloadRun:
                           f"{job} (--nnodes x --nproc-per-node, or --emit slurm|k8s), or add --subset to run its "
                           f"first {ranks}, each writing its real share")
     try:
-        layout = state_layout(config.engine_info, workload, job, ranks if ranks < job else None)
+        layout = state_layout(info, workload, job, ranks if ranks < job else None)
     except ValueError as error:
         raise ConfigError(f"--workload {config.workload}: {error}") from None
     save_calls = config.save_calls or max(workload.num_checkpoints_write, 0)
@@ -142,7 +166,7 @@ def resolve(config: WorkloadConfig, launch: LaunchConfig) -> WorkloadRun:
                           "written; use at most that")
     time_between = (config.time_between_checkpoints if config.time_between_checkpoints is not None
                     else abs(workload.time_between_checkpoints))  # DLIO sleeps the absolute value
-    return WorkloadRun(workload, layout, ranks, save_calls, load_calls, time_between)
+    return WorkloadRun(workload, engine, info, layout, ranks, save_calls, load_calls, time_between)
 
 
 def host_memory_needed(run: WorkloadRun, info: EngineInfo, async_save: bool, nproc_per_node: int) -> int:
@@ -155,24 +179,42 @@ def host_memory_needed(run: WorkloadRun, info: EngineInfo, async_save: bool, npr
     return max(per_host)
 
 
+def model_facts(run: WorkloadRun) -> dict:
+    """What model the checkpoint is of: its kind, its parameters (total, and active: a token's top-k experts),
+    its parallel sizes."""
+    parameters = run.layout.parameters
+    facts: dict = {"model": "dense", "parameters": parameters.total if parameters else None,
+                   "active_parameters": parameters.active if parameters else None}
+    if run.workload.megatron is not None:
+        job = TrainingJob.from_dict(run.workload.megatron)
+        parallel = job.parallelism(run.layout.world_size)
+        facts |= {"model": job.architecture.kind, "vocabulary": job.architecture.vocab_source,
+                  "parallel": {"tp": parallel.tp, "pp": parallel.pp, "ep": parallel.ep, "etp": parallel.expert_tp,
+                               "cp": parallel.cp, "dp": parallel.dp, "expert_dp": parallel.edp,
+                               "layers_per_stage": list(parallel.layers_per_stage)},
+                  "distributed_optimizer": job.distributed_optimizer}
+    return facts
+
+
 def preview(config: WorkloadConfig, launch: LaunchConfig, run: WorkloadRun) -> dict:
     """`--plan`: the layout, in bytes of tensor data (no serialization overhead)."""
     layout = run.layout
     return {
         "workload": run.workload.name,
-        "engine": config.engine,
+        "engine": run.engine,
+        **model_facts(run),
         "world_size": layout.world_size,
         "subset": run.ranks if layout.is_subset else None,
         "total_bytes": layout.total_bytes,
         "run_bytes": layout.run_bytes,
+        "rank_bytes": dataclasses.asdict(layout.spread),
         "save_calls": run.save_calls,
         "load_calls": run.load_calls,
-        "host_memory_needed_bytes": host_memory_needed(run, config.engine_info, config.async_save,
+        "host_memory_needed_bytes": host_memory_needed(run, run.info, config.async_save,
                                                        launch.topology.nproc_per_node),
         "ranks": [{"rank": share.rank, "bytes": share.bytes,
-                   "files": config.engine_info.files_written(share.rank, [f.name for f in share.files],
-                                                             config.thread_count or config.engine_info.default_threads
-                                                             or 1)}
+                   "files": run.info.files_written(share.rank, [f.name for f in share.files],
+                                                   config.thread_count or run.info.default_threads or 1)}
                   for share in layout.ranks],
     }
 
@@ -208,13 +250,13 @@ def run_info(config: WorkloadConfig, run: WorkloadRun, spec: WorkloadSpec, launc
     workload, layout = run.workload, run.layout
     # A Megatron GPT's state is saved fully parallel, with the DistributedOptimizer's Adam state; DLIO's state
     # has no such settings (None: null in the report).
-    megatron = config.engine_info.state == "megatron"
+    megatron = run.info.state == "megatron"
     return WorkloadRunInfo(
         backend="workload",
         ranks=Ranks.of(launch.topology),
         saves=SaveConfig(
             data_parallel_size=layout.data_parallelism,
-            ckpt_format=config.engine,
+            ckpt_format=run.engine,
             ckpt_fully_parallel_save=True if megatron else None,
             ckpt_fully_parallel_load=True if megatron else None,
             async_save=config.async_save,
@@ -229,7 +271,7 @@ def run_info(config: WorkloadConfig, run: WorkloadRun, spec: WorkloadSpec, launc
         ),
         storage=spec.storage,
         workload=workload.name,
-        engine=config.engine,
+        engine=run.engine,
         job_world_size=layout.world_size,
         subset=run.ranks if layout.is_subset else None,
         tensor_parallel_size=workload.tensor_parallelism,
@@ -262,12 +304,12 @@ class WorkloadBackend(Backend[WorkloadConfig]):
 
     def plan(self, launch: LaunchConfig[WorkloadConfig]) -> Plan:
         config = launch.options
-        info = config.engine_info
         storage = storage_for(config.save_dir, config)  # validates the S3 settings; no I/O
-        if storage.kind not in info.storage_kinds:
-            raise ConfigError(f"--engine {config.engine} writes to {' or '.join(info.storage_kinds)} only, not "
-                              f"{storage.kind} (--save-dir {config.save_dir}); use --engine torch-save or dcp")
         run = resolve(config, launch)
+        info = run.info
+        if storage.kind not in info.storage_kinds:
+            raise ConfigError(f"--engine {run.engine} writes to {' or '.join(info.storage_kinds)} only, not "
+                              f"{storage.kind} (--save-dir {config.save_dir}); use --engine torch-save or dcp")
         sync_files = True if config.sync_files is None else config.sync_files
         if storage.kind == "s3":
             if config.sync_files:
@@ -276,11 +318,11 @@ class WorkloadBackend(Backend[WorkloadConfig]):
             sync_files = False
         check_host_memory(
             host_memory_needed(run, info, config.async_save, launch.topology.nproc_per_node),
-            f"workload {run.workload.name} through {config.engine}: the ranks of one host",
+            f"workload {run.workload.name} through {run.engine}: the ranks of one host",
             "run fewer ranks per host (--nproc-per-node, --subset), or a smaller workload")
         spec = WorkloadSpec(
             workload=dataclasses.asdict(run.workload), world_size=run.layout.world_size,
-            subset_ranks=run.ranks if run.layout.is_subset else None, engine=config.engine,
+            subset_ranks=run.ranks if run.layout.is_subset else None, engine=run.engine,
             save_calls=run.save_calls, load_calls=run.load_calls, time_between_checkpoints=run.time_between,
             sync_files=sync_files, async_save=config.async_save,
             thread_count=config.thread_count or info.default_threads or 1,
@@ -289,7 +331,7 @@ class WorkloadBackend(Backend[WorkloadConfig]):
         if run.load_calls:
             passes.append(WorkerPass("load", ["--phase", "load"]))
         return Plan(
-            name=f"workload-{run.workload.name}-{config.engine}",
+            name=f"workload-{run.workload.name}-{run.engine}",
             worker_module=WORKER,
             resolved_config={SECTION: spec.section_json(), "save_dir": config.save_dir},
             spec=spec,
@@ -311,10 +353,10 @@ def _notes(config: WorkloadConfig, run: WorkloadRun, sync_files: bool, storage_k
     if storage_kind == "disk" and sync_files and run.workload.fsync and not DLIO_APPLIES_FSYNC:
         notes.append("fsync on: DLIO asks for it in the workload (checkpoint.fsync) but never calls it; run with "
                      "--no-sync-files to reproduce what DLIO does")
-    if config.engine_info.state != "dlio":
-        notes.append(f"the {config.engine} engine saves a Megatron GPT's sharded state with the distributed optimizer, "
-                     "not DLIO's files: bytes and files per rank differ (docs/workloads.md); "
-                     "mlperf.dlio.checkpoint_size_GB is that state's size")
+    if run.info.state != "dlio":
+        notes.append(f"the {run.engine} engine saves a Megatron GPT's sharded state with its optimizer, not DLIO's "
+                     "files: bytes and files per rank differ (docs/workloads.md); mlperf.dlio.checkpoint_size_GB is "
+                     "that state's size")
     return notes
 
 

@@ -57,10 +57,10 @@ Files of one save (megatron-core's `FileSystemWriterAsync`): every rank that wri
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
-from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 from ckpt_bench.backends.workload.shapes import (
@@ -142,11 +142,13 @@ class Shard:
     """Axes of the global tensor the local one lacks (the layer index of stacked layers, an expert's index)."""
     dtype: str
     """DLIO datatype name (`shapes.DTYPE_BYTES`, `shapes.TORCH_DTYPE`)."""
+    expert: bool = False
+    """A routed expert's: held by the ranks of one expert-parallel rank, replicated over expert data parallelism."""
+    name: str = field(init=False)
+    """Unique across the job for this shard (its replicas share it): key and offset, as DCP indexes it."""
 
-    @property
-    def name(self) -> str:
-        """Unique across the job for this shard (its replicas share it): key and offset, as DCP indexes it."""
-        return f"{self.key}@{','.join(map(str, self.global_offset))}"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", f"{self.key}@{','.join(map(str, self.global_offset))}")
 
     @property
     def numel(self) -> int:
@@ -215,12 +217,20 @@ def training_job(workload: Workload) -> TrainingJob:
 
 
 @dataclass(frozen=True, slots=True)
-class _Buffer:
-    """One distributed-optimizer buffer of a pipeline stage: its parameters' [start, end), its sizes."""
+class _Bucket:
+    """One bucket of a distributed-optimizer buffer: its parameters' [start, end) from the bucket's start (each
+    at a multiple of 64 elements), its size, and its size padded to lcm(group size, 128)."""
 
     ranges: tuple[tuple[int, int], ...]
     unpadded: int
     padded: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Buffer:
+    """One distributed-optimizer buffer of a pipeline stage, sharded over a data-parallel group."""
+
+    buckets: tuple[_Bucket, ...]
     group_size: int
 
 
@@ -265,12 +275,12 @@ class MegatronGPT:
                 self._check_owned(buffer, stage)
 
     def _check_owned(self, buffer: _Buffer, stage: int) -> None:
-        local = buffer.padded // buffer.group_size
-        if buffer.unpadded <= (buffer.group_size - 1) * local:
-            raise self._refuse(
-                f"data-parallel rank {buffer.group_size - 1} of stage {stage} owns no parameter (a buffer of "
-                f"{buffer.unpadded} elements over {buffer.group_size} ranks); megatron-core's DistributedOptimizer "
-                "refuses that (empty bucket): use fewer ranks")
+        for bucket in buffer.buckets:
+            if bucket.unpadded <= (buffer.group_size - 1) * (bucket.padded // buffer.group_size):
+                raise self._refuse(
+                    f"data-parallel rank {buffer.group_size - 1} of stage {stage} owns no parameter (a bucket of "
+                    f"{bucket.unpadded} elements over {buffer.group_size} ranks); megatron-core's "
+                    "DistributedOptimizer refuses that (empty bucket): use fewer ranks")
 
     # ---- layout ------------------------------------------------------------------------------------------
 
@@ -325,6 +335,8 @@ class MegatronGPT:
         modules: list[tuple[str, int | None, list[Param]]] = []
         if pp_rank == 0:
             modules.append(("", None, embedding_params(arch, self.tp)))
+        elif pp_rank == par.pp - 1 and arch.mtp_num_layers:  # MTP's input: a copy of the word embeddings
+            modules.append(("", None, embedding_params(arch, self.tp)[:1]))
         for layer in par.stage_layers(pp_rank):
             prefix = f"decoder.layers.{layer}." if numbered else "decoder.layers."
             modules.append((prefix, None if numbered else layer, decoder_layer_params(arch, layer)))
@@ -342,7 +354,9 @@ class MegatronGPT:
         """The shards of one parameter on the rank at `c` (one per local expert for an expert's)."""
         par, arch = self.parallel, self.arch
         dtype = "fp32" if param.fp32 else arch.params_dtype
-        tied_copy = param.name == "output_layer.weight" and arch.tied_embeddings
+        # Copies of the first stage's word embeddings (a tied output layer, MTP's input) are replicas.
+        tied_copy = (param.name == "output_layer.weight" and arch.tied_embeddings or
+                     param.name == "embedding.word_embeddings.weight" and c.pp_rank > 0)
         key = "embedding.word_embeddings.weight" if tied_copy else prefix + param.name
         lead: list[tuple[int, int]] = []  # prepended axes: (index, size)
         if layer is not None:
@@ -371,7 +385,7 @@ class MegatronGPT:
                 shards.append(Shard(
                     key, tuple(shape), (*(size for _, size in axes), *global_shape),
                     (*(index for index, _ in axes), *offset), (*(size for _, size in axes), *fragments),
-                    replica, len(axes), dtype))
+                    replica, len(axes), dtype, param.expert))
         return shards
 
     def model_shards(self, c: RankCoordinates) -> list[Shard]:
@@ -403,37 +417,47 @@ class MegatronGPT:
 
     # ---- the optimizer ----------------------------------------------------------------------------------------
 
-    def _local_numels(self, pp_rank: int, expert: bool) -> list[int]:
-        """Element counts of one rank's trained parameters of stage `pp_rank`, in module order: the dense ones
-        (the same on every TP rank), or the experts' (each local expert's parameters, expert after expert)."""
+    def _shared_embedding(self, prefix: str, param: Param) -> bool:
+        """megatron-core's `shared_embedding` parameters, each in a bucket of its own: with a tied output layer
+        or MTP layers on more than one stage, the first stage's embedding and the last stage's copy of it."""
+        if self.pp == 1 or not (self.arch.tied_embeddings or self.arch.mtp_num_layers):
+            return False
+        return prefix + param.name == "embedding.word_embeddings.weight" or (
+            param.name == "output_layer.weight" and self.arch.tied_embeddings)
+
+    def _local_params(self, pp_rank: int, expert: bool) -> list[tuple[int, bool]]:
+        """(element count, shared embedding) of one rank's trained parameters of stage `pp_rank`, in module
+        order: the dense ones (the same on every TP rank), or the experts' (expert after expert)."""
         par = self.parallel
-        numels = []
-        for _, _, params in self._stage_modules(pp_rank):
+        local = []
+        for prefix, _, params in self._stage_modules(pp_rank):
             trained = [p for p in params if p.trained and p.expert == expert]
-            if not trained:
-                continue
             split = par.expert_tp if expert else par.tp
-            local = [p.numel // split if p.tp_axis is not None else p.numel for p in trained]
-            numels += local * (self.arch.moe.num_experts // par.ep if expert else 1)
-        return numels
+            entries = [(p.numel // split if p.tp_axis is not None else p.numel, self._shared_embedding(prefix, p))
+                       for p in trained]
+            local += entries * (self.arch.moe.num_experts // par.ep if expert and entries else 1)
+        return local
+
+    def _bucket_size(self, pp_rank: int) -> int | None:
+        """Elements after which megatron-core's DDP closes a bucket: with --overlap-grad-reduce,
+        --ddp-bucket-size or max(40 M, 1 M x data-parallel size), on the first stage only; else one bucket."""
+        if not self.job.overlap_grad_reduce or pp_rank > 0:
+            return None
+        return self.job.ddp_bucket_size or max(40_000_000, 1_000_000 * self.parallel.dp_cp)
 
     @cached_property
     def _buffers(self) -> list[dict[str, _Buffer]]:
-        """Per pipeline stage, its distributed-optimizer buffers ("dense", "expert" when it has experts)."""
+        """Per pipeline stage, its distributed-optimizer buffers ("dense", and "expert" where it has experts),
+        bucketed as megatron-core's `_ParamAndGradBuffer` does."""
         stages = []
         for pp_rank in range(self.pp):
-            buffers = {}
+            buffers, bucket_size = {}, self._bucket_size(pp_rank)
             for kind, group in (("dense", self.parallel.dp_cp), ("expert", self.parallel.edp)):
-                numels = self._local_numels(pp_rank, kind == "expert")
-                if not numels:
+                params = self._local_params(pp_rank, kind == "expert")
+                if not params:
                     continue
-                ranges, end = [], 0
-                for numel in reversed(numels):  # backprop order
-                    start = -(-end // _PARAM_ALIGNMENT) * _PARAM_ALIGNMENT
-                    end = start + numel
-                    ranges.append((start, end))
-                multiple = math.lcm(group, _BUCKET_ALIGNMENT)
-                buffers[kind] = _Buffer(tuple(ranges), end, -(-end // multiple) * multiple, group)
+                buckets = _bucketize(params, bucket_size, math.lcm(group, _BUCKET_ALIGNMENT))
+                buffers[kind] = _Buffer(tuple(buckets), group)
             stages.append(buffers)
         return stages
 
@@ -454,27 +478,18 @@ class MegatronGPT:
                        if p.trained}
             trained.add("embedding.word_embeddings.weight")
             return [Shard(f"optimizer.state.{state}.{s.key}", s.local_shape, s.global_shape, s.global_offset,
-                          s.axis_fragmentations, s.replica_id, s.prepend_axis_num, dtype)
+                          s.axis_fragmentations, s.replica_id, s.prepend_axis_num, dtype, s.expert)
                     for state in states for s in (model if model is not None else self.model_shards(c))
                     if s.key in trained]
         shards = []
         for kind, buffer in self._buffers[c.pp_rank].items():
             group_rank = c.dp_rank if kind == "dense" else c.edp_rank
-            local = buffer.padded // buffer.group_size
-            begin, end = group_rank * local, (group_rank + 1) * local
-            # This rank's parameter fragments in buffer coordinates, then the gaps between them, as
-            # `sharded_param_state_dp_reshardable` inserts them: only those starting inside the unpadded buffer.
-            fragments = [(max(s, begin), min(e, end)) for s, e in buffer.ranges if min(e, end) > max(s, begin)]
-            pieces, cursor = [], begin
-            for start, stop in [*fragments, (end, end)]:
-                if start > cursor and cursor < buffer.unpadded:
-                    pieces.append((cursor, start))
-                if stop > start:
-                    pieces.append((start, stop))
-                cursor = stop
-            prefix = f"{self._optimizer_prefix(c, kind)}.gbuf_idx_0.{self.buffer_dtype_key}.bucket_idx_0"
-            shards += [Shard(f"{prefix}.{state}", (stop - start,), (buffer.unpadded,), (start,), None, (0, 0, 0), 0,
-                             dtype) for start, stop in pieces for state in _DISTRIBUTED_STATES]
+            for index, bucket in enumerate(buffer.buckets):
+                prefix = f"{self._optimizer_prefix(c, kind)}.gbuf_idx_0.{self.buffer_dtype_key}.bucket_idx_{index}"
+                shards += [Shard(f"{prefix}.{state}", (stop - start,), (bucket.unpadded,), (start,), None,
+                                 (0, 0, 0), 0, dtype)
+                           for start, stop in _owned_pieces(bucket, group_rank, buffer.group_size)
+                           for state in _DISTRIBUTED_STATES]
         return shards
 
     def objects(self, c: RankCoordinates) -> list[ObjectShard]:
@@ -485,44 +500,119 @@ class MegatronGPT:
             for kind, buffer in self._buffers[c.pp_rank].items():
                 group_rank = c.dp_rank if kind == "dense" else c.edp_rank
                 prefix = self._optimizer_prefix(c, kind)
-                for name, numel in (("per_bucket_numel", buffer.padded), ("per_bucket_numel_unpadded",
-                                                                          buffer.unpadded)):
-                    objects.append(ObjectShard(f"{prefix}.{name}", (1,), (0,), (0, 0, group_rank), (numel,)))
+                for name, numels in (("per_bucket_numel", tuple(b.padded for b in buffer.buckets)),
+                                     ("per_bucket_numel_unpadded", tuple(b.unpadded for b in buffer.buckets))):
+                    objects.append(ObjectShard(f"{prefix}.{name}", (1,), (0,), (0, 0, group_rank), numels))
         return objects
 
     # ---- who writes what -----------------------------------------------------------------------------------
 
-    def save_distribution(self, tp_rank: int, pp_rank: int) -> dict[str, tuple[int, int]]:
-        """For each shard whose main replica lies in one data-parallel × context-parallel group: the rank
-        (global) that writes it under megatron-core's `FullyParallelSaveStrategyWrapper`
-        (`distribute_shards_to_ranks`), and its bytes."""
+    def optimizer_bytes(self, c: RankCoordinates) -> int:
+        """Bytes of the distributed optimizer's shards on the rank at `c`, without building them."""
+        elements = 0
+        for kind, buffer in self._buffers[c.pp_rank].items():
+            group_rank = c.dp_rank if kind == "dense" else c.edp_rank
+            elements += sum(stop - start for bucket in buffer.buckets
+                            for start, stop in _owned_pieces(bucket, group_rank, buffer.group_size))
+        return elements * len(_DISTRIBUTED_STATES) * DTYPE_BYTES[self.job.optimizer_dtype]
+
+    def save_distribution(self, tp_rank: int, pp_rank: int) -> Distribution:
+        """Who writes what in one data-parallel × context-parallel group under megatron-core's
+        `FullyParallelSaveStrategyWrapper` (`determine_main_replica_uniform_distribution`): the shards whose main
+        replica lies in the group, held by fewer ranks first, then largest first, then by (key, offset), each
+        to its least-loaded holder (the lowest group rank on a tie); a rank's own optimizer shards are its own.
+
+        The ranks of one expert-parallel (and expert-tensor-parallel) rank hold the same model shards, so each
+        such class is built once, with the replica ids of the group's main replicas; a dense shard is held by
+        the whole group, an expert's by its class, whose main replica is there if the class holds expert
+        data-parallel rank 0."""
         group = self.parallel.data_parallel_group(tp_rank, pp_rank)
-        holders: dict[str, list[int]] = defaultdict(list)
-        sizes: dict[str, int] = {}
-        order: dict[str, tuple] = {}
-        main: set[str] = set()
-        by_class: dict[tuple[int, int], list[Shard]] = {}  # the model shards of ranks of one (ep, etp) rank
-        for index, rank in enumerate(group):
-            c = self.coordinates(rank)
-            shared = by_class.get((c.ep_rank, c.etp_rank))
-            if shared is None:
-                shared = by_class[(c.ep_rank, c.etp_rank)] = self.model_shards(c)
-            own = self.optimizer_shards(c, shared) if self.job.distributed_optimizer else []
-            mirrored = [] if self.job.distributed_optimizer else self.optimizer_shards(c, shared)
-            for shard in (*shared, *mirrored, *own):
-                name = shard.name
-                holders[name].append(index)
-                if name not in sizes:
-                    sizes[name] = shard.nbytes
-                    order[name] = (shard.key, shard.global_offset)
-            main.update(shard.name for shard in (*shared, *mirrored, *own) if shard.is_main_replica)
-        loads = [(0, index) for index in range(len(group))]
-        writer: dict[str, tuple[int, int]] = {}
-        for name in sorted(main, key=lambda n: (len(holders[n]), -sizes[n], order[n])):
-            size, index = min(loads[i] for i in holders[name])
-            writer[name] = (group[index], sizes[name])
-            loads[index] = (size + sizes[name], index)
-        return writer
+        coords = [self.coordinates(rank) for rank in group]
+        everyone = tuple(range(len(group)))
+        classes: dict[tuple[int, int], list[int]] = defaultdict(list)
+        for index, c in enumerate(coords):
+            classes[(c.ep_rank, c.etp_rank)].append(index)
+        distributed = self.job.distributed_optimizer
+        loads = [self.optimizer_bytes(c) if distributed else 0 for c in coords]
+        resident = list(loads)
+        entries: dict[str, tuple[tuple[int, ...], int, tuple]] = {}
+        for members in classes.values():
+            probe = dataclasses.replace(coords[members[0]], dp_rank=0, edp_rank=0)
+            shards = self.model_shards(probe)
+            if not distributed:
+                shards += self.optimizer_shards(probe, shards)
+            held = sum(shard.nbytes for shard in shards)
+            for index in members:
+                resident[index] += held
+            main_here = any(coords[index].edp_rank == 0 for index in members)
+            for shard in shards:
+                if shard.is_main_replica and (main_here or not shard.expert) and shard.name not in entries:
+                    holders = tuple(members) if shard.expert else everyone
+                    entries[shard.name] = (holders, shard.nbytes, (shard.key, shard.global_offset))
+        writer: dict[str, int] = {}
+        for name, (holders, size, _) in sorted(entries.items(), key=lambda e: (len(e[1][0]), -e[1][1], e[1][2])):
+            index = min(holders, key=lambda i: (loads[i], i))
+            writer[name] = group[index]
+            loads[index] += size
+        return Distribution(writer, dict(zip(group, loads, strict=True)), dict(zip(group, resident, strict=True)))
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """One data-parallel group's save: who writes each shared shard, and each rank's bytes."""
+
+    writer: dict[str, int]
+    """The rank that writes each shard held by several ranks or with its main replica here (by `Shard.name`);
+    a rank's own distributed-optimizer shards are not listed: it writes them."""
+    written: dict[int, int]
+    """Tensor bytes each rank writes."""
+    resident: dict[int, int]
+    """Tensor bytes each rank holds (its model shards and its optimizer's)."""
+
+
+def _bucketize(params: list[tuple[int, bool]], bucket_size: int | None, multiple: int) -> tuple[_Bucket, ...]:
+    """megatron-core's `_ParamAndGradBuffer` with the distributed optimizer: the parameters in reverse module
+    order, each at a multiple of 64 elements; a bucket closes once it holds `bucket_size` elements, and around a
+    shared embedding; each bucket's end padded to a multiple of `multiple`."""
+    buckets: list[_Bucket] = []
+    ranges: list[tuple[int, int]] = []
+    bucket_start = start = 0
+
+    def close(end: int) -> int:
+        nonlocal bucket_start, ranges
+        padded_end = -(-end // multiple) * multiple
+        buckets.append(_Bucket(tuple((a - bucket_start, b - bucket_start) for a, b in ranges), end - bucket_start,
+                               padded_end - bucket_start))
+        bucket_start, ranges = padded_end, []
+        return padded_end
+
+    for numel, shared in reversed(params):  # backprop order
+        start = -(-start // _PARAM_ALIGNMENT) * _PARAM_ALIGNMENT
+        if shared and ranges:
+            start = close(start)
+        ranges.append((start, start + numel))
+        end = start + numel
+        start = close(end) if shared or (bucket_size is not None and end - bucket_start >= bucket_size) else end
+    if ranges:
+        close(ranges[-1][1])
+    return tuple(buckets)
+
+
+def _owned_pieces(bucket: _Bucket, group_rank: int, group_size: int) -> list[tuple[int, int]]:
+    """The [start, stop) pieces of a bucket that data-parallel rank `group_rank` saves: its slice's parameter
+    fragments and, as `sharded_param_state_dp_reshardable` inserts them, the alignment gaps between them that
+    start inside the unpadded bucket."""
+    local = bucket.padded // group_size
+    begin, end = group_rank * local, (group_rank + 1) * local
+    fragments = [(max(s, begin), min(e, end)) for s, e in bucket.ranges if min(e, end) > max(s, begin)]
+    pieces, cursor = [], begin
+    for start, stop in [*fragments, (end, end)]:
+        if start > cursor and cursor < bucket.unpadded:
+            pieces.append((cursor, start))
+        if stop > start:
+            pieces.append((start, stop))
+        cursor = stop
+    return pieces
 
 
 @dataclass(frozen=True)
@@ -564,10 +654,12 @@ class RankShards:
         return [o for o in self.objects if o.is_main_replica]
 
 
-def _rank_shards(gpt: MegatronGPT, c: RankCoordinates, assigned: dict[str, tuple[int, int]]) -> RankShards:
+def _rank_shards(gpt: MegatronGPT, c: RankCoordinates, distribution: Distribution) -> RankShards:
     model = gpt.model_shards(c)
     optimizer = gpt.optimizer_shards(c, model)
-    written = {name for name, (writer, _) in assigned.items() if writer == c.rank}
+    written = {name for name, writer in distribution.writer.items() if writer == c.rank}
+    if gpt.job.distributed_optimizer:
+        written |= {shard.name for shard in optimizer}
     return RankShards(c.rank, c, tuple(model), tuple(optimizer), tuple(gpt.objects(c)), frozenset(written))
 
 
@@ -575,18 +667,6 @@ def rank_shards(gpt: MegatronGPT, rank: int) -> RankShards:
     """What `rank` of the job holds and writes."""
     c = gpt.coordinates(rank)
     return _rank_shards(gpt, c, gpt.save_distribution(c.tp_rank, c.pp_rank))
-
-
-def _written_bytes(gpt: MegatronGPT) -> Iterator[tuple[int, int, dict[str, tuple[int, int]]]]:
-    """(rank, bytes written, the distribution of its group) for every rank, one group at a time."""
-    for pp_rank in range(gpt.pp):
-        for tp_rank in range(gpt.tp):
-            assigned = gpt.save_distribution(tp_rank, pp_rank)
-            per_rank: dict[int, int] = defaultdict(int)
-            for writer, nbytes in assigned.values():
-                per_rank[writer] += nbytes
-            for rank in gpt.parallel.data_parallel_group(tp_rank, pp_rank):
-                yield rank, per_rank[rank], assigned
 
 
 def layout(workload: Workload, world_size: int | None = None, subset_ranks: int | None = None) -> Layout:
@@ -605,22 +685,23 @@ def layout(workload: Workload, world_size: int | None = None, subset_ranks: int 
         raise WorkloadError(f"subset_ranks = {subset_ranks!r} is not valid for a job of {world} ranks")
     gpt = MegatronGPT(workload, world)
     written: dict[int, int] = {}
-    ranks: dict[int, RankShare] = {}
-    for rank, share, assigned in _written_bytes(gpt):
-        written[rank] = share
-        if rank >= count:
-            continue
-        state = _rank_shards(gpt, gpt.coordinates(rank), assigned)
-        tensors = tuple(s.tensor_spec for s in state.written_shards)
-        files = [FileShare(distcp_file(rank), "sharded", tensors)] if tensors else []
+    resident: dict[int, int] = {}
+    for pp_rank in range(gpt.pp):
+        for tp_rank in range(gpt.tp):
+            distribution = gpt.save_distribution(tp_rank, pp_rank)
+            written |= distribution.written
+            resident |= distribution.resident
+    ranks = []
+    for rank in range(count):
+        c = gpt.coordinates(rank)
+        # The shards themselves are the engine's to build (`rank_shards`); the plan needs their bytes.
+        files = [FileShare(distcp_file(rank), "sharded", ())] if written[rank] else []
         if rank == 0:
             files += [FileShare(name, "metadata", ()) for name in RANK0_FILES]
-        c = state.coordinates
-        ranks[rank] = RankShare(
-            rank=rank, files=tuple(files), bytes=share, resident_bytes=sum(s.nbytes for s in state.shards),
-            tp_rank=c.tp_rank, pp_rank=c.pp_rank, dp_rank=c.dp_rank,
-            mp_rank=gpt.parallel.model_parallel_rank(c.tp_rank, c.pp_rank), ep_rank=c.ep_rank)
-    shares = tuple(ranks[r] for r in range(count))
-    return Layout(workload=workload, world_size=world, data_parallelism=gpt.dp, ranks=shares,
-                  total_bytes=sum(written.values()), dlio_reported_bytes=sum(r.resident_bytes for r in shares),
-                  parameters=gpt.parameters)
+        ranks.append(RankShare(
+            rank=rank, files=tuple(files), bytes=written[rank], resident_bytes=resident[rank], tp_rank=c.tp_rank,
+            pp_rank=c.pp_rank, dp_rank=c.dp_rank, mp_rank=gpt.parallel.model_parallel_rank(c.tp_rank, c.pp_rank),
+            ep_rank=c.ep_rank))
+    return Layout(workload=workload, world_size=world, data_parallelism=gpt.dp, ranks=tuple(ranks),
+                  total_bytes=sum(written.values()), dlio_reported_bytes=sum(r.resident_bytes for r in ranks),
+                  parameters=gpt.parameters, job_rank_bytes=tuple(written[r] for r in range(world)))

@@ -44,6 +44,7 @@ Everything here is plain Python: no torch import, and the 1,024-rank llama3-1t l
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -551,6 +552,17 @@ class RankShare:
 
 
 @dataclass(frozen=True)
+class RankSpread:
+    """Tensor bytes per rank per save over a job: the least, the median (a rank's own value), the most, and
+    the rank that writes the most (the lowest such rank)."""
+
+    min: int
+    median: int
+    max: int
+    largest_rank: int
+
+
+@dataclass(frozen=True)
 class Layout:
     """The checkpoint of a workload on a world size: per rank (all of them, or the subset that runs)."""
 
@@ -576,6 +588,16 @@ class Layout:
 
     parameters: ParameterCounts | None = None
     """The model's total and active parameters (each once), where it is a transformer."""
+
+    job_rank_bytes: tuple[int, ...] = ()
+    """Tensor bytes each rank of the whole job writes per save, in rank order."""
+
+    @property
+    def spread(self) -> RankSpread:
+        """Bytes per rank over the whole job: MoE, pipeline and ZeRO layouts give ranks different shares."""
+        written = self.job_rank_bytes
+        largest = max(range(len(written)), key=written.__getitem__)
+        return RankSpread(min(written), statistics.median_low(written), written[largest], largest)
 
     @property
     def run_bytes(self) -> int:
@@ -797,6 +819,7 @@ def layout(workload: Workload, world_size: int | None = None, subset_ranks: int 
         total_bytes=total_bytes,
         dlio_reported_bytes=reported,
         parameters=ParameterCounts(num_parameters(w), num_parameters(w)) if w.num_layers > 0 else None,
+        job_rank_bytes=tuple(t[0] for t in totals),
     )
 
 
