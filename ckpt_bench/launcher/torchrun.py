@@ -348,7 +348,8 @@ def run_command(
     for failure in failures:
         stderr = _rank_log(log_dir, failure.local_rank, "stderr")
         failure.log_tail = _tail(stderr) or _tail(_rank_log(log_dir, failure.local_rank, "stdout"))
-        error_file = stderr.with_name("error.json") if stderr is not None else None
-        failure.exception = (error_file and elastic_error(error_file)) or exception_in(_end(stderr))
+        if failure.signal is None:  # a signal is the cause itself: a traceback before it is not
+            error_file = stderr.with_name("error.json") if stderr is not None else None
+            failure.exception = (error_file and elastic_error(error_file)) or exception_in(_end(stderr))
     cause = next(filter(None, (storage_failure(f.log_tail) for f in failures)), None)
     return PassResult(name, command, exit_code, log_dir, failures, cause)

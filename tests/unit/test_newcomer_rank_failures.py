@@ -81,3 +81,12 @@ def test_torchelastics_error_file_comes_first(tmp_path):
 
 def test_a_rank_that_left_no_exception_says_none(tmp_path):
     assert failed_pass(tmp_path, "killed\n").exception is None
+
+
+def test_a_rank_ended_by_a_signal_is_not_given_an_older_traceback(tmp_path):
+    rank_dir = tmp_path / "logs" / "run-1" / "attempt_0" / "1"
+    rank_dir.mkdir(parents=True)
+    (rank_dir / "stderr.log").write_text("Traceback (most recent call last):\n  File \"x\"\nOSError: handled\n")
+    script = f"import sys; print({TORCHRUN_SUMMARY.replace('exitcode  : 1', 'exitcode  : -9')!r}); sys.exit(1)"
+    result = torchrun.run_command("save", [sys.executable, "-c", script], tmp_path / "logs", lambda line: False)
+    assert result.failures[0].signal == "SIGKILL" and result.failures[0].exception is None
