@@ -36,6 +36,18 @@ REAL_SAVES = {
                                         expert_model_parallel_size=2, decoder_first_pipeline_num_layers=1,
                                         untie_embeddings_and_output_weights=False, use_distributed_optimizer=False),
                                    4, [1064960, 1062144, 1210112, 1209984]),
+    # EP 4 on 4 ranks, 8 experts and a shared expert
+    "ep4_shared": (dict(**GQA, **{**MOE, "num_experts": 8}, expert_model_parallel_size=4,
+                        moe_shared_expert_intermediate_size=128), 4, [1781888, 1725952, 1725824, 1781120]),
+    # EP 2 on 4 ranks (expert data parallelism 2); hidden 72 and expert ffn 40: alignment gaps in both buffers;
+    # moe_layer_freq 2: layer 0 MoE, layer 1 dense
+    "ep2_expert_dp2_gaps": (dict(**GQA, **{**MOE, "moe_ffn_hidden_size": 40}, hidden_size=72, ffn_hidden_size=100,
+                                 expert_model_parallel_size=2, moe_layer_freq=2), 4, [872064, 775440, 780480, 871296]),
+    # --overlap-grad-reduce with 20,000-element buckets, EP 2 on 4 ranks: several buckets per buffer
+    "ep2_buckets": (dict(**GQA, **MOE, expert_model_parallel_size=2, overlap_grad_reduce=True, ddp_bucket_size=20000),
+                    4, [1116800, 1011200, 1011072, 1116032]),
+    # one MTP layer with PP 2, untied: the last stage keeps a copy of the word embeddings in a bucket of its own
+    "mtp_pp2": (dict(**GQA, mtp_num_layers=1, pipeline_model_parallel_size=2), 2, [1435392, 2857984]),
     # MLA (q and kv low-rank projections) with one MTP layer, TP 2, tied embeddings
     "mla_mtp_tp2": (dict(multi_latent_attention=True, q_lora_rank=32, kv_lora_rank=32, qk_head_dim=16,
                          qk_pos_emb_head_dim=8, v_head_dim=16, mtp_num_layers=1, tensor_model_parallel_size=2,

@@ -653,6 +653,17 @@ class RankShards:
     def written_objects(self) -> list[ObjectShard]:
         return [o for o in self.objects if o.is_main_replica]
 
+    @property
+    def perturbed(self) -> str:
+        """The shard each save changes (`Shard.name`): one that its replicas change alike, so that a replica
+        loaded from another rank's write still verifies -- the distributed optimizer's smallest shard (this
+        rank's alone), else the smallest dense model shard (every rank of the data-parallel group holds it and
+        picks the same)."""
+        own = [s for s in self.optimizer if s.replica_id == (0, 0, 0) and s.key.startswith(
+            ("optimizer.distributed.", "chained_"))]
+        candidates = own or [s for s in self.model if not s.expert]
+        return min(candidates, key=lambda s: (s.numel, s.name)).name
+
 
 def _rank_shards(gpt: MegatronGPT, c: RankCoordinates, distribution: Distribution) -> RankShards:
     model = gpt.model_shards(c)

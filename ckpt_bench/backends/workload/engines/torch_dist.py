@@ -125,7 +125,8 @@ class TorchDistEngine(Engine):
     def _data_parallel_group(self) -> dist.ProcessGroup:
         """This rank's data-parallel group; every rank creates all of them, in the same order."""
         gpt = self.gpt
-        groups = [gpt.data_parallel_group(tp_rank, pp_rank) for pp_rank in range(gpt.pp) for tp_rank in range(gpt.tp)]
+        groups = [gpt.parallel.data_parallel_group(tp_rank, pp_rank) for pp_rank in range(gpt.pp)
+                  for tp_rank in range(gpt.tp)]
         group, _ = dist.new_subgroups_by_enumeration(groups)
         return group
 
@@ -156,9 +157,8 @@ class TorchDistEngine(Engine):
             else:
                 tensor = torch.ones(shard.local_shape, dtype=dtype, device=device)
             self._tensors[shard.name] = tensor
-        # Each save changes a shard only this rank holds: a replicated one would differ from its replicas.
-        own = min(self.shards.optimizer, key=lambda shard: shard.numel).name
-        return RankState({shard.name: self._tensors[shard.name] for shard in self._checkpointed}, [], perturbed=own)
+        return RankState({shard.name: self._tensors[shard.name] for shard in self._checkpointed}, [],
+                         perturbed=self.shards.perturbed)
 
     def allocate(self) -> RankState:
         return self._allocate(fill=True)
