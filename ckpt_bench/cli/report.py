@@ -134,9 +134,9 @@ def _compare(paths, primus_log_dir, ckpt_dir, html_file, advice, output, output_
     for given, option in ((primus_log_dir, "--primus-log-dir"), (ckpt_dir, "--ckpt-dir"), (html_file, "--html")):
         if given:
             raise ReportError(f"{option} applies to one report, not to --compare")
-    if len(paths) < 2:
+    if len(paths) < 2 and not (paths and Path(paths[0]).is_dir() and sweep_results_file(paths[0])):
         raise ReportError(f"--compare needs at least two reports (run directories, report.json files or sweep "
-                          f"directories); got {len(paths)}")
+                          f"directories; a sweep directory alone compares its jobs); got {len(paths)}")
     sources = [source for path in paths for source in load_sources(path)]
     for source in sources:
         add_advice(source.report, advice)

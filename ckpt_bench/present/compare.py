@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ckpt_bench.core.errors import ReportError
 from ckpt_bench.core.rundir import RunDir, sweep_results_file
-from ckpt_bench.present.rows import MLPERF_KEYS, as_report, as_results, mlperf_figures, mlperf_meaning, number
+from ckpt_bench.present.rows import MLPERF_KEYS, as_report, as_results, mlperf_figures, mlperf_meanings, number
 from ckpt_bench.report.metrics import HEADLINE_KEYS, STEADY
 from ckpt_bench.report.schema import Report, SchemaError
 
@@ -194,8 +194,7 @@ def compare(sources: list[Source]) -> Comparison:
     for figures, phase_figures in zip(values, phases, strict=True):
         figures.update({name: phase_figures.get(name) for name in phase_metrics})
     metrics += phase_metrics
-    meanings = {name: MEANINGS[name] if name in MEANINGS else mlperf_meaning(name) for name in metrics
-                if name in MEANINGS or name in MLPERF_KEYS}
+    meanings = {**{name: MEANINGS[name] for name in metrics if name in MEANINGS}, **mlperf_meanings(metrics)}
     meanings.update({name: PHASE_MEANINGS[prefix] for name in phase_metrics for prefix in PHASE_MEANINGS
                      if name.startswith(prefix)})
     return Comparison(

@@ -540,9 +540,11 @@ def mlperf_figures(report: Report) -> dict[str, float | str | None]:
     return figures
 
 
-def mlperf_meaning(key: str) -> str:
-    """What an MLPerf key of `MLPERF_KEYS` is, in words."""
-    return MLPERF_MEANINGS.get(key) or MLPERF_MEANINGS[key.rsplit(".", 1)[0]]
+def mlperf_meanings(keys: list[str]) -> dict[str, str]:
+    """What the MLPerf keys among `keys` are, in words: once per definition (`mlperf.dlio.*`), and the verdict."""
+    groups = {key if key == MLPERF_VERDICT else key.rsplit(".", 1)[0] for key in keys if key in MLPERF_KEYS}
+    return {(group if group == MLPERF_VERDICT else f"{group}.*"): MLPERF_MEANINGS[group]
+            for group in MLPERF_MEANINGS if group in groups}
 
 
 # The sweep table's MLPerf columns: each definition's save and load (duration, bandwidth), and the verdict.

@@ -96,5 +96,15 @@ def test_compare_of_a_sweep_gives_mlperfs_figures_with_their_ratio(tmp_path, mon
     assert key in comparison.metrics and "mlperf.comparable.verdict" in comparison.metrics
     torch_save, dcp = comparison.sources
     assert (torch_save.metrics[key], dcp.metrics[key], dcp.ratio_to_first[key]) == (0.8, 1.6, 2.0)
-    assert "rank 0" in comparison.meanings[key]
+    assert "rank 0" in comparison.meanings["mlperf.dlio.*"] and key not in comparison.meanings
     assert "the last complete save" in comparison.meanings["save_bandwidth_in_mbps"]
+
+
+def test_ckpt_report_compares_the_jobs_of_one_sweep_directory(tmp_path, monkeypatch):
+    from helpers import ckpt_report
+
+    root, _results = engines_sweep(tmp_path, monkeypatch)
+    result = ckpt_report("--compare", root, "--format", "json")
+    assert result.returncode == 0, result.stderr
+    columns = json.loads(result.stdout)["sources"]
+    assert columns[1]["metrics"]["mlperf.dlio.save_checkpoint_duration_mean_seconds"] == 1.6
