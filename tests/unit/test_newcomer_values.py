@@ -99,3 +99,11 @@ def test_the_types_are_megatron_lms_parser(upstream_megatron_lm):
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout == TYPES_FILE.read_text(), (
         "regenerate: python tools/megatron_lm_arguments.py types MEGATRON_LM@core_v0.16.1 > " + str(TYPES_FILE))
+
+
+def test_a_workload_experiments_values_are_checked_too(tmp_path):
+    experiment = tmp_path / "exp.yaml"
+    experiment.write_text("modules:\n  pre_trainer:\n    config: pre_trainer.yaml\n    model: tiny_gpt.yaml\n"
+                          "    overrides:\n      bf16: maybe\n")
+    with pytest.raises(ConfigError, match=r"exp.yaml \(with its presets\): Megatron-LM's bf16 is true or false"):
+        plan("--workload", str(experiment), "--plan")

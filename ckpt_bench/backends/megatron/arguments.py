@@ -12,6 +12,7 @@ silently ignored and no value is passed on that Megatron-LM would not read.
 
     check_known(sources)          a name no Megatron-LM knows: ConfigError, one line, the closest names
     check_values(values, sources) a value Megatron-LM's parser would refuse: ConfigError, one line
+    check_given_values(settings, experiment)   the same for `--set` and an experiment's values
     not_acted_on(args, given)     names Megatron-LM knows that the worker ignores: the report's notes
 
 No torch here: the launcher checks names and values before deciding to launch anything.
@@ -26,6 +27,7 @@ from functools import cache
 from pathlib import Path
 
 from ckpt_bench.core.errors import ConfigError, did_you_mean
+from ckpt_bench.core.experiment import Experiment
 
 _NAMES_FILE = Path(__file__).with_name("megatron_lm_arguments.txt")
 _TYPES_FILE = Path(__file__).with_name("megatron_lm_argument_types.json")
@@ -185,6 +187,14 @@ def check_values(values: Mapping[str, object], sources: Mapping[str, str], parse
         kind = types.get(key)
         if kind is not None and not kind.accepts(values[key], parsed):
             raise ConfigError(f"{source}: Megatron-LM's {key} is {kind.describe(parsed)}, not {values[key]!r}")
+
+
+def check_given_values(settings: Mapping[str, object], experiment: Experiment, parsed: bool = True) -> None:
+    """check_values on the `--set` values (`settings`), then on the experiment's; presets from a Primus
+    checkout as Primus reads them (parsed=False)."""
+    check_values(settings, {key: f"--set {key}={value}" for key, value in settings.items()}, parsed)
+    check_values(experiment.args, dict.fromkeys(experiment.args, f"{experiment.path} (with its presets)"),
+                 parsed and experiment.primus is None)
 
 
 def not_acted_on(args: Mapping, given: Iterable[str]) -> list[str]:

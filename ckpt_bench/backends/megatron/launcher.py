@@ -174,11 +174,7 @@ def resolve(launch: LaunchConfig[MegatronConfig], runner: str) -> tuple[Experime
     if config.CHECKS_MEGATRON_LM_NAMES and experiment.primus is None:
         arguments.check_known({key: f"{experiment.path} (with its presets)" for key in experiment.args})
     run_length = PRIMUS_BENCHMARK_RUN if experiment.primus else {}
-    parsed = config.CHECKS_MEGATRON_LM_NAMES
-    arguments.check_values(config.settings, {key: f"--set {key}={value}" for key, value in config.settings.items()},
-                           parsed)
-    arguments.check_values(experiment.args, dict.fromkeys(experiment.args, f"{experiment.path} (with its presets)"),
-                           parsed and experiment.primus is None)
+    arguments.check_given_values(config.settings, experiment, parsed=config.CHECKS_MEGATRON_LM_NAMES)
     args = deep_merge(experiment.args, {**run_length, **config.overrides})
     sizes = rules.check(args, launch.topology.world_size, config.spelling)
     if args.get("sequence_parallel") and sizes["tp"] == 1:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from ckpt_bench.backends.megatron import arguments
 from ckpt_bench.backends.workload.shapes import CATALOG, TRANSFORMER, Workload, WorkloadError, load_dlio_yaml
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.experiment import deep_merge, load_experiment
@@ -71,6 +72,7 @@ def from_experiment(path: Path, overrides: Mapping[str, object], primus_path: st
     if experiment.framework != "megatron":
         raise ConfigError(f"--workload {path}: framework {experiment.framework!r}; only Megatron experiments "
                           "describe a model shape")
+    arguments.check_given_values(overrides, experiment)
     args = deep_merge(experiment.args, dict(overrides))
     try:
         job = TrainingJob.from_megatron_args(args)
