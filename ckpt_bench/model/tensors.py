@@ -112,6 +112,8 @@ def decoder_layer_params(arch: Architecture, layer: int) -> list[Param]:
         return params + _mlp(arch, "mlp", arch.ffn_hidden_size)
     moe = arch.moe
     params.append(Param("mlp.router.weight", (moe.num_experts, h), None))
+    if arch.add_bias_linear:
+        params.append(Param("mlp.router.bias", (moe.num_experts,), None))
     if moe.expert_bias:
         params.append(Param("mlp.router.expert_bias", (moe.num_experts,), None, fp32=True, trained=False))
     params += _mlp(arch, "mlp.experts.experts", moe.ffn_hidden_size, expert=True)

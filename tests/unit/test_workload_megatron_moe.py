@@ -61,6 +61,23 @@ def workload(world: int, **args) -> Workload:
                     model_datatype="bf16", world_size=world, megatron=job.as_dict())
 
 
+# The built-in worker's save of its default experiment made a MoE (`ckpt-launch --set num_experts=4 --set
+# moe_router_topk=2 --ep 2 --nproc-per-node 2`): GPT-2 style (LayerNorm with biases, biased linears and router,
+# learned positions, tied embeddings), fp32, no distributed optimizer; bytes per rank from its .metadata.
+BUILT_IN_MOE = dict(num_layers=4, hidden_size=256, ffn_hidden_size=1024, num_attention_heads=8, seq_length=128,
+                    max_position_embeddings=128, vocab_size=8192, position_embedding_type="learned_absolute",
+                    normalization="LayerNorm", swiglu=False, add_bias_linear=True,
+                    untie_embeddings_and_output_weights=False, use_distributed_optimizer=False, bf16=False,
+                    num_experts=4, moe_router_topk=2, expert_model_parallel_size=2)
+
+
+def test_the_built_in_workers_moe_save():
+    job = TrainingJob.from_megatron_args(BUILT_IN_MOE)
+    tiny = Workload(name="built-in", model_type="transformer", num_layers=4, model_datatype="fp32",
+                    megatron=job.as_dict())
+    assert [share.bytes for share in layout(tiny, 2).ranks] == [69602400, 69602400]
+
+
 @pytest.mark.parametrize("case", REAL_SAVES)
 def test_bytes_each_rank_wrote_in_a_real_megatron_save(case):
     args, world, written = REAL_SAVES[case]
