@@ -78,11 +78,11 @@ class Verdict:
     def line(self, stopped_by: str) -> str:
         rounds = " ".join(f"{r:.3f}" for r in self.per_round) or "-"
         if self.ratio is None:
-            return f"{self.figure}: ours/DLIO per round {rounds}; undecided ({stopped_by}): no interval below 2 rounds"
+            return f"{self.figure}: ours/DLIO per round {rounds}: undecided -- no interval below 2 rounds; {stopped_by}"
         shown = (f"{self.figure}: ours/DLIO {self.ratio.estimate:.3f}, 95% CI {self.ratio.low:.3f}-"
                  f"{self.ratio.high:.3f} over {len(self.per_round)} rounds (per round {rounds}): {self.verdict}")
         if not self.decided:
-            shown += f" ({stopped_by}: the interval crosses an edge of {COMPARABLE[0]}-{COMPARABLE[1]})"
+            shown += f" -- the interval crosses an edge of {COMPARABLE[0]}-{COMPARABLE[1]}; {stopped_by}"
         return shown
 
 

@@ -35,7 +35,8 @@ def test_an_interval_across_an_edge_is_undecided_and_says_why():
     assert verdict.verdict == "undecided"
     assert verdict.ratio.low < 1.25 < verdict.ratio.high
     line = verdict.line("stopped at the maximum of 5 rounds")
-    assert "undecided (stopped at the maximum of 5 rounds" in line and "95% CI" in line and "2.610" in line
+    assert line.endswith("undecided -- the interval crosses an edge of 0.8-1.25; stopped at the maximum of 5 rounds")
+    assert "95% CI" in line and "2.610" in line
 
 
 def test_the_rounds_stop_when_both_decide_or_at_the_limits():
