@@ -72,6 +72,10 @@ class WorkloadConfig(CheckpointOptions, StorageOptions):
     subset: bool = Flag(("--subset",), "Run only the first N ranks of the workload's job (N = --nnodes x "
                         "--nproc-per-node), each writing its real share (MLPerf Storage's subset mode).",
                         type=bool).field(False)
+    job_ranks: int | None = Flag(("--job-ranks",), "Ranks of the whole job, for a workload that names none (a "
+                                 "Primus/Megatron experiment; DLIO without subset mode): --plan lays it out, "
+                                 "--subset runs its first ranks (default: the ranks that run).", type=int, min=1,
+                                 metavar="N").field()
     save_calls: int | None = SAVE_CALLS.field()
     load_calls: int | None = LOAD_CALLS.field()
     time_between_checkpoints: float | None = Flag(
@@ -137,13 +141,17 @@ def resolve(config: WorkloadConfig, launch: LaunchConfig) -> WorkloadRun:
     ranks = launch.topology.world_size
     subset = config.subset or workload.subset
     job = workload.world_size
+    if config.job_ranks is not None:
+        if job is not None and job != config.job_ranks:
+            raise ConfigError(f"--job-ranks {config.job_ranks}: workload {workload.name!r} is a job of {job} ranks")
+        job = config.job_ranks
     if config.plan_only and not subset and job is not None:
         ranks = job  # --plan alone: the whole job's layout, whatever would run here
     if job is None:  # a DLIO YAML without subset mode: the job is what runs (DLIO: mpirun -np)
         if config.subset:
-            raise ConfigError(f"--subset: workload {workload.name!r} names no job size (a DLIO YAML sets one with "
-                              "checkpoint.mode: subset and model.parallelism.data); without it the job is the "
-                              f"{ranks} rank(s) that run")
+            raise ConfigError(f"--subset: workload {workload.name!r} names no job size: give it with --job-ranks N "
+                              "(a DLIO YAML can also set checkpoint.mode: subset and model.parallelism.data); "
+                              f"without it the job is the {ranks} rank(s) that run")
         job, subset = ranks, False
     if ranks > job:
         raise ConfigError(f"{ranks} ranks (--nnodes x --nproc-per-node) exceed workload {workload.name!r}, a job of "
