@@ -60,8 +60,11 @@ def test_save_then_load(tmp_path, s3_endpoint, storage, async_save):
         # The last checkpoint's shape: its files (2 threads x 2 ranks + .metadata), bytes and fsync.
         assert measured["files"] >= 4 and measured["concurrency"] == 4 and measured["fsync"] is (storage == "disk")
         assert abs(measured["bytes"] - report["saves"][-1]["bytes"]) <= measured["files"]  # fio: the mean size
-        assert measured["write_bandwidth"] > 0 and measured["read_bandwidth"] > 0 and len(measured["rounds"]) == 3
-        assert report["save_fraction_of_peak"] > 0 and report["load_fraction_of_peak"] > 0
+        assert measured["write_bandwidth"] > 0 and measured["read_bandwidth"] > 0 and 3 <= len(measured["rounds"]) <= 6
+        # The peak is the fastest round; a save or load that still beat it has no fraction but says so.
+        assert measured["write_bandwidth"] == max(r["write_bandwidth"] for r in measured["rounds"])
+        for kind in ("save", "load"):
+            assert (report[f"{kind}_fraction_of_peak"] or 0) > 0 or report[f"{kind}_above_peak"]["ratio"] > 1
         assert report["measurement"]["storage_baseline"].startswith(f"measured with {measured['tool']}")
     else:
         assert "storage_baseline" not in report and report["measurement"]["storage_baseline"].startswith("not")
