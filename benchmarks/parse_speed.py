@@ -4,7 +4,8 @@
     python benchmarks/parse_speed.py [--dir DIR] [--size-gib 1.0] [--keep] [--repeat 5] [--output R.json]
 
 Generates (unless DIR already holds one) a Primus `logs/pre_trainer/` tree of 8 ranks with the line
-mix of a long run: an iteration line per step on the last rank, per-rank debug/info chatter, a timer
+mix of a long run: an iteration line per step on the last rank (at INFO, as Primus's `log_rank_last` logs it:
+in the info.log a report reads), per-rank debug/info chatter, a timer
 block every 10 steps, a checkpoint save every 500 steps, an arguments dump, loguru-style 10 MB
 rotation (`debug.<timestamp>.log`). Then:
 
@@ -36,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,12 +47,12 @@ GREP_PATTERN = "checkpoint|time across ranks|arguments"
 RANKS = 8
 ROTATE_BYTES = 10 << 20  # Primus's loguru sinks rotate at "10 MB"
 SAVE_EVERY, TIMERS_EVERY = 500, 10
-DAY = "20260514"
+START = datetime(2026, 5, 14)  # the run's clock: days go on (a clock that went back would be another test)
 
 
 def _prefix(seconds: int, rank: int, level: str, location: str) -> str:
-    clock = f"{seconds // 3600 % 24:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-    return (f"[{DAY} {clock}][bench/llm][pre_trainer][ip-10.0.0.{rank}][rank-{rank}/{RANKS}]"
+    clock = (START + timedelta(seconds=seconds)).strftime("%Y%m%d %H:%M:%S")
+    return (f"[{clock}][bench/llm][pre_trainer][ip-10.0.0.{rank}][rank-{rank}/{RANKS}]"
             f"{f'[{level}]':<11}[{location:->23}] : ")
 
 
@@ -111,8 +113,8 @@ def generate(root: Path, size_bytes: int) -> None:
     while written < size_bytes:
         iteration += 1
         t = iteration * 2
-        stamp = f"2026-05-14 {t // 3600 % 24:02d}:{t // 60 % 60:02d}:{t % 60:02d}.428589"
-        written += log(last, t, "DEBUG", "utils.py:425", (
+        stamp = f"{START + timedelta(seconds=t)}.428589"
+        written += log(last, t, "INFO", "utils.py:425", (
             f"[{stamp}] iteration {iteration:8d}/ 1000000 | consumed samples: {iteration * 256:12d} | "
             "elapsed time per iteration (ms): 2031.4 | throughput per GPU (TFLOP/s/GPU): 412.6 | "
             "learning rate: 2.999871E-04 | global batch size:   256 | lm loss: 2.318562E+00 | "

@@ -2,7 +2,9 @@
 (`candidate_lines`): the same lines, whatever the block size, on every fixture and on random logs.
 
 The one difference allowed: a timer header whose block holds no kept line is left out by the fast
-reading (nothing in such a block can matter), so the events of the two must be the same.
+reading (nothing in such a block can matter), so the events of the two must be the same. Counted lines
+(the training lines) come one by one from the definition, in runs from the fast reading: the same
+iteration times, in the same places among the kept lines.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ from helpers import LOGS
 from ckpt_bench.report.engine import build_report
 from ckpt_bench.report.parsers import deepspeed, nemo, primus
 from ckpt_bench.report.parsers.deepspeed import DeepSpeedParser
+from ckpt_bench.report.parsers.iterations import ITERATION_TIME
 from ckpt_bench.report.parsers.lines import (
     ANSI,
     MEGATRON,
+    Counted,
     Grammar,
     Position,
     candidate_lines,
@@ -41,39 +45,63 @@ GRAMMARS = {"megatron": (MEGATRON, MegatronParser), "primus": (PRIMUS, PrimusPar
 BLOCKS = (16, 61, 256, 4096, 8 << 20)
 
 
-def definition(path: Path, grammar: Grammar) -> list[tuple[int, str]]:
+def definition(path: Path, grammar: Grammar) -> list[tuple[int, str | Counted]]:
     return list(candidate_lines(read_lines(path, []), grammar.continues, grammar))
 
 
-def fast(path: Path, grammar: Grammar, block: int) -> list[tuple[int, str]]:
+def fast(path: Path, grammar: Grammar, block: int) -> list[tuple[int, str | Counted]]:
     lines = []
     for files, where, text in scan_lines([path], grammar, [], block=block):
         assert isinstance(where, Position)
         located, number = locate(files, where)
         assert located == path
+        if isinstance(text, Counted):  # a view of the reader's buffer: kept as a copy
+            text = Counted(bytes(text), 0, len(text))
         lines.append((number, text))
     return lines
 
 
-def events(parser_class, lines: list[tuple[int, str]]) -> list:
+def kept(lines: list[tuple[int, str | Counted]]) -> list[tuple[int, str]]:
+    return [(number, text) for number, text in lines if isinstance(text, str)]
+
+
+def counted_between(lines: list[tuple[int, str | Counted]]) -> list[list[tuple]]:
+    """The iteration times of the counted lines after each kept line (before the first, then after each)."""
+    runs: list[list[tuple]] = [[]]
+    for _, text in lines:
+        if isinstance(text, Counted):
+            runs[-1] += text.findall(ITERATION_TIME)
+        else:
+            runs.append([])
+    return runs
+
+
+def events(parser_class, lines: list[tuple[int, str | Counted]]) -> list:
     parser, found = parser_class(), []
     for seq, (_, text) in enumerate(lines, 1):
+        if isinstance(text, Counted):
+            parser.count(text)
+            continue
         try:
             found += parser.feed(text, seq)
         except (ValueError, OverflowError):
             continue
     found += parser.finish()
-    return [(e.kind, e.rank, e.iteration, e.wall_ns, e.elapsed_ns, e.path, e.source, e.error, e.extra) for e in found]
+    times = parser.iteration_times
+    return [(e.kind, e.rank, e.iteration, e.wall_ns, e.elapsed_ns, e.path, e.source, e.error, e.extra)
+            for e in found] + [(times.lines, times.iterations, sorted(times.seconds.items()))]
 
 
 def assert_same(path: Path, grammar: Grammar, parser_class, blocks=BLOCKS) -> None:
     expected = definition(path, grammar)
     for block in blocks:
         got = fast(path, grammar, block)
-        assert set(got) <= set(expected), (block, sorted(set(got) - set(expected))[:3])
-        left_out = [text for number, text in expected if (number, text) not in set(got)]
+        assert set(kept(got)) <= set(kept(expected)), (block, sorted(set(kept(got)) - set(kept(expected)))[:3])
+        left_out = [text for number, text in kept(expected) if (number, text) not in set(kept(got))]
         assert all(not text or text[:1] in " \t" or "across ranks (ms)" in text or "rank" in text
                    or text.rstrip().endswith(":") for text in left_out), (block, left_out[:3])
+        if not left_out:  # the same kept lines: the same counted lines between them
+            assert counted_between(got) == counted_between(expected), block
         assert events(parser_class, got) == events(parser_class, expected), block
 
 
@@ -122,6 +150,9 @@ def _records(rng: random.Random) -> list[list[str]]:
          "  world_size ...................................... 4",
          "-------------------- end of arguments ---------------------"],
         [ITERATION.strip()], [ITERATION], ["\t indented: with a colon:"], [""],
+        [f"{stamp} iteration {rng.randrange(1, 400):8d}/    1000 | consumed samples:        25856 | elapsed time per "
+         f"iteration (ms): {rng.choice(['733.2', '801.0/733.2', '1204'])} | learning rate: 3.0E-04 |"],
+        [f"  iteration {rng.randrange(1, 400):8d}/    1000 | elapsed time per iteration (s): 6.93 | rank 3:"],
         ["\x1b[32mWARNING: Starting a checkpoint save before previous has finished\x1b[0m"],
         ["UserWarning: --async-save is not supported without --use-persistent-ckpt-worker."],
         ["building dataset: rank 3 ready", "  rank 3: shard 1 of 4"],

@@ -31,7 +31,7 @@ from ckpt_bench.core.events import CheckpointEvent
 from ckpt_bench.report.parsers.arguments import ArgumentsDump
 from ckpt_bench.report.parsers.deepspeed import DeepSpeedParser
 from ckpt_bench.report.parsers.iterations import IterationTimes
-from ckpt_bench.report.parsers.lines import Grammar, Line
+from ckpt_bench.report.parsers.lines import Counted, Grammar, Line
 from ckpt_bench.report.parsers.megatron import MegatronParser
 from ckpt_bench.report.parsers.nemo import NemoParser
 from ckpt_bench.report.parsers.primus import PrimusParser
@@ -68,6 +68,11 @@ class LogParser(Protocol):
         them (a line counter over all logs). A line that cannot be read (a date that does not exist)
         raises ValueError or OverflowError, having changed nothing that would give its events to another
         save or load."""
+
+    def count(self, lines: Counted) -> None:
+        """Lines the scan counts rather than hands over (a `lines.Counted`: lines holding the grammar's
+        `counted` keyword, none kept), in their place among the lines fed: the parser reads what it counts
+        in them as if each had been fed."""
 
     def finish(self) -> list[CheckpointEvent]:
         """Events the end of the log implies: saves still open never finished."""

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field, replace
 from ckpt_bench.core.events import CheckpointEvent, EventKind, TimeSource
 from ckpt_bench.report.engine import MEASURES
 from ckpt_bench.report.parsers.launchers import LogFormat
-from ckpt_bench.report.parsers.lines import MEGATRON, Grammar, OneFileFormat
+from ckpt_bench.report.parsers.lines import MEGATRON, Counted, Grammar, OneFileFormat
 from ckpt_bench.report.parsers.megatron import RANK, MegatronParser
 from ckpt_bench.report.parsers.torchtitan import logging_time_ns
 
@@ -55,7 +55,7 @@ LOADED = re.compile(r"^\[\w+\] Loaded checkpoint from (?P<path>\S+?)\.\s*$")
 TAG_STEP = re.compile(r"global_step(\d+)")
 
 GRAMMAR = Grammar(keywords=(*MEGATRON.keywords, b"] Checkpoint "), record_start=MEGATRON.record_start,
-                  headers=MEGATRON.headers)
+                  headers=MEGATRON.headers, counted=MEGATRON.counted)
 SNIFF = re.compile(LINE.pattern[1:] + "|" + ABOUT.pattern[1:])
 
 
@@ -118,6 +118,10 @@ class DeepSpeedParser(LogFormat, OneFileFormat):
         if LOADED.match(text) and self._load is not None:
             self._load.last_ns = wall_ns
         return []
+
+    def count(self, lines: Counted) -> None:
+        """Megatron's training lines (DeepSpeed's own logger prints no iteration time)."""
+        self.megatron.count(lines)
 
     def finish(self) -> list[CheckpointEvent]:
         events = self._close_alone(self._seq) + self._megatron(self.megatron.finish())

@@ -9,12 +9,20 @@ listed: a log of millions of iterations costs the few thousand distinct values i
 
 from __future__ import annotations
 
+import operator
 import re
 from collections import Counter
 
 # Each log interval's average (Primus prints `733.2/733.2`: the first is the interval's; Megatron-DeepSpeed (s)).
-ITERATION_TIME = re.compile(r"\biteration\s+(?P<iteration>\d+)\s*/\s*\d+\s*\|.*?elapsed time per iteration "
-                            r"\((?P<unit>ms|s)\):\s*(?P<value>\d+(?:\.\d+)?)")
+# Bytes, one line at a time (`[^\S\n]`: a blank that is not a newline; the match runs to the end of its line,
+# so a line gives one match as a search of it would): (iteration, `ms): 733.2` as printed). It starts with a
+# literal, which the regex engine looks for fast; the lookbehind after it is the word boundary before it. An
+# iteration of more digits than int() reads is no match.
+_BLANK = rb"[^\S\n]"
+ITERATION_TIME = re.compile(
+    rb"iteration(?<!\witeration)" + _BLANK + rb"+(\d{1,4300})" + _BLANK + rb"*/" + _BLANK + rb"*\d+" + _BLANK
+    + rb"*\|[^\n]*?elapsed time per iteration \((m?s\):" + _BLANK + rb"*\d+(?:\.\d+)?)[^\n]*")
+_UNIT_VALUE = re.compile(rb"(m?s)\):" + _BLANK + rb"*(.*)")
 TIMING = ("the log's 'elapsed time per iteration' lines (each an average over its log interval): the median "
           "over the intervals in which no save started; the first interval of each process left out")
 
@@ -23,7 +31,7 @@ class IterationTimes:
     """The kept intervals' seconds an iteration, counted by value, as the log's lines come."""
 
     def __init__(self) -> None:
-        self.seconds: Counter[float] = Counter()  # seconds an iteration -> intervals
+        self._values: Counter[bytes] = Counter()  # `ms): 733.2` as printed -> intervals (read once per value)
         self.iterations = 0  # iterations in the kept intervals
         self.lines = 0  # iteration-time lines read, kept or not
         self._previous: int | None = None  # the iteration of the last line
@@ -31,33 +39,61 @@ class IterationTimes:
 
     def line(self, message: str) -> None:
         """A training log line; one that does not give an iteration time changes nothing."""
-        match = ITERATION_TIME.search(message)
-        if match is None:
+        self._add(ITERATION_TIME.findall(message.encode("utf-8", "replace"))[:1])
+
+    def count(self, lines) -> None:
+        """Lines in bulk (a `lines.Counted`): each that gives an iteration time, in order."""
+        self._add(lines.findall(ITERATION_TIME))
+
+    def _add(self, matches: list[tuple[bytes, bytes]]) -> None:
+        if not matches:
             return
-        iteration = int(match["iteration"])
-        self.lines += 1
-        if self._previous is not None and self._previous < iteration and not self._saving:
-            self.seconds[round(float(match["value"]) / (1000 if match["unit"] == "ms" else 1), 6)] += 1
-            self.iterations += iteration - self._previous
-        self._previous, self._saving = iteration, False
+        printed, values = zip(*matches, strict=True)
+        numbers = list(map(int, printed))
+        self.lines += len(numbers)
+        if not all(map(operator.lt, numbers, numbers[1:])):  # a new process among them: line by line
+            for number, value in zip(numbers, values, strict=True):
+                self._add_one(number, value)
+            return
+        # One process: every line after the first times its interval; the first, as `_add_one` says.
+        first_kept = self._previous is not None and self._previous < numbers[0] and not self._saving
+        self._values.update(values if first_kept else values[1:])
+        self.iterations += numbers[-1] - (self._previous if first_kept else numbers[0])
+        self._previous, self._saving = numbers[-1], False
+
+    def _add_one(self, number: int, value: bytes) -> None:
+        if self._previous is not None and self._previous < number and not self._saving:
+            self._values[value] += 1
+            self.iterations += number - self._previous
+        self._previous, self._saving = number, False
 
     def save_started(self) -> None:
         self._saving = True
 
     def merge(self, later: IterationTimes) -> None:
         """What `later`, the times of logs read after these, kept."""
-        self.seconds.update(later.seconds)
+        self._values.update(later._values)
         self.iterations += later.iterations
         self.lines += later.lines
 
+    @property
+    def seconds(self) -> Counter[float]:
+        """Seconds an iteration -> intervals."""
+        seconds: Counter[float] = Counter()
+        for printed, intervals in self._values.items():
+            unit, value = _UNIT_VALUE.match(printed).groups()
+            seconds[round(float(value) / (1000 if unit == b"ms" else 1), 6)] += intervals
+        return seconds
+
     def median(self) -> float | None:
-        intervals = sum(self.seconds.values())
+        counts = self.seconds
+        intervals = sum(counts.values())
         if not intervals:
             return None
         middle = {(intervals - 1) // 2, intervals // 2}  # the middle interval(s) in sorted order, 0-based
         picked, seen = [], 0
-        for value in sorted(self.seconds):
-            following = seen + self.seconds[value]
+        for value in sorted(counts):
+            following = seen + counts[value]
             picked += [value for index in middle if seen <= index < following]
             seen = following
         return sum(picked) / len(picked)

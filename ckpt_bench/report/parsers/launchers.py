@@ -68,6 +68,10 @@ class LogFormat:
     def feed_line(self, message: str, seq: int, rank: int | None) -> list[CheckpointEvent]:
         raise NotImplementedError
 
+    def count(self, lines) -> None:
+        """Counted lines (a `lines.Counted`): the training lines' iteration times in them."""
+        self.iteration_times.count(lines)
+
 
 @dataclass
 class Launcher:

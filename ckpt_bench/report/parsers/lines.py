@@ -19,9 +19,15 @@ What a format keeps is its `Grammar`:
   holds the needle, after the line kept before it, in the same block: torchtitan's `step: N` before
   a save that does not name its step.
 
+Lines holding the grammar's `counted` keyword (Megatron's training line, `elapsed time per iteration`:
+one per logged interval, most of a long log) are not kept but counted: each run of lines between two
+kept lines that holds one comes as one `Counted`, a view of the bytes read, and the parser finds what
+it counts in them with one compiled pattern (`LogParser.count`), never a line at a time.
+
 `candidate_lines` states the same rules line by line: it is the definition, `scan_lines` the fast
 reading, and the two keep the same lines but for timer headers whose block holds nothing kept (and
-context lines, which the definition does not have). `tests/unit/test_log_scan.py` holds them to it.
+context lines, which the definition does not have); the definition gives each counted line as a
+`Counted` of its own, the fast reading a run of them as one. `tests/unit/test_log_scan.py` holds them to it.
 
 Long lines: a line is read up to its first `MAX_LINE` bytes (the rest of it is skipped, never held), and
 a parser reads at most the first `MAX_TEXT` bytes of a line it gets; the notes count the lines cut. A
@@ -72,10 +78,53 @@ class Position:
     lines: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class Counted:
+    """A run of lines none of which is kept, holding the grammar's `counted` keyword: what a parser counts
+    in them (`LogParser.count`), as the file holds them (ANSI colours removed). A view, not a copy: `data`
+    is the reader's buffer, whose bytes [start, stop) are these lines until the next line of the same
+    stream is read (read them before; `bytes(counted)` keeps them)."""
+
+    data: bytes | bytearray
+    start: int
+    stop: int
+
+    def find(self, sub: bytes, start: int = 0) -> int:
+        """`bytes.find` within the lines, positions relative to their start."""
+        found = self.data.find(sub, self.start + start, self.stop)
+        return found - self.start if found >= 0 else -1
+
+    def rfind(self, sub: bytes, end: int | None = None) -> int:
+        found = self.data.rfind(sub, self.start, self.stop if end is None else self.start + end)
+        return found - self.start if found >= 0 else -1
+
+    def match(self, pattern: re.Pattern[bytes], at: int) -> re.Match[bytes] | None:
+        return pattern.match(self.data, self.start + at, self.stop)
+
+    def findall(self, pattern: re.Pattern[bytes]) -> list:
+        return pattern.findall(self.data, self.start, self.stop)
+
+    def line(self, at: int) -> bytes:
+        """The line holding byte `at`."""
+        end = self.find(b"\n", at)
+        return bytes(memoryview(self.data)[self.start + self.rfind(b"\n", at) + 1:
+                                           self.stop if end < 0 else self.start + end])
+
+    def cut(self, at: int) -> tuple[Counted, Counted]:
+        """The lines before `at` (a line start) and those from it."""
+        return Counted(self.data, self.start, self.start + at), Counted(self.data, self.start + at, self.stop)
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def __bytes__(self) -> bytes:
+        return bytes(memoryview(self.data)[self.start:self.stop])
+
+
 # A line to parse: the files it was read from (one stream: a log and its rotations, oldest first),
 # where it is in them (a line number counted across the files, or a `Position`; `locate` turns
-# either into file and line), its text.
-Line = tuple[list[Path], "int | Position", str]
+# either into file and line), its text, or a run of counted lines.
+Line = tuple[list[Path], "int | Position", "str | Counted"]
 
 
 @dataclass(frozen=True)
@@ -86,6 +135,7 @@ class Grammar:
     record_start: re.Pattern[bytes] | None = None  # matches at the start of a line that begins a record
     headers: tuple[bytes, ...] = ()  # a record holding one is kept only for a kept line in its block
     context: tuple[bytes, bytes] | None = None  # (trigger, needle)
+    counted: bytes | None = None  # lines holding it (and no keyword) are counted in bulk, not kept
 
     def continues(self, raw: bytes) -> bool:
         """Whether a line continues the record above it."""
@@ -198,10 +248,11 @@ def _hit(raw: bytes, keywords: tuple[bytes, ...]) -> bool:
 
 def candidate_lines(
     raw_lines: Iterable[bytes], continues: Callable[[bytes], bool], grammar: Grammar | None = None
-) -> Iterator[tuple[int, str]]:
-    """(line number, text) of the lines worth parsing, ANSI colour codes removed: the rules, one
-    line at a time (timer headers are kept whatever their block holds). `grammar`: its keywords and
-    headers (Megatron's by default); `continues` says which lines continue a record."""
+) -> Iterator[tuple[int, str | Counted]]:
+    """(line number, text) of the lines worth parsing, ANSI colour codes removed, and (line number,
+    `Counted`) of each counted line: the rules, one line at a time (timer headers are kept whatever their
+    block holds). `grammar`: its keywords and headers (Megatron's by default); `continues` says which
+    lines continue a record."""
     grammar = grammar or MEGATRON
     keywords = grammar.keywords + grammar.headers
     follow = in_arguments = False
@@ -215,8 +266,12 @@ def candidate_lines(
             in_arguments = ARGUMENTS_START in raw
         elif not (follow and continues(raw)):
             follow = False
+            if grammar.counted is not None and grammar.counted in raw:
+                yield number, Counted(raw, 0, len(raw))
             continue
         elif not (b"rank" in raw or raw.rstrip().endswith(b":")):
+            if grammar.counted is not None and grammar.counted in raw:
+                yield number, Counted(raw, 0, len(raw))
             continue  # another timer's entry: its block goes on, but the line cannot matter
         yield number, raw[:MAX_TEXT].decode("utf-8", "replace").rstrip("\r\n")
 
@@ -230,10 +285,10 @@ def is_indented(raw: bytes) -> bool:
 # Megatron's training log line (`iteration 100/ 1000 | ... | elapsed time per iteration (ms): 733.2 | ...`).
 ITERATION_TIME = b"elapsed time per iteration ("
 MEGATRON = Grammar(
-    keywords=(b"checkpoint", ARGUMENTS_START, b"without --use-persistent-ckpt-worker", b"using world size: ",
-              ITERATION_TIME),
+    keywords=(b"checkpoint", ARGUMENTS_START, b"without --use-persistent-ckpt-worker", b"using world size: "),
     record_start=re.compile(rb"(?!" + PREFIX_BYTES + rb"[ \t])"),
     headers=(b"across ranks (ms)",),
+    counted=ITERATION_TIME,
 )
 
 
@@ -441,6 +496,7 @@ class _Block:
         self.keep = end
         self._counted = self._lines = 0  # in a stripped block: lines before position `_counted`
         self._done = 0  # end of the last line handed over
+        self._gap = 0  # where the lines not handed over since the last one handed over start
         self.hits = self._hits()
         self._hit = 0  # index of the first hit not behind us
 
@@ -480,12 +536,21 @@ class _Block:
         found = self.grammar.next_record.search(self.buf, start, stop)
         return stop if found is None else found.start() + 1
 
-    def text(self, start: int, stop: int) -> tuple[Position, str]:
-        self._done = stop
+    def text(self, start: int, stop: int) -> Iterator[tuple[Position, str | Counted]]:
+        """The line in [start, stop), after the run of counted lines before it."""
+        yield from self.counted(start)
+        self._done = self._gap = stop
         if stop - start > MAX_TEXT and not (self.cut and stop == self.end):  # a cut line is counted once
             self.scan.long_lines += 1
-        return self.where(start), self.buf[start:start + min(stop - start, MAX_TEXT)].decode(
+        yield self.where(start), self.buf[start:start + min(stop - start, MAX_TEXT)].decode(
             "utf-8", "replace").rstrip("\r\n")
+
+    def counted(self, stop: int) -> Iterator[tuple[Position, Counted]]:
+        """The lines not handed over up to `stop` (a line start), when they hold the counted keyword."""
+        keyword, start = self.grammar.counted, self._gap
+        if keyword is not None and start < stop and self.buf.find(keyword, start, stop) >= 0:
+            yield self.where(start), Counted(self.buf, start, stop)
+        self._gap = max(start, stop)
 
     # -- the rules ------------------------------------------------------------------------------
 
@@ -514,6 +579,7 @@ class _Block:
                 position = yield from self._kept(start)
         if not scan.follow and not scan.in_arguments and not self.last:
             self.keep = self._open_header()
+        yield from self.counted(self.keep)  # what comes after `keep` is read again with the next block
 
     def _next_hit(self, position: int) -> int | None:
         hits, index = self.hits, self._hit
@@ -531,8 +597,8 @@ class _Block:
             found = self.buf.rfind(context[1], self._done, start)
             if found >= 0:
                 before = self.line_start(found, self._done)
-                yield self.text(before, self.line_end(before))
-        yield self.text(start, stop)
+                yield from self.text(before, self.line_end(before))
+        yield from self.text(start, stop)
         self.scan.follow = True
         self.scan.in_arguments = ARGUMENTS_START in line
         return stop
@@ -540,7 +606,7 @@ class _Block:
     def _every_line(self, start: int, stop: int) -> Iterator[tuple[Position, str]]:
         while start < stop:
             end = self.line_end(start)
-            yield self.text(start, end)
+            yield from self.text(start, end)
             start = end
 
     def _run(self, start: int, stop: int) -> Iterator[tuple[Position, str]]:

@@ -71,7 +71,7 @@ from ckpt_bench.report.engine import MEASURES
 from ckpt_bench.report.parsers.arguments import ArgumentsDump
 from ckpt_bench.report.parsers.iterations import IterationTimes
 from ckpt_bench.report.parsers.launchers import LogFormat
-from ckpt_bench.report.parsers.lines import MEGATRON, Grammar, OneFileFormat, megatron_time_ns
+from ckpt_bench.report.parsers.lines import MEGATRON, Counted, Grammar, OneFileFormat, megatron_time_ns
 
 RANK = 0  # the rank that prints Megatron's save/load lines
 
@@ -164,6 +164,11 @@ class MegatronParser(LogFormat, OneFileFormat):
 
     def feed_line(self, message: str, seq: int, rank: int | None) -> list[CheckpointEvent]:
         return self.feed_message(message, seq)
+
+    def count(self, lines: Counted) -> None:
+        """Training lines in bulk: each ends a timer block still open, as a line fed would."""
+        self._timer = None
+        self.iteration_times.count(lines)
 
     def finish(self) -> list[CheckpointEvent]:
         return self._close_process("the log ends before this save finished (run stopped mid-save)", self._seq)

@@ -76,7 +76,7 @@ from ckpt_bench.core.events import OVERLAPS_PREVIOUS, CheckpointEvent, EventKind
 from ckpt_bench.report.engine import MEASURES
 from ckpt_bench.report.parsers.launchers import KEYWORDS as LAUNCHER_KEYWORDS
 from ckpt_bench.report.parsers.launchers import Launcher, LogFormat
-from ckpt_bench.report.parsers.lines import MEGATRON, Grammar, OneFileFormat, megatron_time_ns
+from ckpt_bench.report.parsers.lines import MEGATRON, Counted, Grammar, OneFileFormat, megatron_time_ns
 from ckpt_bench.report.parsers.megatron import MegatronParser
 
 PREFIX = re.compile(r"\[NeMo (?P<level>[A-Z]) (?P<stamp>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) [^\]]*\]\s?(?P<message>.*)$")
@@ -103,7 +103,7 @@ STEP = re.compile(r"step=(\d+)")
 GRAMMAR = Grammar(keywords=(*MEGATRON.keywords, b"Global Checkpoint ", b"Async finalization time",
                             b"distributed processes registered", b"Initializing distributed: ", b"selective restore",
                             *LAUNCHER_KEYWORDS),
-                  record_start=MEGATRON.record_start, headers=MEGATRON.headers)
+                  record_start=MEGATRON.record_start, headers=MEGATRON.headers, counted=MEGATRON.counted)
 WHERE = "NeMo's checkpoint lines"
 
 
@@ -210,6 +210,9 @@ class NemoParser(LogFormat, OneFileFormat):
                                            "start-up lines")
             return []
         return self.megatron.feed_message(line, seq)
+
+    def count(self, lines: Counted) -> None:
+        self.megatron.count(lines)
 
     def finish(self) -> list[CheckpointEvent]:
         if self.launcher.world_size is not None:  # unless Lightning's or torchelastic's lines said it

@@ -19,20 +19,30 @@ holds its level and everything above, so rank 0's `debug.log` and the last rank'
 every line needed; the other ranks and the warning/error files are not read. Rotated files are read
 oldest first: loguru's `debug.<YYYY-MM-DD_HH-MM-SS_ffffff>.log` in name order, `debug.log.N`
 highest number first, then the live `debug.log`. The two ranks' lines are merged by prefix time
-(rank 0 first within a second: a save's lines precede the timer printed after them).
+(rank 0 first within a second: a save's lines precede the timer printed after them). A run of counted
+lines (the training lines, `lines.Counted`) is merged as one piece, cut where a line of the other rank
+comes between two of its lines (found by bisection: a file's prefix times do not go back).
 """
 
 from __future__ import annotations
 
-import heapq
+import dataclasses
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
 from ckpt_bench.core.events import CheckpointEvent, TimeSource
 from ckpt_bench.report.parsers.iterations import IterationTimes
-from ckpt_bench.report.parsers.launchers import LogFormat
-from ckpt_bench.report.parsers.lines import ARGUMENTS_START, ITERATION_TIME, Grammar, Line, primus_time_ns, scan_lines
+from ckpt_bench.report.parsers.launchers import LogFormat, split
+from ckpt_bench.report.parsers.lines import (
+    ARGUMENTS_START,
+    ITERATION_TIME,
+    Counted,
+    Grammar,
+    Line,
+    primus_time_ns,
+    scan_lines,
+)
 from ckpt_bench.report.parsers.megatron import MegatronParser
 from ckpt_bench.report.parsers.torchtitan import Clock, TorchtitanMessages
 
@@ -44,15 +54,21 @@ PREFIX = re.compile(
 LOCATION = re.compile(r"^\[-*[^\]\s]*\.py:\d+\] ?: ?")
 _PREFIX_TIME = re.compile(_MASTER + r"\[(\d{8} \d\d:\d\d:\d\d)\]")
 _PREFIX_BYTES = re.compile(rb"(?:\(PrimusMaster[^)\n]*\)[^\S\n]*)?\[\d{8} \d\d:\d\d:\d\d\]")
+_PREFIX_TIME_BYTES = re.compile(rb"(?:\(PrimusMaster[^)\n]*\)[^\S\n]*)?\[(\d{8} \d\d:\d\d:\d\d)\]")
 
 # Megatron's messages (a line without the prefix continues the record above), and the torchtitan
 # backend's: a save line that names no step brings the nearest `step: N` line before it.
 GRAMMAR = Grammar(
-    keywords=(b"checkpoint", ARGUMENTS_START, b"without --use-persistent-ckpt-worker", ITERATION_TIME),
+    keywords=(b"checkpoint", ARGUMENTS_START, b"without --use-persistent-ckpt-worker"),
     record_start=_PREFIX_BYTES,
     headers=(b"across ranks (ms)",),
     context=(b"the checkpoint", b"step: "),
+    counted=ITERATION_TIME,
 )
+
+# The last rank's file beside rank 0's is read for its timers and its training lines alone: Megatron prints
+# the arguments and its warnings on rank 0 (one keyword search less per byte of the larger file).
+LAST_RANK = dataclasses.replace(GRAMMAR, keywords=(b"checkpoint",))
 
 RANK_DIR = re.compile(r"^rank-(\d+)$")
 
@@ -92,17 +108,30 @@ class PrimusParser(LogFormat):
         match = PREFIX.match(message)
         if match is None:  # a continuation line: same record, same time
             return self.megatron.feed_message(message, seq, self._prefix_ns)
-        stamp = (match["day"], match["clock"])
-        if stamp != self._stamp:
-            self._stamp, self._prefix_ns = stamp, primus_time_ns(*stamp)
-        if match["role"] == "rank":
-            self.megatron.observed["world_size"] = (int(match["world"]), "the Primus line prefix")
+        self._read_prefix(match)
         text = LOCATION.sub("", match["message"], count=1)
         events = self.megatron.feed_message(text, seq, self._prefix_ns)
         if "checkpoint" in text or "step:" in text:  # what torchtitan's messages can be
             writer = int(match["rank"]) if match["role"] == "rank" else 0
             events += self.torchtitan.feed(text, seq, writer, Clock(self._prefix_ns, TimeSource.PRIMUS_PREFIX))
         return events
+
+    def _read_prefix(self, match: re.Match) -> None:
+        """A line's prefix: the time of its record, the world size."""
+        stamp = (match["day"], match["clock"])
+        if stamp != self._stamp:
+            self._stamp, self._prefix_ns = stamp, primus_time_ns(*stamp)
+        if match["role"] == "rank":
+            self.megatron.observed["world_size"] = (int(match["world"]), "the Primus line prefix")
+
+    def count(self, lines: Counted) -> None:
+        """Training lines in bulk; the prefix of the last one is read, as if each had been fed."""
+        self.megatron.count(lines)
+        last = lines.rfind(ITERATION_TIME)
+        if last < 0:
+            return
+        if match := PREFIX.match(split(lines.line(last).decode("utf-8", "replace"))[1]):
+            self._read_prefix(match)
 
     def finish(self) -> list[CheckpointEvent]:
         return self.megatron.finish() + self.torchtitan.finish(self.megatron._seq)
@@ -173,16 +202,81 @@ def files_to_read(rank_dirs: dict[int, Path]) -> list[list[Path]]:
 
 
 def merged_lines(streams: list[list[Path]], notes: list[str]) -> Iterator[Line]:
-    """The candidate lines of several ranks' files, merged by prefix time."""
+    """The candidate lines of several ranks' files, merged by prefix time: the earliest first, the first
+    stream's on a tie; a line without a prefix has the time of the line before it."""
     if len(streams) == 1:
         return scan_lines(streams[0], GRAMMAR, notes)
+    first, *others = streams
+    return _merge([_timed(scan_lines(first, GRAMMAR, notes)),
+                   *(_timed(scan_lines(files, LAST_RANK, notes)) for files in others)])
 
-    def timed(files: list[Path]) -> Iterator[tuple[str, Line]]:
-        stamp = ""
-        for line in scan_lines(files, GRAMMAR, notes):
-            if match := _PREFIX_TIME.match(line[2]):
-                stamp = match[1]
-            yield stamp, line
 
-    merged = heapq.merge(*(timed(files) for files in streams), key=lambda item: item[0])
-    return (line for _, line in merged)
+def _timed(lines: Iterator[Line]) -> Iterator[tuple[str, Line]]:
+    """(prefix time, line); a run of counted lines has its first line's time."""
+    stamp = ""
+    for line in lines:
+        text = line[2]
+        if isinstance(text, Counted):
+            yield _counted_stamp(text, 0) or stamp, line
+            stamp = _counted_stamp(text, text.rfind(ITERATION_TIME)) or stamp
+            continue
+        if match := _PREFIX_TIME.match(text):
+            stamp = match[1]
+        yield stamp, line
+
+
+def _merge(streams: list[Iterator[tuple[str, Line]]]) -> Iterator[Line]:
+    """Merges timed streams by (time, stream). A run of counted lines goes as far as it is before every
+    other stream's next line; the rest of it waits as that stream's next item."""
+    heads = {index: item for index, stream in enumerate(streams) if (item := next(stream, None)) is not None}
+    while heads:
+        index = min(heads, key=lambda i: (heads[i][0], i))
+        stamp, (files, where, text) = heads[index]
+        others = [(heads[i][0], i) for i in heads if i != index]
+        if isinstance(text, Counted) and others:
+            bound = min(others)
+            cut = _cut(text, bound[0], after_bound=index > bound[1])
+            if 0 < cut < len(text):
+                head, rest = text.cut(cut)
+                if head.find(ITERATION_TIME) >= 0:  # else only lines that count nothing
+                    yield files, where, head
+                heads[index] = (_counted_stamp(rest, 0) or stamp, (files, where, rest))
+                continue
+        yield files, where, text
+        item = next(streams[index], None)
+        if item is None:
+            del heads[index]
+        else:
+            heads[index] = item
+
+
+def _counted_stamp(lines: Counted, at: int) -> str | None:
+    """The prefix time of the counted line found from byte `at` on; None when it has no prefix."""
+    found = lines.find(ITERATION_TIME, at)
+    if found < 0:
+        return None
+    match = lines.match(_PREFIX_TIME_BYTES, lines.rfind(b"\n", found) + 1)
+    return match[1].decode() if match else None
+
+
+def _cut(text: Counted, bound: str, after_bound: bool) -> int:
+    """Where the counted lines of `text` that go after a line of time `bound` start (a line start; len(text)
+    when none does): those of a later time, or of the same time when their stream comes after the bound's.
+    By bisection over the bytes: prefix times in a file do not go back."""
+    def goes_after(at: int) -> bool:  # the first counted line from `at` on (true past the last)
+        if text.find(ITERATION_TIME, at) < 0:
+            return True
+        stamp = _counted_stamp(text, at)
+        return stamp is not None and (stamp > bound or (after_bound and stamp == bound))
+
+    if text.find(ITERATION_TIME) < 0 or not goes_after(text.rfind(ITERATION_TIME)):
+        return len(text)
+    low, high = 0, len(text)
+    while low < high:
+        middle = (low + high) // 2
+        if goes_after(middle):
+            high = middle
+        else:
+            low = middle + 1
+    found = text.find(ITERATION_TIME, low)
+    return text.rfind(b"\n", found) + 1

@@ -14,7 +14,7 @@ from pathlib import Path
 from ckpt_bench.core.events import CheckpointEvent
 from ckpt_bench.report.parsers import LogParser
 from ckpt_bench.report.parsers.iterations import IterationTimes
-from ckpt_bench.report.parsers.lines import locate
+from ckpt_bench.report.parsers.lines import Counted, locate
 from ckpt_bench.report.parsers.sources import LogSource, cannot_read, log_sources
 
 DUMP = "arguments dump"
@@ -55,6 +55,9 @@ class LogSession:
         skipped, first = 0, None
         try:
             for files, number, text in source.lines(self.notes):
+                if isinstance(text, Counted):
+                    parser.count(text)
+                    continue
                 self.seq += 1
                 try:
                     events = parser.feed(text, self.seq)
