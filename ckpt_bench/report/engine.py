@@ -15,8 +15,8 @@ Every backend and every log parser ends here, so each number has one definition:
   negative time: that operation is not complete, its times are left out, and its `error` says why.
 * A rank's *phases* (ckpt_bench.worker.phases) are the spans its end events carry: a save's blocking
   phases end at its SAVE_BLOCK_END, an async save's background phases at its SAVE_END, put after the
-  blocking ones (a background phase that began before the save call returned is counted from the return;
-  a writer that started after it was `queued` in between). They sum to the operation's time on that
+  blocking ones (a background phase that began before the save call returned is counted from the return,
+  0 s if it also ended before; a writer that started after it was `queued` in between). They sum to the operation's time on that
   rank; a save's or a load's `phases` are its slowest rank's.
 * Bandwidth is bytes / total time in MiB/s. Bytes come from the checkpoint folder on disk when the
   caller measured it, else from the bytes the ranks reported; never from a parameter count.
@@ -142,8 +142,10 @@ class Operation:
             returned = self.block_end.mono_ns
             if background[0].start_ns > returned:
                 background.insert(0, PhaseSpan(Phase.QUEUED.value, returned, background[0].start_ns))
-            background = [replace(span, start_ns=max(span.start_ns, returned)) for span in background
-                          if span.end_ns > returned]
+            # A background phase that ran while the call had not returned yet is counted from the return
+            # (0 s if it ended before): that time is the blocking part's.
+            background = [replace(span, start_ns=max(span.start_ns, returned), end_ns=max(span.end_ns, returned))
+                          for span in background]
         spans = [(span, True) for span in blocking] + [(span, False) for span in background]
         return _phase_records(self.start.mono_ns, spans) or None
 

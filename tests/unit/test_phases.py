@@ -102,7 +102,8 @@ def test_dcp_load_phases(group, tmp_path):
 
 def test_report_puts_background_after_blocking_and_names_the_queue():
     """An async save whose writer started 2 s after the call returned: `queued` in between; a background
-    phase that began before the return is counted from it. The phases sum to the save's times."""
+    phase that began before the return is counted from it (0 s if it also ended before). The phases sum to
+    the save's times."""
     from ckpt_bench.core.events import CheckpointEvent, PhaseSpan
     from ckpt_bench.report.engine import build_report
 
@@ -114,11 +115,12 @@ def test_report_puts_background_after_blocking_and_names_the_queue():
 
     events = [event(EventKind.SAVE_START, 10),
               event(EventKind.SAVE_BLOCK_END, 13, ("state_dict", 10, 11), ("schedule", 11, 13)),
-              event(EventKind.SAVE_END, 20, ("stage", 12, 15), ("write+fsync", 15, 19), ("finalize", 19, 20))]
+              event(EventKind.SAVE_END, 20, ("plan", 11, 12), ("stage", 12, 15), ("write+fsync", 15, 19),
+                    ("finalize", 19, 20))]
     save = build_report(events)["saves"][0]
     assert [(p["phase"], p["seconds"], p["blocking"]) for p in save["phases"]] == [
-        ("state_dict", 1, True), ("schedule", 2, True), ("stage", 2, False), ("write+fsync", 4, False),
-        ("finalize", 1, False)]
+        ("state_dict", 1, True), ("schedule", 2, True), ("plan", 0, False), ("stage", 2, False),
+        ("write+fsync", 4, False), ("finalize", 1, False)]
     assert sum(p["seconds"] for p in save["phases"] if p["blocking"]) == save["block_time"] == 3
     assert sum(p["seconds"] for p in save["phases"]) == save["total_time"] == 10
     events[2] = event(EventKind.SAVE_END, 20, ("write+fsync", 15, 19), ("finalize", 19, 20))
