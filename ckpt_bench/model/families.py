@@ -3,8 +3,8 @@
 A GPT (`model_type: gpt`, Megatron-LM's default): dense or MoE MLPs, standard/GQA or multi-latent
 attention, MTP layers -- `architecture.Architecture`. Every other family Primus trains has state we do
 not describe (Mamba's SSM blocks, hybrid layer patterns, diffusion transformers, DeepSeek-V4's and
-Kimi-K3's own attention), so it is refused with one line naming it wherever a size would be printed,
-never sized as a GPT.
+Kimi-K3's own attention, Gated DeltaNet layers, gated attention outputs), so it is refused with one
+line naming it wherever a size would be printed, never sized as a GPT.
 """
 
 from __future__ import annotations
@@ -40,6 +40,11 @@ UNSIZABLE: tuple[Unsizable, ...] = (
     Unsizable("Kimi-K3", _model_type("kimi_k3"), "its linear-attention layers have state of their own"),
     Unsizable("heterogeneous blocks", lambda args: bool(args.get("heterogeneous_layers_config_path")),
               "each layer's shape comes from a separate file"),
+    Unsizable("linear-attention hybrid",
+              lambda args: bool(args.get("experimental_attention_variant") or args.get("linear_attention_freq")),
+              "its Gated DeltaNet / linear-attention layers have state of their own"),
+    Unsizable("gated-attention", lambda args: bool(args.get("attention_output_gate")),
+              "its attention output gate adds parameters we do not describe"),
 )
 
 

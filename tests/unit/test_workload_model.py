@@ -1,0 +1,73 @@
+"""ckpt_bench.model: an experiment's arguments read into the model megatron-core builds, what cannot be sized
+refused in one line, the vocabulary from the arguments or the tokenizer table."""
+
+from __future__ import annotations
+
+import pytest
+
+from ckpt_bench.model.architecture import Architecture, ArchitectureError, parse_moe_layer_freq
+from ckpt_bench.model.job import TrainingJob
+from ckpt_bench.model.tensors import parameter_counts
+
+LLAMA = dict(num_layers=32, hidden_size=4096, ffn_hidden_size=14336, num_attention_heads=32,
+             group_query_attention=True, num_query_groups=8, normalization="RMSNorm", swiglu=True,
+             add_bias_linear=False, position_embedding_type="rope", untie_embeddings_and_output_weights=True,
+             bf16=True)
+
+
+@pytest.mark.parametrize(("value", "layers", "expected"), [
+    (1, 4, ((True,) * 4, False)),
+    ("1", 4, ((True,) * 4, False)),
+    (2, 4, ((True, False, True, False), True)),
+    ("([0]*1+[1]*3)", 4, ((False, True, True, True), True)),
+    ([0, 1, 1, 1], 4, ((False, True, True, True), True)),
+])
+def test_moe_layer_freq_as_megatron_reads_it(value, layers, expected):
+    assert parse_moe_layer_freq(value, layers) == expected
+
+
+def test_a_list_of_the_wrong_length_or_an_expression_is_refused():
+    with pytest.raises(ArchitectureError, match="names 3 layers and the model has 4"):
+        Architecture.from_megatron_args({**LLAMA, "num_layers": 4, "vocab_size": 100, "num_experts": 2,
+                                         "moe_layer_freq": "[1]*3"})
+    with pytest.raises(ArchitectureError, match="only lists, integers"):
+        parse_moe_layer_freq("__import__('os')", 4)
+
+
+def test_the_vocabulary_comes_from_the_arguments_then_the_tokenizer():
+    named = {**LLAMA, "tokenizer_type": "Llama3Tokenizer", "tokenizer_model": "meta-llama/Llama-3.1-8B"}
+    arch = Architecture.from_megatron_args(named)
+    assert arch.vocab_size == 128256 and arch.vocab_source.startswith("meta-llama/Llama-3.1-8B: ")
+    assert parameter_counts(arch).total == 8_030_261_248  # Llama 3.1 8B
+    assert Architecture.from_megatron_args({**named, "vocab_size": 1000}).vocab_size == 1000
+    with pytest.raises(ArchitectureError, match=r"tokenizer_model 'deepseek-ai/DeepSeek-V3' is not known here.*"
+                                                r"--set vocab_size=N"):
+        Architecture.from_megatron_args({**LLAMA, "tokenizer_type": "DeepSeekV3Tokenizer",
+                                         "tokenizer_model": "deepseek-ai/DeepSeek-V3"})
+
+
+@pytest.mark.parametrize(("args", "family"), [
+    (dict(model_type="mamba"), "Mamba"),
+    (dict(model_type="mamba", is_hybrid_model=True), "hybrid"),
+    (dict(num_joint_layers=19, num_single_layers=38), "diffusion"),
+    (dict(experimental_attention_variant="gated_delta_net", linear_attention_freq=4), "linear-attention hybrid"),
+    (dict(model_type="deepseek_v4"), "DeepSeek-V4"),
+    (dict(model_type="retro"), "model_type 'retro'"),
+])
+def test_families_we_cannot_size_are_refused_by_name(args, family):
+    with pytest.raises(ArchitectureError, match=family):
+        Architecture.from_megatron_args({**LLAMA, "vocab_size": 32000, **args})
+
+
+def test_layouts_we_do_not_read_yet_are_refused():
+    with pytest.raises(ArchitectureError, match="pipeline_model_parallel_layout"):
+        TrainingJob.from_megatron_args({**LLAMA, "vocab_size": 32000, "pipeline_model_parallel_layout": "Et|tL"})
+    with pytest.raises(ArchitectureError, match="ckpt_format 'fsdp_dtensor'"):
+        TrainingJob.from_megatron_args({**LLAMA, "vocab_size": 32000, "ckpt_format": "fsdp_dtensor"})
+
+
+def test_a_job_round_trips_through_its_dict():
+    job = TrainingJob.from_megatron_args({**LLAMA, "vocab_size": 32000, "num_experts": 8, "moe_layer_freq": 2,
+                                          "multi_latent_attention": True, "q_lora_rank": 64, "mtp_num_layers": 1,
+                                          "expert_model_parallel_size": 4})
+    assert TrainingJob.from_dict(job.as_dict()) == job
