@@ -63,7 +63,7 @@ def rank_main(options: argparse.Namespace) -> None:
         dist.barrier()
         elapsed = None
         if arm == "ours":
-            timed_save(state, writer, events, call, path, async_save=False)
+            timed_save(state, writer, events, call, path, async_save=False, sync_files=True)
         else:
             start = time.monotonic()
             dcp.save(state, storage_writer=writer)
