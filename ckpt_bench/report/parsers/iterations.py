@@ -12,6 +12,7 @@ from __future__ import annotations
 import operator
 import re
 from collections import Counter
+from itertools import islice
 
 # Each log interval's average (Primus prints `733.2/733.2`: the first is the interval's; Megatron-DeepSpeed (s)).
 # Bytes, one line at a time (`[^\S\n]`: a blank that is not a newline; the match runs to the end of its line,
@@ -23,6 +24,7 @@ ITERATION_TIME = re.compile(
     rb"iteration(?<!\witeration)" + _BLANK + rb"+(\d{1,4300})" + _BLANK + rb"*/" + _BLANK + rb"*\d+" + _BLANK
     + rb"*\|[^\n]*?elapsed time per iteration \((m?s\):" + _BLANK + rb"*\d+(?:\.\d+)?)[^\n]*")
 _UNIT_VALUE = re.compile(rb"(m?s)\):" + _BLANK + rb"*(.*)")
+_NUMBER, _VALUE = operator.itemgetter(0), operator.itemgetter(1)
 TIMING = ("the log's 'elapsed time per iteration' lines (each an average over its log interval): the median "
           "over the intervals in which no save started; the first interval of each process left out")
 
@@ -48,16 +50,15 @@ class IterationTimes:
     def _add(self, matches: list[tuple[bytes, bytes]]) -> None:
         if not matches:
             return
-        printed, values = zip(*matches, strict=True)
-        numbers = list(map(int, printed))
+        numbers = list(map(int, map(_NUMBER, matches)))
         self.lines += len(numbers)
-        if not all(map(operator.lt, numbers, numbers[1:])):  # a new process among them: line by line
-            for number, value in zip(numbers, values, strict=True):
+        if not all(map(operator.lt, numbers, islice(numbers, 1, None))):  # a new process among them
+            for number, (_, value) in zip(numbers, matches, strict=True):
                 self._add_one(number, value)
             return
         # One process: every line after the first times its interval; the first, as `_add_one` says.
         first_kept = self._previous is not None and self._previous < numbers[0] and not self._saving
-        self._values.update(values if first_kept else values[1:])
+        self._values.update(map(_VALUE, islice(matches, 0 if first_kept else 1, None)))
         self.iterations += numbers[-1] - (self._previous if first_kept else numbers[0])
         self._previous, self._saving = numbers[-1], False
 
