@@ -24,6 +24,7 @@ from ckpt_bench.report.schema import (
     LoadRecord,
     MLPerf,
     MlpstorageFigures,
+    ModelSize,
     Report,
     RunSection,
     SaveRecord,
@@ -619,7 +620,21 @@ def run_title(report: Report) -> str:
         what = [f"{run.backend or 'workload'} {report.workload}"
                 + (f" (subset: {report.world_size} of {report.subset_of} ranks)" if report.subset_of
                    else " (the whole job)")]
+        if report.model_size is not None:
+            what.append(model_words(report.model_size))
     return ", ".join([*what, report.ckpt_format or "?", f"world size {report.world_size or '?'}"])
+
+
+def model_words(model: ModelSize) -> str:
+    """A workload's model in a few words: its kind, parameters (active ones of a MoE), bytes per rank."""
+    words = model.kind
+    if model.parameters is not None:
+        words += f" {model.parameters / 1e9:,.1f} B parameters"
+        if model.active_parameters != model.parameters:
+            words += f" ({model.active_parameters / 1e9:,.1f} B active)"
+    spread = (f"{size(model.rank_bytes_min)} to {size(model.rank_bytes_max)} a rank (median "
+              f"{size(model.rank_bytes_median)}, rank {model.largest_rank} the largest)")
+    return f"{words}, {spread}"
 
 
 def comparable_words(comparable: Comparable) -> str:

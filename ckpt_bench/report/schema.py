@@ -506,6 +506,20 @@ class Repetition:
     load_bandwidth_in_mbps: float | None = None
 
 
+@dataclass(frozen=True)
+class ModelSize:
+    """A workload run's model and how its checkpoint falls on ranks (from its config section)."""
+
+    kind: str
+    """dense, MoE, with +MLA, +MTPn."""
+    parameters: int | None
+    active_parameters: int | None
+    rank_bytes_min: int
+    rank_bytes_median: int
+    rank_bytes_max: int
+    largest_rank: int
+
+
 @dataclass
 class Report:
     """report.json: the Primus checkpoint tool's keys first, then ours."""
@@ -625,6 +639,16 @@ class Report:
     def workload(self) -> str | None:
         """The workload whose checkpoint a workload run wrote (--workload), None for other runs."""
         return (self.config or {}).get("workload")
+
+    @property
+    def model_size(self) -> ModelSize | None:
+        """A workload run's model, parameters and bytes per rank over the whole job; None for other runs."""
+        config = self.config or {}
+        if config.get("model") is None or config.get("rank_bytes_max") is None:
+            return None
+        return ModelSize(config["model"], config.get("parameters"), config.get("active_parameters"),
+                         config["rank_bytes_min"], config["rank_bytes_median"], config["rank_bytes_max"],
+                         config["largest_rank"])
 
     @property
     def subset_of(self) -> int | None:

@@ -252,24 +252,39 @@ class WorkloadRunInfo(RunInfo):
     dlio_applies_fsync: bool
     workload_asks_fsync: bool
     dist_backend: str
+    model: str
+    """What the checkpoint is of: dense, MoE, with +MLA, +MTPn (`Architecture.kind`)."""
+    parameters: int | None
+    """The model's parameters, each once (None: no transformer)."""
+    active_parameters: int | None
+    """Those one token passes through (its top-k experts)."""
+    expert_parallel_size: int
+    rank_bytes_min: int
+    """Tensor bytes per rank per save over the whole job: the least, median, most, and the rank of the most."""
+    rank_bytes_median: int
+    rank_bytes_max: int
+    largest_rank: int
 
 
 def run_info(config: WorkloadConfig, run: WorkloadRun, spec: WorkloadSpec, launch: LaunchConfig) -> WorkloadRunInfo:
     workload, layout = run.workload, run.layout
-    # A Megatron GPT's state is saved fully parallel, with the DistributedOptimizer's Adam state; DLIO's state
-    # has no such settings (None: null in the report).
-    megatron = run.info.state == "megatron"
+    # A Megatron GPT's state comes with Adam's (the distributed optimizer's unless the experiment says not),
+    # torch_dist's saved fully parallel; DLIO's state has no such settings (None: null in the report).
+    megatron = run.info.state != "dlio"
+    distributed = TrainingJob.from_dict(workload.megatron).distributed_optimizer if workload.megatron else True
+    fully_parallel = True if run.info.state == "megatron" else None
+    facts, spread = model_facts(run), layout.spread
     return WorkloadRunInfo(
         backend="workload",
         ranks=Ranks.of(launch.topology),
         saves=SaveConfig(
             data_parallel_size=layout.data_parallelism,
             ckpt_format=run.engine,
-            ckpt_fully_parallel_save=True if megatron else None,
-            ckpt_fully_parallel_load=True if megatron else None,
+            ckpt_fully_parallel_save=fully_parallel,
+            ckpt_fully_parallel_load=fully_parallel,
             async_save=config.async_save,
             optimizer="adam" if megatron else None,
-            use_distributed_optimizer=True if megatron else None,
+            use_distributed_optimizer=distributed if megatron else None,
             params_dtype=workload.model_datatype,
             main_params_dtype=workload.optimizer_datatype if megatron else None,
             exp_avg_dtype=workload.optimizer_datatype,
@@ -295,6 +310,14 @@ def run_info(config: WorkloadConfig, run: WorkloadRun, spec: WorkloadSpec, launc
         dlio_applies_fsync=DLIO_APPLIES_FSYNC,
         workload_asks_fsync=workload.fsync,
         dist_backend=spec.dist_backend,
+        model=facts["model"],
+        parameters=facts["parameters"],
+        active_parameters=facts["active_parameters"],
+        expert_parallel_size=facts.get("parallel", {}).get("ep", 1),
+        rank_bytes_min=spread.min,
+        rank_bytes_median=spread.median,
+        rank_bytes_max=spread.max,
+        largest_rank=spread.largest_rank,
     )
 
 

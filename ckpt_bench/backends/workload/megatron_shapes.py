@@ -243,6 +243,7 @@ class MegatronGPT:
         self.world_size = world_size
         self.job = training_job(workload)
         self.arch = self.job.architecture
+        self._modules: dict[int, list[tuple[str, int | None, list[Param]]]] = {}
         try:
             self.parallel: Parallelism = self.job.parallelism(world_size)
         except ParallelError as error:
@@ -330,6 +331,11 @@ class MegatronGPT:
 
     def _stage_modules(self, pp_rank: int) -> list[tuple[str, int | None, list[Param]]]:
         """(key prefix, layer index or None, params) of the stage's modules, in module order."""
+        if pp_rank not in self._modules:
+            self._modules[pp_rank] = self._build_stage_modules(pp_rank)
+        return self._modules[pp_rank]
+
+    def _build_stage_modules(self, pp_rank: int) -> list[tuple[str, int | None, list[Param]]]:
         arch, par = self.arch, self.parallel
         numbered = arch.moe is not None and arch.moe.numbered_layers
         modules: list[tuple[str, int | None, list[Param]]] = []

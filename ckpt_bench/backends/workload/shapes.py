@@ -493,6 +493,9 @@ class FileShare:
     empty_dicts: tuple[str, ...] = ()
     """Key paths of nested dicts DLIO saves empty (a layer whose every tensor floored to 0 elements)."""
 
+    separator: str = "."
+    """What joins the keys of a tensor's name (Megatron's files use "/": their keys hold dots)."""
+
     @cached_property
     def nbytes(self) -> int:
         """Tensor bytes of the file (torch.save adds a small pickle and zip overhead on top)."""
@@ -504,10 +507,10 @@ class FileShare:
         tree: dict[str, Any] = {}
         for path in self.empty_dicts:
             node = tree
-            for key in path.split("."):
+            for key in path.split(self.separator):
                 node = node.setdefault(key, {})
         for spec in self.tensors:
-            *parents, leaf = spec.name.split(".")
+            *parents, leaf = spec.name.split(self.separator)
             node = tree
             for key in parents:
                 node = node.setdefault(key, {})

@@ -3,6 +3,8 @@
     torch-save   DLIO's own way (MLPerf Storage): every rank `torch.save`s its files, DLIO's names
     torch_dist   megatron-core `dist_checkpointing` (Megatron-LM's default format): sharded tensors,
                  fully-parallel save and load, async, the persistent writer
+    torch        Megatron-LM's legacy format: `model_optim_rng.pt` (and `distrib_optim.pt`) per model-parallel
+                 rank folder, `torch.save`d (the torch-save engine's code over Megatron's files)
     dcp          PyTorch Distributed Checkpoint: writer threads, async, disk, S3 and fsspec
 
 This module is the launcher's view (no torch): what each engine reads and supports. The worker side of
@@ -25,8 +27,8 @@ class EngineInfo:
     writes: str
     """What it writes, in a few words, for --help and the report."""
     state: str
-    """Whose tensors it saves: "dlio" (DLIO's per-rank tensors, DLIO's bytes) or "megatron" (the sharded
-    tensors of a Megatron GPT with the distributed optimizer)."""
+    """Whose tensors it saves: "dlio" (DLIO's per-rank tensors, DLIO's bytes), "megatron" (the sharded tensors
+    of a Megatron GPT and its optimizer) or "megatron-torch" (the same model in Megatron-LM's legacy files)."""
     async_save: bool
     """Whether it has an asynchronous save (`--async-save`)."""
     default_threads: int | None
@@ -61,6 +63,9 @@ ENGINES: dict[str, EngineInfo] = {
                    # 2 writer threads a rank: Megatron-LM's default (--ckpt-fully-parallel-save's torch_dist strategy)
                    async_save=True, default_threads=2, storage_kinds=("disk",), async_staging_copies=1,
                    always_fsyncs=True),
+        EngineInfo("torch", "ckpt_bench.backends.workload.engines.torch_save",
+                   "Megatron-LM's legacy torch format: mp_rank_* folders of model_optim_rng.pt and distrib_optim.pt",
+                   "megatron-torch", async_save=False, default_threads=None, storage_kinds=("disk", "s3", "fsspec")),
         EngineInfo("dcp", "ckpt_bench.backends.workload.engines.dcp",
                    "torch.distributed.checkpoint with writer threads", "dlio",
                    async_save=True, default_threads=1, storage_kinds=("disk", "s3", "fsspec"), async_staging_copies=1,
@@ -77,6 +82,10 @@ def state_layout(info: EngineInfo, workload, world_size: int, subset_ranks: int 
         from ckpt_bench.backends.workload.megatron_shapes import layout as megatron_layout
 
         return megatron_layout(workload, world_size, subset_ranks)
+    if info.state == "megatron-torch":
+        from ckpt_bench.backends.workload.megatron_torch import layout as megatron_torch_layout
+
+        return megatron_torch_layout(workload, world_size, subset_ranks)
     from ckpt_bench.backends.workload.shapes import layout
 
     return layout(workload, world_size, subset_ranks)

@@ -41,8 +41,9 @@ class RankState:
 
 
 def dlio_tensor_name(file: FileShare, tensor_name: str) -> str:
-    """A DLIO tensor's name across the job: its file's name (unique per rank) and its key path."""
-    return f"{file.name}/{tensor_name}"
+    """A tensor's name across the job: its file's name (unique per rank) and its key path, keys joined by dots
+    (as `integrity.iter_tensors` names what a load returns, whatever the file's separator)."""
+    return f"{file.name}/{tensor_name.replace(file.separator, '.')}"
 
 
 def allocate_dlio(share: RankShare, seed: int, randomize: bool, device: torch.device, fill: bool = True) -> RankState:

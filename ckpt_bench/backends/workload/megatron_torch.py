@@ -1,0 +1,151 @@
+"""What every rank of a Megatron-LM job writes in Megatron's legacy `torch` format, computed without torch.
+
+Megatron-LM's `save_checkpoint` with `--ckpt-format torch` (megatron/training/checkpointing.py, core_v0.16.1):
+
+* `iter_<7 digits>/mp_rank_<tp:02d>[_<pp:03d>][_<ep:03d>]/` per rank: the pipeline rank when PP > 1, the
+  expert-parallel rank when EP > 1 (`get_checkpoint_name`);
+* `model_optim_rng.pt`, written by every rank of expert-data-parallel rank 0 (`get_expert_data_parallel_rank()
+  == 0`): `torch.save` of the rank's whole local model (`state_dict_for_save_checkpoint`: every parameter of
+  its stage at its TP share, its local experts, the router's expert-bias buffer, a tied output layer's or
+  MTP's copy of the embedding) and, without the distributed optimizer, the optimizer's state of the same
+  parameters (Adam's two moments and, for half-precision weights, the fp32 main copy; a MoE's dense and
+  expert optimizers side by side); args, RNG and scheduler state besides (small, not tensors);
+* `distrib_optim.pt`, with the distributed optimizer, written by rank 0 of each optimizer's data-parallel
+  group (`save_parameter_state`: the group's state gathered to it): per buffer, fp32 `param`, `exp_avg`,
+  `exp_avg_sq` of the buffer's unpadded length (a MoE's expert buffer by expert-data-parallel rank 0; a
+  ChainedOptimizer saves the list of both).
+
+So every expert-data-parallel replica group writes the dense model once per EP rank, and with the
+distributed optimizer the optimizer state lands on the data-parallel rank 0s. The model, its buffers and its
+bucketing are `megatron_shapes`'s (checked against real megatron-core saves); the tensors here are flat, as
+DLIO's (the same bytes; `torch.save` keeps shapes in a few bytes of pickle), keyed by Megatron's module
+names, lists kept as dicts keyed by index.
+"""
+
+from __future__ import annotations
+
+from ckpt_bench.backends.workload.megatron_shapes import MegatronGPT
+from ckpt_bench.backends.workload.shapes import (
+    TORCH_DTYPE,
+    FileShare,
+    Layout,
+    RankShare,
+    TensorSpec,
+    Workload,
+    WorkloadError,
+)
+from ckpt_bench.model.parallel import RankCoordinates
+
+__all__ = ["MODEL_FILE", "OPTIMIZER_FILE", "folder", "layout", "rank_files"]
+
+MODEL_FILE = "model_optim_rng.pt"
+OPTIMIZER_FILE = "distrib_optim.pt"
+
+# The sharded state dict's names for the two layer norms (Transformer Engine's) and the module's own.
+_MODULE_NAMES = (("self_attention.linear_qkv.layer_norm_", "input_layernorm."),
+                 ("mlp.linear_fc1.layer_norm_", "pre_mlp_layernorm."))
+
+
+def folder(gpt: MegatronGPT, c: RankCoordinates) -> str:
+    """`get_checkpoint_name`'s folder of the rank at `c`."""
+    name = f"mp_rank_{c.tp_rank:02d}"
+    if gpt.pp > 1:
+        name += f"_{c.pp_rank:03d}"
+    if gpt.parallel.ep > 1:
+        name += f"_{c.ep_rank:03d}"
+    return name
+
+
+def _module_name(name: str) -> str:
+    for sharded, module in _MODULE_NAMES:
+        if name.startswith(sharded):
+            return module + name.removeprefix(sharded)
+    return name
+
+
+def _model_tensors(gpt: MegatronGPT, c: RankCoordinates) -> list[tuple[TensorSpec, str]]:
+    """(the tensor, its group: "dense", "expert", or "" for a buffer) of the rank's local model, module order."""
+    par, arch = gpt.parallel, gpt.arch
+    tensors = []
+    first = par.stage_layers(c.pp_rank).start
+    local_experts = range(c.ep_rank * (arch.moe.num_experts // par.ep), (c.ep_rank + 1) * (
+        arch.moe.num_experts // par.ep)) if arch.moe else range(0)
+    for prefix, layer, params in gpt._stage_modules(c.pp_rank):
+        if prefix.startswith("decoder.layers."):
+            index = (int(prefix.split(".")[2]) if layer is None else layer) - first
+            prefix = f"decoder.layers.{index}."
+        for p in params:
+            dtype = "fp32" if p.fp32 else arch.params_dtype
+            group = ("expert" if p.expert else "dense") if p.trained else ""
+            name = _module_name(p.name)
+            if not p.expert:
+                numel = p.numel // par.tp if p.tp_axis is not None else p.numel
+                tensors.append((TensorSpec(f"model/{prefix}{name}", numel, dtype), group))
+                continue
+            numel = p.numel // par.expert_tp if p.tp_axis is not None else p.numel
+            for j, _ in enumerate(local_experts):
+                module = name.replace("mlp.experts.experts.", f"mlp.experts.local_experts.{j}.")
+                tensors.append((TensorSpec(f"model/{prefix}{module}", numel, dtype), group))
+    return tensors
+
+
+def rank_files(gpt: MegatronGPT, c: RankCoordinates) -> list[FileShare]:
+    """The files the rank at `c` writes per save (empty for an expert-data-parallel replica without a DP rank
+    0 of its own)."""
+    files, where = [], folder(gpt, c)
+    job, dtype = gpt.job, gpt.job.optimizer_dtype
+    buffers = gpt._buffers[c.pp_rank]
+    if c.edp_rank == 0:
+        model = _model_tensors(gpt, c)
+        tensors = [spec for spec, _ in model]
+        if not job.distributed_optimizer:
+            chained = len({group for _, group in model if group}) > 1
+            for k, kind in enumerate(("dense", "expert")):
+                trained = [spec for spec, group in model if group == kind]
+                base = f"optimizer/{k}/" if chained else "optimizer/"
+                for i, spec in enumerate(trained):
+                    tensors += [TensorSpec(f"{base}optimizer/state/{i}/{state}", spec.numel, dtype)
+                                for state in ("exp_avg", "exp_avg_sq")]
+                    if gpt.arch.params_dtype != "fp32":
+                        tensors.append(TensorSpec(f"{base}fp32_from_fp16_params/0/{i}", spec.numel, dtype))
+        files.append(FileShare(f"{where}/{MODEL_FILE}", "model", tuple(tensors), separator="/"))
+    if job.distributed_optimizer:
+        param, grad = gpt.buffer_dtypes
+        key = f"(torch.{TORCH_DTYPE[param]}, torch.{TORCH_DTYPE[grad]})"
+        tensors = []
+        for k, (kind, buffer) in enumerate(buffers.items()):
+            if (c.dp_rank if kind == "dense" else c.edp_rank) != 0:
+                continue
+            base = f"{k}/" if len(buffers) > 1 else ""
+            unpadded = sum(bucket.unpadded for bucket in buffer.buckets)
+            tensors += [TensorSpec(f"{base}0/{key}/{state}", unpadded, dtype)
+                        for state in ("param", "exp_avg", "exp_avg_sq")]
+        if tensors:
+            files.append(FileShare(f"{where}/{OPTIMIZER_FILE}", "optimizer", tuple(tensors), separator="/"))
+    return files
+
+
+def layout(workload: Workload, world_size: int | None = None, subset_ranks: int | None = None) -> Layout:
+    """Every rank's files and bytes for one legacy `torch` save of `workload` as a Megatron GPT; raises
+    WorkloadError. A rank holds (and the engine allocates) exactly the tensors of its files."""
+    world = workload.world_size if world_size is None else world_size
+    if world is None:
+        raise WorkloadError(f"workload {workload.name!r} has no world size: pass world_size=")
+    count = world if subset_ranks is None else subset_ranks
+    if not 1 <= count <= world:
+        raise WorkloadError(f"subset_ranks = {subset_ranks!r} is not valid for a job of {world} ranks")
+    gpt = MegatronGPT(workload, world)
+    written, ranks = [], []
+    for rank in range(world):
+        c = gpt.coordinates(rank)
+        files = rank_files(gpt, c)
+        size = sum(f.nbytes for f in files)
+        written.append(size)
+        if rank < count:
+            ranks.append(RankShare(rank=rank, files=tuple(files), bytes=size, resident_bytes=size,
+                                   tp_rank=c.tp_rank, pp_rank=c.pp_rank, dp_rank=c.dp_rank,
+                                   mp_rank=gpt.parallel.model_parallel_rank(c.tp_rank, c.pp_rank),
+                                   ep_rank=c.ep_rank))
+    return Layout(workload=workload, world_size=world, data_parallelism=gpt.dp, ranks=tuple(ranks),
+                  total_bytes=sum(written), dlio_reported_bytes=sum(r.resident_bytes for r in ranks),
+                  parameters=gpt.parameters, job_rank_bytes=tuple(written))
