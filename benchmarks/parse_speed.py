@@ -4,9 +4,10 @@
     python benchmarks/parse_speed.py [--dir DIR] [--size-gib 1.0] [--keep] [--repeat 5] [--output R.json]
 
 Generates (unless DIR already holds one) a Primus `logs/pre_trainer/` tree of 8 ranks with the line
-mix of a long run: an iteration line per step on the last rank (at INFO, as Primus's `log_rank_last`
-logs it: in the info.log a report reads), per-rank debug/info chatter, a timer block every 10 steps, a
-checkpoint save every 500 steps, an arguments dump, loguru-style 10 MB rotation
+mix of a long run: an iteration line per step on the last rank, at INFO, in the info.log a report reads
+(Primus's `log_rank_last` logs at INFO; its Megatron backend of 2026 prints the training line, which lands
+at DEBUG, unread): the worst case, the tree of issue 30; per-rank debug/info chatter, a timer block every
+10 steps, a checkpoint save every 500 steps, an arguments dump, loguru-style 10 MB rotation
 (`debug.<timestamp>.log`). Then:
 
 * parses it in a fresh process (so peak RSS is the parse's alone) and prints MB/s over the bytes read
