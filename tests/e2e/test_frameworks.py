@@ -1,5 +1,6 @@
-"""--framework megatron-lm / primus against fake checkouts whose entry points record what they were
-given and write logs in the framework's own format; the report is built from those logs."""
+"""--framework primus against a checkout whose launcher script is a fake that records what it was given and
+writes logs in Primus's own format; the report is built from those logs. The real Megatron-LM runs in
+test_real_megatron_lm.py."""
 
 import json
 import os
@@ -12,7 +13,7 @@ from pathlib import Path
 import yaml
 from helpers import ROOT
 
-# What both fakes do once they know their arguments: record them, "save" (iteration folders) or "load",
+# What the fake does once it knows its arguments: record them, "save" (iteration folders) or "load",
 # and print Megatron's checkpoint messages, the way the real framework would.
 FAKE = textwrap.dedent('''
     import json, os, sys, time
@@ -36,28 +37,6 @@ FAKE = textwrap.dedent('''
             (folder / "__0_0.distcp").write_bytes(b"x" * 4096)
             (Path(save) / "latest_checkpointed_iteration.txt").write_text(str(it))
             say(f"  [{stamp()}] successfully saved checkpoint from iteration {it:7d} to {save} [ t 1/1, p 1/1 ]")
-''')
-
-PRETRAIN_GPT = FAKE + textwrap.dedent('''
-    argv = sys.argv[1:]
-    def value(flag):
-        return argv[argv.index(flag) + 1] if flag in argv else None
-    if os.environ["RANK"] == "0":
-        phase = "load" if "--load" in argv else "save"
-        Path(os.environ["FAKE_RECORD"], f"{phase}.json").write_text(json.dumps(
-            {"argv": argv, "env": {k: os.environ.get(k) for k in ("WORLD_SIZE", "CUDA_DEVICE_MAX_CONNECTIONS")}}))
-        train(value("--save"), value("--load"), int(value("--train-iters")), int(value("--save-interval")),
-              value("--ckpt-format"), lambda line: print(line, flush=True))
-''')
-
-ARGUMENTS_PY = textwrap.dedent('''
-    def add(group):
-        for flag in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--train-iters",
-                     "--save-interval", "--save", "--load", "--ckpt-format", "--async-save", "--mock-data",
-                     "--tokenizer-type", "--vocab-size", "--num-layers", "--hidden-size", "--seq-length",
-                     "--micro-batch-size", "--global-batch-size", "--num-attention-heads",
-                     "--exit-on-missing-checkpoint", "--no-bias-dropout-fusion", "--bf16"):
-            group.add_argument(flag)
 ''')
 
 PRIMUS_FAKE = FAKE + textwrap.dedent('''
@@ -100,27 +79,6 @@ def assert_report(report, framework):
     assert report["iter_folder_size"] == 4096 and report["saves"][-1]["bytes_source"] == "disk"
     assert report["load"]["iteration"] == 6 and report["load_time"] == 0.05
     assert report["world_size"] == 1 and report["ckpt_format"] == "torch_dist"
-
-
-def test_megatron_lm(tmp_path):
-    megatron = tmp_path / "Megatron-LM"
-    (megatron / "megatron" / "training").mkdir(parents=True)
-    (megatron / "pretrain_gpt.py").write_text(PRETRAIN_GPT)
-    (megatron / "megatron" / "training" / "arguments.py").write_text(ARGUMENTS_PY)
-    report, recorded = run(tmp_path, "--framework", "megatron-lm", "--megatron-path", str(megatron), "--tp", "1")
-    assert_report(report, "megatron-lm")
-    save, load = recorded["save"]["argv"], recorded["load"]["argv"]
-    checkpoint = report["save"]
-    assert save[save.index("--save") + 1] == checkpoint and "--load" not in save
-    assert load[load.index("--load") + 1] == checkpoint and "--save" not in load
-    assert "--exit-on-missing-checkpoint" in load and "--mock-data" in save
-    for flag, value in (("--tensor-model-parallel-size", "1"), ("--ckpt-format", "torch_dist"),
-                        ("--train-iters", "6"), ("--tokenizer-type", "NullTokenizer")):
-        assert save[save.index(flag) + 1] == value
-    assert "--async-save" not in save  # false: Megatron-LM's default, no flag
-    assert "--lr" not in save  # not in this Megatron-LM's arguments: left out, and said so
-    assert any("left out" in note and "lr" in note for note in report["notes"])
-    assert recorded["save"]["env"] == {"WORLD_SIZE": "1", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}
 
 
 TINY_PRIMUS_EXPERIMENT = """

@@ -9,11 +9,15 @@ says were saved are checked against the checkpoint folder."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -33,9 +37,19 @@ from ckpt_bench.core.rundir import RunDir
 from ckpt_bench.launcher import nodes
 from ckpt_bench.launcher.base import Backend, Plan, WorkerPass
 from ckpt_bench.launcher.config import LaunchConfig
+from ckpt_bench.report.parsers.megatron import (
+    LOAD_START,
+    LOAD_TIMER,
+    SAVE_START,
+    SAVE_TIMERS,
+    TIMER_ENTRY,
+    TIMER_HEADER,
+    TIMER_NAME,
+    TIMER_RANK,
+)
 
 # torchrun's --tee prefix on a rank's line in console.log.
-_TEE = re.compile(r"^\[default\d+\]:")
+_TEE = re.compile(r"^\[default(?P<rank>\d+)\]:(?P<text>.*)$", re.DOTALL)
 BOOTSTRAP = "ckpt_bench.backends.frameworks.megatron_lm_bootstrap"
 
 
@@ -131,6 +145,20 @@ def parser_flags(root: Path) -> ParserFlags:
     return ParserFlags.of(json.loads(lines[-1]))
 
 
+def check_dataset_helpers(root: Path) -> None:
+    """Megatron-LM builds its dataset helpers (megatron/core/datasets/helpers.cpp) with `make` when a rank starts,
+    unless they are built: `make`, a C++ compiler and pybind11 for the ranks' python3. Without them every rank
+    stops at start-up; say so before anything starts."""
+    datasets = root / "megatron" / "core" / "datasets"
+    if any(datasets.glob("helpers_cpp*")):
+        return
+    missing = [name for name, found in (("make", shutil.which("make")), ("a C++ compiler (g++)", shutil.which("g++")),
+                                        ("pybind11", importlib.util.find_spec("pybind11"))) if not found]
+    if missing:
+        raise ConfigError(f"--megatron-path {root}: Megatron-LM builds its dataset helpers in {datasets} when it "
+                          f"starts, which needs {', '.join(missing)} (pip install pybind11; apt-get install make g++)")
+
+
 def saved_iterations_check(log_events_dir: Path, checkpoint_dir: str | None) -> list[str]:
     """The iterations Megatron-LM's log says it saved, against the checkpoint folder: an `iter_NNNNNNN` folder
     for each and `latest_checkpointed_iteration.txt` naming the last. Returns the report's note."""
@@ -146,6 +174,59 @@ def saved_iterations_check(log_events_dir: Path, checkpoint_dir: str | None) -> 
     return [f"the checkpoint folder differs from the log: the log says iterations {_listed(logged) or 'none'} were "
             f"saved, the folder holds iter_* folders of {_listed(folders) or 'none'} and "
             f"latest_checkpointed_iteration.txt says {latest if latest is not None else 'nothing'}"]
+
+
+def megatron_stdout(console_lines: Iterable[str]) -> Iterator[str]:
+    """Megatron-LM's stdout out of torchrun's console (`--tee`: every rank's lines, prefixed), as one process
+    writing it in time order would give it to the log parser. Megatron-LM prints its save and load lines on rank
+    0 and its timers on the last rank, one message of several lines, after a collective that rank 0 passes once
+    its own line is out. torchrun reads each rank's output on its own, so in the console another rank's lines
+    can split a timer block, and the last rank's block can come before the rank 0 line of the save or load it
+    times. Here a timer block is whole again, and a `save-checkpoint` or `load-checkpoint` block waits until
+    rank 0's line starting that save or load has come."""
+    started = {"save": 0, "load": 0}  # rank 0's save and load lines so far
+    timed = {"save": 0, "load": 0}  # timer blocks of each so far
+    waiting: deque[tuple[str, int, list[str]]] = deque()
+    for lines in _messages(console_lines):
+        operation = _timed_operation(lines)
+        if operation is not None:
+            timed[operation] += 1
+            waiting.append((operation, timed[operation], lines))
+        else:
+            yield from lines
+            started["save"] += sum(1 for line in lines if SAVE_START.search(line))
+            started["load"] += sum(1 for line in lines if LOAD_START.search(line))
+        while waiting and started[waiting[0][0]] >= waiting[0][1]:
+            yield from waiting.popleft()[2]
+    for _, _, lines in waiting:  # a timer of nothing the log shows (a load-checkpoint timer with no checkpoint)
+        yield from lines
+
+
+def _messages(console_lines: Iterable[str]) -> list[list[str]]:
+    """The console's lines in its order, prefixes removed, a rank's timer block (header and entries) one item."""
+    messages: list[list[str]] = []
+    open_block: dict[str | None, list[str]] = {}  # rank -> its timer block still taking entries
+    for line in console_lines:
+        match = _TEE.match(line)
+        rank, text = (match["rank"], match["text"]) if match else (None, line)
+        if rank in open_block and (TIMER_ENTRY.match(text) or TIMER_NAME.match(text) or TIMER_RANK.match(text)):
+            open_block[rank].append(text)
+            continue
+        open_block.pop(rank, None)
+        messages.append([text])
+        if TIMER_HEADER.search(text):
+            open_block[rank] = messages[-1]
+    return messages
+
+
+def _timed_operation(lines: list[str]) -> str | None:
+    """'save' or 'load' for a timer block timing a checkpoint save or load, else None."""
+    if not TIMER_HEADER.search(lines[0]):
+        return None
+    names = {match["name"] for line in lines[1:] if (match := TIMER_ENTRY.match(line) or TIMER_NAME.match(line))}
+    if names & set(SAVE_TIMERS):
+        return "save"
+    return "load" if LOAD_TIMER in names else None
 
 
 def _listed(iterations: list[int]) -> str:
@@ -171,6 +252,7 @@ class MegatronLMBackend(Backend[MegatronLMConfig]):
         # it); the benchmark evaluates nothing unless the experiment asks.
         args.setdefault("eval_iters", 0)
         args.setdefault("eval_interval", args["train_iters"])
+        check_dataset_helpers(root)
         parser = parser_flags(root)
         script = str(root / "pretrain_gpt.py")
         # The load reads a cold checkpoint, as ours do: the lifecycle evicts it first.
@@ -190,7 +272,7 @@ class MegatronLMBackend(Backend[MegatronLMConfig]):
                 notes[:] = [f"not Megatron-LM arguments, left out: {', '.join(sorted(skipped))}"]
 
         def collect(run: RunDir) -> list[str]:
-            # Megatron-LM's stdout as a user sees it: node 0's ranks' lines, torchrun's prefixes removed.
+            # Megatron-LM's stdout as a user sees it: node 0's ranks' lines (megatron_stdout).
             logs = []
             node0 = replace(launch.topology, node_rank=0)
             for worker_pass in passes:
@@ -198,7 +280,7 @@ class MegatronLMBackend(Backend[MegatronLMConfig]):
                 if console.is_file():
                     log = console.with_name("megatron.log")
                     with open(console, encoding="utf-8", errors="replace") as lines:
-                        log.write_text("".join(_TEE.sub("", line) for line in lines))
+                        log.write_text("".join(megatron_stdout(lines)))
                     logs.append(log)
             events = record_events(run, logs)
             return notes + events + saved_iterations_check(run.events_dir, bound.get("checkpoint_dir"))

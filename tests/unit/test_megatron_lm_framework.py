@@ -1,0 +1,114 @@
+"""--framework megatron-lm without a launch: the flags written from a checkout's parser, Megatron-LM's stdout out of
+torchrun's interleaved console, the saved iterations against the checkpoint folder, the bootstrap on a GPU host."""
+
+import sys
+
+import torch
+
+from ckpt_bench.backends.frameworks import megatron_lm_bootstrap
+from ckpt_bench.backends.frameworks.megatron_lm import ParserFlags, megatron_stdout, saved_iterations_check
+from ckpt_bench.core.events import CheckpointEvent, EventKind
+from ckpt_bench.report.parsers.megatron import MegatronParser
+
+# As megatron_lm_bootstrap.describe_parser prints them, for arguments of each kind Megatron-LM core_v0.16.1 has.
+DESCRIBED = [
+    {"dest": "num_layers", "flags": ["--num-layers"], "takes_value": True, "sets": [], "default": None},
+    {"dest": "lr_decay_iters", "flags": ["--lr-decay-iters"], "takes_value": True, "sets": [], "default": None},
+    {"dest": "async_save", "flags": ["--async-save"], "takes_value": False, "sets": [["--async-save", True]],
+     "default": False},
+    {"dest": "add_bias_linear", "flags": ["--disable-bias-linear"], "takes_value": False,
+     "sets": [["--disable-bias-linear", False]], "default": True},
+    {"dest": "ckpt_fully_parallel_save", "flags": ["--no-ckpt-fully-parallel-save"], "takes_value": False,
+     "sets": [["--no-ckpt-fully-parallel-save", False]], "default": True},
+    {"dest": "no_persist_layer_norm", "flags": ["--no-persist-layer-norm"], "takes_value": False,
+     "sets": [["--no-persist-layer-norm", True]], "default": False},
+    {"dest": "rl_partial_rollouts", "flags": ["--rl-partial-rollouts", "--no-rl-partial-rollouts"],
+     "takes_value": False, "sets": [["--rl-partial-rollouts", True], ["--no-rl-partial-rollouts", False]],
+     "default": False},
+    {"dest": "layernorm_epsilon", "flags": ["--norm-epsilon"], "takes_value": True, "sets": [], "default": None},
+    {"dest": "eval_iters", "flags": ["--eval-iters"], "takes_value": True, "sets": [], "default": None},
+]
+
+
+def test_flags_follow_the_parser():
+    parser = ParserFlags.of(DESCRIBED)
+    argv, left_out = parser.argv({
+        "num_layers": 2, "async_save": True, "add_bias_linear": False, "ckpt_fully_parallel_save": True,
+        "no_persist_layer_norm": True, "rl_partial_rollouts": False, "norm_epsilon": 1e-5, "eval_iters": 0,
+        "lr_decay_iters": None, "disable_bias_linear": True, "moe_primus_only": 3, "swiglu": True,
+    })
+    assert argv == ["--num-layers", "2", "--async-save", "--disable-bias-linear", "--no-persist-layer-norm",
+                    "--norm-epsilon", "1e-05", "--eval-iters", "0", "--disable-bias-linear"]
+    assert left_out == ["moe_primus_only", "swiglu"]  # no flag of this parser's
+    # Booleans at the parser's default need no flag, whichever way the switch is spelled.
+    assert parser.argv({"async_save": False, "add_bias_linear": True, "rl_partial_rollouts": False}) == ([], [])
+    assert parser.argv({"rl_partial_rollouts": True, "num_layers": [1, 2]}) == (
+        ["--rl-partial-rollouts", "--num-layers", "1", "2"], [])
+
+
+# Two orders torchrun --tee gave core_v0.16.1's lines on 2 CPU ranks: rank 0's lines inside the last rank's timer
+# block (the save), and the last rank's block before rank 0's line of the load it times.
+CONSOLE = """\
+[default0]: [2026-11-25 18:52:09.645975] saving checkpoint at iteration       2 to /ckpt in torch_dist format
+[default1]:INFO:megatron.core.timers:(min, max) time across ranks (ms):
+[default0]:  [2026-11-25 18:52:18.547148] successfully saved checkpoint from iteration       2 to /ckpt [ t 1/1, p 1/1 ]
+[default1]:    save-checkpoint ................................: (8903.29, 8903.74)
+[default1]:INFO:megatron.core.timers:(min, max) time across ranks (ms):
+[default1]:    load-checkpoint ................................: (37.37, 38.53)
+[default0]: loading checkpoint from /ckpt at iteration 2
+[default0]:  successfully loaded checkpoint from /ckpt [ t 1/1, p 1/1 ] at iteration 2
+[default1]:INFO:megatron.core.timers:(min, max) time across ranks (ms):
+[default1]:    model-and-optimizer-setup ......................: (54.67, 54.87)
+"""
+HEADER = "INFO:megatron.core.timers:(min, max) time across ranks (ms):"
+
+
+def test_megatron_stdout_from_the_console():
+    stdout = "".join(megatron_stdout(CONSOLE.splitlines(keepends=True))).splitlines()
+    assert stdout == [
+        " [2026-11-25 18:52:09.645975] saving checkpoint at iteration       2 to /ckpt in torch_dist format",
+        HEADER,
+        "    save-checkpoint ................................: (8903.29, 8903.74)",
+        "  [2026-11-25 18:52:18.547148] successfully saved checkpoint from iteration       2 to /ckpt [ t 1/1, p 1/1 ]",
+        " loading checkpoint from /ckpt at iteration 2",
+        HEADER,
+        "    load-checkpoint ................................: (37.37, 38.53)",
+        "  successfully loaded checkpoint from /ckpt [ t 1/1, p 1/1 ] at iteration 2",
+        HEADER,
+        "    model-and-optimizer-setup ......................: (54.67, 54.87)",
+    ]
+    parser = MegatronParser()
+    events = [e for seq, line in enumerate(stdout) for e in parser.feed_line(line, seq, None)] + parser.finish()
+    assert [e.elapsed_ns for e in events if e.kind == EventKind.LOAD_END and e.elapsed_ns] == [38_530_000]
+
+
+def test_saved_iterations_against_the_folder(tmp_path):
+    events, checkpoints = tmp_path / "events", tmp_path / "checkpoints"
+    events.mkdir()
+    for iteration in (2, 4):
+        (checkpoints / f"iter_{iteration:07d}").mkdir(parents=True)
+        (checkpoints / f"iter_{iteration:07d}" / "__0_0.distcp").write_bytes(b"x")
+    (checkpoints / "latest_checkpointed_iteration.txt").write_text("4")
+
+    def logged(*iterations):
+        (events / "rank-0.jsonl").write_text("".join(
+            CheckpointEvent(EventKind.SAVE_END, rank=0, iteration=i).to_json() + "\n" for i in iterations))
+        return saved_iterations_check(events, str(checkpoints))
+
+    assert logged(2, 4) == ["the checkpoint folder holds what the log says was saved: iterations 2, 4, "
+                            "latest_checkpointed_iteration.txt 4"]
+    assert logged(2, 4, 6) == ["the checkpoint folder differs from the log: the log says iterations 2, 4, 6 were "
+                               "saved, the folder holds iter_* folders of 2, 4 and latest_checkpointed_iteration.txt "
+                               "says 4"]
+    (checkpoints / "latest_checkpointed_iteration.txt").unlink()
+    assert "latest_checkpointed_iteration.txt says nothing" in logged(2, 4)[0]
+
+
+def test_bootstrap_leaves_a_gpu_run_alone(monkeypatch):
+    """Where CUDA is available nothing is installed and the script gets its arguments unchanged."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(megatron_lm_bootstrap, "_installed", False)
+    before = dict(sys.modules)
+    assert megatron_lm_bootstrap.install(["--num-layers", "2"]) == ["--num-layers", "2"]
+    assert megatron_lm_bootstrap.BATCH_INVARIANT not in set(sys.modules) - set(before)
+    assert not megatron_lm_bootstrap._installed
