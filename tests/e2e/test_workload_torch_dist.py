@@ -70,3 +70,43 @@ def test_async_save_of_a_tp2_subset_with_one_writer(tmp_path):
     check_written(report, folder, TP2_SUBSET, world_size=4, threads=1)
     assert report["async_save"] is True and report["config"]["subset"] == 2
     assert all(save["block_time"] <= save["total_time"] for save in report["saves"])
+
+
+# The default experiment made a small MoE: 4 experts, EP 2, the distributed optimizer, bf16; a 4-rank job of
+# which ranks 0 and 1 run (their expert-parallel ranks differ: experts 0-1 and 2-3).
+MOE = ("--workload", ROOT / "ckpt_bench" / "configs" / "tiny_gpt.yaml", "--set", "num_experts=4", "--set",
+       "moe_router_topk=2", "--set", "expert_model_parallel_size=2", "--set", "use_distributed_optimizer=true",
+       "--set", "bf16=true", "--job-ranks", "4")
+
+
+def moe_plan(engine: str):
+    from ckpt_bench.backends.workload.engines import ENGINES, state_layout
+    from ckpt_bench.backends.workload.sources import resolve_workload
+
+    overrides = dict(num_experts=4, moe_router_topk=2, expert_model_parallel_size=2, use_distributed_optimizer=True,
+                     bf16=True)
+    return state_layout(ENGINES[engine], resolve_workload(str(MOE[1]), overrides), 4, 2)
+
+
+def test_a_moe_subset_writes_its_ranks_shares_through_torch_dist(tmp_path):
+    report = launch_ok(*MOE, "--engine", "torch_dist", "--subset", "--nproc-per-node", "2", "--save-calls", "1",
+                       "--load-calls", "1", "--time-between-checkpoints", "0", "--thread-count", "1",
+                       "--save-dir", tmp_path / "ckpt", "--keep-checkpoints", "--format", "json",
+                       runs_dir=tmp_path / "runs")
+    folder = tmp_path / "ckpt" / report["run"]["dir"].rsplit("/", 1)[1] / "iter_0000001"
+    expected = moe_plan("torch_dist")
+    assert report["verified"] is True and report["config"]["model"] == "MoE"
+    assert tensor_bytes_by_rank(folder) == {share.rank: share.bytes for share in expected.ranks}
+    assert report["config"]["largest_rank"] == expected.spread.largest_rank
+
+
+def test_a_moe_subset_in_megatrons_legacy_torch_format(tmp_path):
+    report = launch_ok(*MOE, "--set", "ckpt_format=torch", "--subset", "--nproc-per-node", "2", "--save-calls", "1",
+                       "--load-calls", "1", "--time-between-checkpoints", "0", "--save-dir", tmp_path / "ckpt",
+                       "--keep-checkpoints", "--format", "json", runs_dir=tmp_path / "runs")
+    folder = tmp_path / "ckpt" / report["run"]["dir"].rsplit("/", 1)[1] / "iter_0000001"
+    assert report["verified"] is True and report["ckpt_format"] == "torch"  # the experiment's own format
+    written = sorted(str(path.relative_to(folder)) for path in folder.rglob("*.pt"))
+    assert written == ["mp_rank_00_000/distrib_optim.pt", "mp_rank_00_000/model_optim_rng.pt",
+                       "mp_rank_00_001/distrib_optim.pt", "mp_rank_00_001/model_optim_rng.pt"]
+    assert sorted(f"{f.name}" for share in moe_plan("torch").ranks for f in share.files) == written
