@@ -14,6 +14,8 @@ import re
 from collections import Counter
 from itertools import islice
 
+from ckpt_bench.report.parsers.lines import Counted
+
 # Each log interval's average (Primus prints `733.2/733.2`: the first is the interval's; Megatron-DeepSpeed (s)).
 # Bytes, one line at a time (`[^\S\n]`: a blank that is not a newline; the match runs to the end of its line,
 # so a line gives one match as a search of it would): (iteration, `ms): 733.2` as printed). It starts with a
@@ -43,7 +45,7 @@ class IterationTimes:
         """A training log line; one that does not give an iteration time changes nothing."""
         self._add(ITERATION_TIME.findall(message.encode("utf-8", "replace"))[:1])
 
-    def count(self, lines) -> None:
+    def count(self, lines: Counted) -> None:
         """Lines in bulk (a `lines.Counted`): each that gives an iteration time, in order."""
         self._add(lines.findall(ITERATION_TIME))
 

@@ -26,8 +26,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ckpt_bench.core.events import CheckpointEvent
+
+if TYPE_CHECKING:  # lines reads this module's prefixes
+    from ckpt_bench.report.parsers.lines import Counted
 
 SRUN_LABEL = r"[ \t]*\d+: "
 _NEMO_RUN = r"[\w.\-]+/\d+ (?=\[)"
@@ -68,7 +72,7 @@ class LogFormat:
     def feed_line(self, message: str, seq: int, rank: int | None) -> list[CheckpointEvent]:
         raise NotImplementedError
 
-    def count(self, lines) -> None:
+    def count(self, lines: Counted) -> None:
         """Counted lines (a `lines.Counted`): the training lines' iteration times in them."""
         self.iteration_times.count(lines)
 

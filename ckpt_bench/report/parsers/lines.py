@@ -95,6 +95,7 @@ class Counted:
         return found - self.start if found >= 0 else -1
 
     def rfind(self, sub: bytes, end: int | None = None) -> int:
+        """`bytes.rfind` within the lines (before `end`), positions relative to their start."""
         found = self.data.rfind(sub, self.start, self.stop if end is None else self.start + end)
         return found - self.start if found >= 0 else -1
 
@@ -264,15 +265,13 @@ def candidate_lines(
         elif _hit(raw, keywords):
             follow = True
             in_arguments = ARGUMENTS_START in raw
-        elif not (follow and continues(raw)):
-            follow = False
+        elif not (follow and continues(raw) and (b"rank" in raw or raw.rstrip().endswith(b":"))):
+            # Not kept: a line beginning a record ends the one kept before; another timer's entry does not
+            # (its block goes on, but the line cannot matter).
+            follow = follow and continues(raw)
             if grammar.counted is not None and grammar.counted in raw:
                 yield number, Counted(raw, 0, len(raw))
             continue
-        elif not (b"rank" in raw or raw.rstrip().endswith(b":")):
-            if grammar.counted is not None and grammar.counted in raw:
-                yield number, Counted(raw, 0, len(raw))
-            continue  # another timer's entry: its block goes on, but the line cannot matter
         yield number, raw[:MAX_TEXT].decode("utf-8", "replace").rstrip("\r\n")
 
 
