@@ -134,3 +134,29 @@ def test_mixtral_8x7b_and_deepseek_v3_have_their_published_parameter_counts():
 def test_layouts_megatron_refuses(args, world, needle):
     with pytest.raises(WorkloadError, match=needle):
         layout(workload(world, **args), world)
+
+
+# Megatron-LM's legacy torch format of the same real models: the tensor bytes of what each rank's
+# model_optim_rng.pt holds (`state_dict_for_save_checkpoint`, and `state_dict` of the optimizer without the
+# distributed optimizer) and distrib_optim.pt (`get_parameter_state_dp_zero` of the optimizers whose
+# data-parallel rank 0 it is), as megatron-core 0.16.1 returned them; {} for a rank that writes neither.
+REAL_LEGACY = {
+    "ep2_expert_dp2_gaps": [{"model_optim_rng.pt": 436176, "distrib_optim.pt": 2621184},
+                            {"model_optim_rng.pt": 436176, "distrib_optim.pt": 207360}, {}, {}],
+    "tp2_ep2_etp1": [{"model_optim_rng.pt": 267408, "distrib_optim.pt": 1604352},
+                     {"model_optim_rng.pt": 267408, "distrib_optim.pt": 1604352}, {}, {}],
+    "pp2_uneven_tied_no_distopt": [{"model_optim_rng.pt": 1611048}, {"model_optim_rng.pt": 1611048},
+                                   {"model_optim_rng.pt": 2305488}, {"model_optim_rng.pt": 2305488}],
+    "mtp_pp2": [{"model_optim_rng.pt": 205056, "distrib_optim.pt": 1230336},
+                {"model_optim_rng.pt": 427008, "distrib_optim.pt": 2562048}],
+}
+
+
+@pytest.mark.parametrize("case", REAL_LEGACY)
+def test_legacy_torch_files_hold_what_megatron_core_returns(case):
+    from ckpt_bench.backends.workload.megatron_torch import layout as legacy_layout
+
+    args, world, _ = REAL_SAVES[case]
+    shares = legacy_layout(workload(world, **args), world).ranks
+    assert [{f.name.split("/")[1]: f.nbytes for f in share.files} for share in shares] == REAL_LEGACY[case]
+    assert all(f.name.startswith("mp_rank_") for share in shares for f in share.files)

@@ -8,8 +8,10 @@ Megatron-LM's `save_checkpoint` with `--ckpt-format torch` (megatron/training/ch
   == 0`): `torch.save` of the rank's whole local model (`state_dict_for_save_checkpoint`: every parameter of
   its stage at its TP share, its local experts, the router's expert-bias buffer, a tied output layer's or
   MTP's copy of the embedding) and, without the distributed optimizer, the optimizer's state of the same
-  parameters (Adam's two moments and, for half-precision weights, the fp32 main copy; a MoE's dense and
-  expert optimizers side by side); args, RNG and scheduler state besides (small, not tensors);
+  parameters (Adam's two moments, torch's Adam's one-element `step`, and for half-precision weights the fp32
+  main copy; a MoE's dense and expert optimizers side by side; Transformer Engine's FusedAdam keeps the step
+  in its parameter groups instead, 4 bytes a parameter less); args, RNG and scheduler state besides (small,
+  not tensors);
 * `distrib_optim.pt`, with the distributed optimizer, written by rank 0 of each optimizer's data-parallel
   group (`save_parameter_state`: the group's state gathered to it): per buffer, fp32 `param`, `exp_avg`,
   `exp_avg_sq` of the buffer's unpadded length (a MoE's expert buffer by expert-data-parallel rank 0; a
@@ -17,7 +19,10 @@ Megatron-LM's `save_checkpoint` with `--ckpt-format torch` (megatron/training/ch
 
 So every expert-data-parallel replica group writes the dense model once per EP rank, and with the
 distributed optimizer the optimizer state lands on the data-parallel rank 0s. The model, its buffers and its
-bucketing are `megatron_shapes`'s (checked against real megatron-core saves); the tensors here are flat, as
+bucketing are `megatron_shapes`'s; each file's tensor bytes were checked against what megatron-core 0.16.1's
+`state_dict_for_save_checkpoint`, `state_dict` and `get_parameter_state_dp_zero` return on real CPU models
+(MoE with expert-DP 2, ETP 1 with a dense first layer, PP 2 tied without the distributed optimizer, MTP on
+PP 2; tests/unit/test_workload_megatron_moe.py). The tensors here are flat, as
 DLIO's (the same bytes; `torch.save` keeps shapes in a few bytes of pickle), keyed by Megatron's module
 names, lists kept as dicts keyed by index.
 """
@@ -106,6 +111,7 @@ def rank_files(gpt: MegatronGPT, c: RankCoordinates) -> list[FileShare]:
                 for i, spec in enumerate(trained):
                     tensors += [TensorSpec(f"{base}optimizer/state/{i}/{state}", spec.numel, dtype)
                                 for state in ("exp_avg", "exp_avg_sq")]
+                    tensors.append(TensorSpec(f"{base}optimizer/state/{i}/step", 1, "fp32"))  # torch's Adam
                     if gpt.arch.params_dtype != "fp32":
                         tensors.append(TensorSpec(f"{base}fp32_from_fp16_params/0/{i}", spec.numel, dtype))
         files.append(FileShare(f"{where}/{MODEL_FILE}", "model", tuple(tensors), separator="/"))
