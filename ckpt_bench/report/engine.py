@@ -16,8 +16,9 @@ Every backend and every log parser ends here, so each number has one definition:
 * A rank's *phases* (ckpt_bench.worker.phases) are the spans its end events carry: a save's blocking
   phases end at its SAVE_BLOCK_END, an async save's background phases at its SAVE_END, put after the
   blocking ones (a background phase that began before the save call returned is counted from the return,
-  0 s if it also ended before; a writer that started after it was `queued` in between). They sum to the operation's time on that
-  rank; a save's or a load's `phases` are its slowest rank's.
+  0 s if it also ended before; a writer that started after it was `queued` in between). They sum to the
+  operation's time on that rank; a save's or a load's `phases` are its slowest rank's: the one whose own
+  work ended last (before its closing collective, `finalize`, where it has one).
 * Bandwidth is bytes / total time in MiB/s. Bytes come from the checkpoint folder on disk when the
   caller measured it, else from the bytes the ranks reported; never from a parameter count.
 * Top-level keys follow the Primus checkpoint tool's report (last complete save), with real types.
@@ -283,14 +284,22 @@ def _spread(values: dict[int | None, float]) -> dict | None:
     }
 
 
-def _phases(ops: list[Operation], seconds: dict[int | None, float]) -> dict:
-    """A save's or a load's phases: the slowest rank's (by `seconds`, its total or load time per rank), and
-    every rank's, with their starts, for the per-rank timeline. Empty when no rank recorded phases."""
+def _phases(ops: list[Operation]) -> dict:
+    """A save's or a load's phases: the slowest rank's, and every rank's with their starts, for the per-rank
+    timeline. Empty when no rank recorded phases. The slowest rank is the one whose own work ended last: up to
+    its `finalize` when the operation ends with one (a collective every rank leaves together, so every rank's
+    total is about the same and the one that reached it last is the one the others waited for), else up to
+    its end."""
     per_rank = {op.rank: op.phases() for op in ops}
     per_rank = {rank: phases for rank, phases in per_rank.items() if phases}
     if not per_rank:
         return {}
-    slowest = max(per_rank, key=lambda rank: seconds.get(rank, 0.0))
+
+    def work_ended(phases: list[dict]) -> float:
+        last = phases[-1]
+        return last["start"] + (0.0 if last["phase"] == Phase.FINALIZE.value else last["seconds"])
+
+    slowest = max(per_rank, key=lambda rank: work_ended(per_rank[rank]))
 
     def rounded(phase: dict, start: bool) -> dict:
         return {"phase": phase["phase"], "seconds": round(phase["seconds"], 6), "blocking": phase["blocking"],
@@ -475,7 +484,7 @@ class ReportBuilder:
                 "total_time_per_rank": _spread(total),
                 "overlapped": any(op.overlapped for op in ops),
                 "wait_for_previous": _seconds(max(waits)) if waits else None,
-                **_phases(ops, total),
+                **_phases(ops),
             }
         )
         semantics = _source_semantics(ops)
@@ -496,7 +505,7 @@ class ReportBuilder:
                 "bandwidth": _mib_per_s(record["bytes"], load_time),
                 "time_per_rank": _spread(times),
                 "cache": cache,
-                **_phases(ops, times),
+                **_phases(ops),
             }
         )
         return record

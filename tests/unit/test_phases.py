@@ -148,3 +148,25 @@ def test_dcp_phases_sum_to_the_reported_times(group, tmp_path, async_save):
         blocking = sum(p["seconds"] for p in save["phases"] if p["blocking"])
         assert abs(blocking - save["block_time"]) <= 1e-3
         assert abs(sum(p["seconds"] for p in save["phases"]) - save["total_time"]) <= 1e-3
+
+
+def test_phases_are_the_rank_the_others_waited_for():
+    """Both ranks leave the closing collective together; rank 1 (nothing to write) started a little earlier,
+    so its total is longer, but rank 0's write is what they waited for: its phases are the save's."""
+    from ckpt_bench.core.events import CheckpointEvent, PhaseSpan
+    from ckpt_bench.report.engine import build_report
+
+    s = 1_000_000_000
+
+    def rank(r, start, *spans):
+        end = spans[-1][2]
+        phases = tuple(PhaseSpan(name, a * s, b * s) for name, a, b in spans)
+        return [CheckpointEvent(EventKind.SAVE_START, rank=r, iteration=1, mono_ns=start * s),
+                CheckpointEvent(EventKind.SAVE_BLOCK_END, rank=r, iteration=1, mono_ns=end * s, phases=phases),
+                CheckpointEvent(EventKind.SAVE_END, rank=r, iteration=1, mono_ns=end * s)]
+
+    events = [*rank(0, 2, ("write+fsync", 2, 7), ("finalize", 7, 8)),
+              *rank(1, 1, ("write+fsync", 1, 2), ("finalize", 2, 8))]
+    save = build_report(events)["saves"][0]
+    assert save["phases_rank"] == 0 and save["total_time"] == 7  # rank 1's total, 7 s; rank 0's is 6 s
+    assert [(p["phase"], p["seconds"]) for p in save["phases"]] == [("write+fsync", 5), ("finalize", 1)]
