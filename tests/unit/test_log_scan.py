@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import heapq
 import random
 from pathlib import Path
 
@@ -278,3 +279,63 @@ def test_a_big_log_is_searched_not_read_line_by_line(tmp_path):
     report = build_report(found)
     assert [(s["iteration"], s["complete"], s["total_time"]) for s in report["saves"]] == [
         (i, True, 2.0) for i in (9, 19, 29, 39, 49)]
+
+
+def _primus_ranks(rng: random.Random, folder: Path) -> list[list[Path]]:
+    """Rank 0's and rank 7's files of a Primus run, times that do not go back, several lines a second:
+    rank 0 saves, rank 7 logs training lines and save timers."""
+    def prefix(rank: int, second: int) -> str:
+        return f"[20260514 10:{second // 60:02d}:{second % 60:02d}][rank-{rank}/8][INFO]     [-----utils.py:425] : "
+
+    files = {0: [], 7: []}
+    second, iteration = 0, 0
+    for _ in range(rng.randrange(20, 300)):
+        second += rng.choice([0, 0, 1])
+        if rng.random() < 0.08:
+            files[0].append(prefix(0, second) + f"saving checkpoint at iteration {iteration:7d} to /c")
+            files[7].append(prefix(7, second) + "(min, max) time across ranks (ms):")
+            files[7].append(f"    save-checkpoint ................................: ({rng.randrange(9)}00.00, 1200.00)")
+        elif rng.random() < 0.2:
+            files[rng.choice([0, 7])].append(prefix(0, second) + "[rank 0] allocated 61.2 GiB")
+        else:
+            iteration += rng.choice([1, 1, 1, -3]) if iteration > 3 else 1  # now and then a process starts again
+            files[7].append(prefix(7, second) + f"[2026-05-14 10:00:00.1] iteration {iteration:8d}/ 1000 | "
+                            f"elapsed time per iteration (ms): {rng.choice(['733.2', '801.5'])} | loss 2.0 |")
+    paths = []
+    for rank, lines in files.items():
+        path = folder / f"rank-{rank}.log"
+        path.write_text("".join(line + "\n" for line in lines))
+        paths.append([path])
+    return paths
+
+
+def test_primus_ranks_merge_training_runs_as_their_lines_would(tmp_path):
+    """Runs of training lines merged with the other rank's lines (cut where those come between) give the
+    order a line-by-line merge by prefix time gives (rank 0 first within a second): the same kept lines, the
+    same training lines between them."""
+    def flat(items) -> list[tuple]:
+        out = []
+        for text in items:
+            out += [("line", text)] if isinstance(text, str) else [("iter", m) for m in text.findall(ITERATION_TIME)]
+        return out
+
+    def line_by_line(streams: list[list[Path]]) -> list:
+        def timed(path: Path, grammar: Grammar):
+            stamp = ""
+            for _, text in candidate_lines(read_lines(path, []), grammar.continues, grammar):
+                raw = text.encode() if isinstance(text, str) else bytes(text)
+                if match := primus._PREFIX_TIME_BYTES.match(raw):
+                    stamp = match[1].decode()
+                yield stamp, text
+        grammars = (PRIMUS, dataclasses.replace(primus.LAST_RANK, context=None))
+        merged = heapq.merge(*(timed(files[0], g) for files, g in zip(streams, grammars, strict=True)),
+                             key=lambda item: item[0])
+        return flat(text for _, text in merged)
+
+    rng = random.Random(20261125)
+    for case in range(60):
+        folder = tmp_path / str(case)
+        folder.mkdir()
+        streams = _primus_ranks(rng, folder)
+        fast = flat(text for _, _, text in primus.merged_lines(streams, []))
+        assert fast == line_by_line(streams), case
