@@ -149,6 +149,7 @@ class NemoParser(LogFormat, OneFileFormat):
         self._two_numberings = False
         self._copies: dict[int | None, set[str]] = {}
         self._after_return: list[float] = []  # saves without `Global Checkpoint Save`: scheduled -> finalized, s
+        self._duration_lines = 0  # `Global Checkpoint Save` lines read
         self._async_seen = False
         self._seq = 0
 
@@ -231,6 +232,7 @@ class NemoParser(LogFormat, OneFileFormat):
     # -- saves ----------------------------------------------------------------------------------
 
     def _save(self, match: re.Match, seq: int, prefix_ns: int) -> list[CheckpointEvent]:
+        self._duration_lines += 1
         rank = int(match["rank"])
         iteration = int(match["iteration"]) if match["iteration"] is not None else None
         duration = _seconds_ns(match["duration"])
@@ -416,9 +418,10 @@ class NemoParser(LogFormat, OneFileFormat):
     def notes(self) -> list[str]:
         notes = list(self.megatron.notes)
         if self._two_numberings:
-            notes.append("NeMo numbers each async save twice: iteration N ('Global Checkpoint Save', 'Successfully "
-                         "saved checkpoint from iteration N') and step N+1 ('Async checkpoint save for step N+1 ... "
-                         "finalized'); saves are reported by iteration")
+            where = ("the checkpoint's step=N" if self._after_return and not self._duration_lines else
+                     "'Global Checkpoint Save', 'Successfully saved checkpoint from iteration N'")
+            notes.append(f"NeMo numbers each async save twice: iteration N ({where}) and step N+1 ('Async checkpoint "
+                         "save for step N+1 ... finalized'); saves are reported by iteration")
         for iteration, paths in sorted(self._copies.items(), key=lambda item: (item[0] is None, item[0] or 0)):
             if len(paths) > 1:
                 notes.append(f"iteration {iteration} was saved {len(paths)} times, to {', '.join(sorted(paths))} "
