@@ -10,12 +10,13 @@ venv (CPU torch, mpi4py and the `mpich` wheel, DLIO from its source with --no-de
 docs/workloads.md). Without it the script says so and exits 0.
 
 Both sides run the workload's torch.save checkpointing without fsync (DLIO never fsyncs: ours gets
---no-sync-files) and read back right after writing (DLIO's loads are warm: ours gets --warm-load), with
-no wait between checkpoints. Rounds are interleaved (the order flips every round: drift in a shared,
-host-cached disk hits both alike). Per side and round: the tensor bytes of every file written (loaded
-back with torch and summed), DLIO's `checkpoint_size_GB`, and the save and load figures under DLIO's own
-definition (`metric.save_checkpoint_io_mean_GB_per_second`: rank 0's durations; ours: the report's
-`mlperf.dlio`), plus mlpstorage's strict-time throughput for ours.
+--no-sync-files) and read back right after writing (DLIO's loads are warm: ours gets --warm-load), with no
+wait between checkpoints. Rounds are interleaved (the order flips every round: drift in a shared,
+host-cached disk hits both alike), and each run starts on a synced disk idle for --settle seconds. Per side
+and round: the tensor bytes of every file written (loaded back with torch and summed), DLIO's
+`checkpoint_size_GB`, and the save and load figures under DLIO's own definition
+(`metric.save_checkpoint_io_mean_GB_per_second`: rank 0's durations; ours: the report's `mlperf.dlio`), plus
+mlpstorage's strict-time throughput for ours.
 
 Rounds go on until ours/DLIO decides, for save and load bandwidth separately: each round's ratio, their
 geometric mean over rounds and its 95 % bootstrap interval (harness_overhead's PairedRatio). The interval
@@ -23,7 +24,8 @@ inside COMPARABLE (0.8-1.25) is `comparable`, entirely outside it `not comparabl
 `undecided`. No verdict before --min-rounds rounds; the rounds stop when both figures are decided, at
 --max-rounds, or when another round (as long as the longest so far) would end past --budget-s: then the
 verdict is `undecided`, with the interval and why the rounds stopped. Stopping at the first interval that
-decides makes its 95 % somewhat optimistic; the minimum of rounds keeps a lucky pair from deciding.
+decides makes its 95 % somewhat optimistic; the minimum of rounds keeps a lucky pair from deciding (at 3
+rounds the interval is the rounds' own range: every round must lie inside the band to be comparable).
 """
 
 from __future__ import annotations
