@@ -43,11 +43,14 @@ class TrainingJob:
     """The optimizer's state (Adam's moments, the main parameters): fp32 in Megatron-LM unless asked otherwise."""
     ckpt_format: str = DEFAULT_CKPT_FORMAT
     """What the experiment saves with (`ckpt_format`)."""
+    pp_before_dp: bool = False
+    """`--use-tp-pp-dp-mapping`: ranks numbered tp-cp-ep-pp-dp (see `Parallelism`)."""
 
     def parallelism(self, world_size: int) -> Parallelism:
         return Parallelism(world_size=world_size, num_layers=self.architecture.num_layers, tp=self.tp, pp=self.pp,
                            ep=self.ep, etp=self.etp, cp=self.cp, first_stage_layers=self.first_stage_layers,
-                           last_stage_layers=self.last_stage_layers, stage_layer_counts=self.stage_layer_counts)
+                           last_stage_layers=self.last_stage_layers, stage_layer_counts=self.stage_layer_counts,
+                           pp_before_dp=self.pp_before_dp)
 
     def as_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "architecture": self.architecture.as_dict()}
@@ -87,4 +90,4 @@ class TrainingJob:
             last_stage_layers=size("decoder_last_pipeline_num_layers", None),
             distributed_optimizer=bool(args.get("use_distributed_optimizer")),
             overlap_grad_reduce=bool(args.get("overlap_grad_reduce")), ddp_bucket_size=size("ddp_bucket_size", None),
-            ckpt_format=fmt)
+            ckpt_format=fmt, pp_before_dp=bool(args.get("use_tp_pp_dp_mapping")))

@@ -5,6 +5,8 @@ Two rank orders share the world, both megatron's default `tp-cp-ep-dp-pp`:
 * dense:  rank = tp_rank + tp·(cp_rank + cp·(dp_rank + dp·pp_rank)),           dp = world / (tp·cp·pp)
 * expert: rank = etp_rank + etp·(ep_rank + ep·(edp_rank + edp·pp_rank)),       edp = world / (etp·ep·pp)
 
+With `--use-tp-pp-dp-mapping` (`pp_before_dp`) the order is `tp-cp-ep-pp-dp`: pp varies before dp and edp.
+
 Pipeline stages hold contiguous runs of layers: `decoder_first_pipeline_num_layers` and
 `decoder_last_pipeline_num_layers` when given, the rest split evenly (megatron-core refuses a remainder);
 `stage_layer_counts` gives any split outright. The embedding lives on the first stage; the final norm, the
@@ -55,6 +57,8 @@ class Parallelism:
     last_stage_layers: int | None = None
     stage_layer_counts: tuple[int, ...] | None = None
     """Layers per stage given outright (overrides first/last)."""
+    pp_before_dp: bool = False
+    """Megatron-LM's `--use-tp-pp-dp-mapping`: ranks numbered along tp-cp-ep-pp-dp."""
 
     def __post_init__(self) -> None:
         for name in ("world_size", "tp", "pp", "ep", "cp"):
@@ -124,18 +128,28 @@ class Parallelism:
 
     # ---- coordinates -----------------------------------------------------------------------------------------
 
+    def _data_and_pipeline(self, rest: int, data: int) -> tuple[int, int]:
+        """(data-parallel rank, pipeline rank) from what is left of a rank once tp and cp (or etp and ep)
+        are taken off, in this job's order."""
+        if self.pp_before_dp:
+            return rest // self.pp, rest % self.pp
+        return rest % data, rest // data
+
     def coordinates(self, rank: int) -> RankCoordinates:
         tp_rank, rest = rank % self.tp, rank // self.tp
         cp_rank, rest = rest % self.cp, rest // self.cp
-        dp_rank, pp_rank = rest % self.dp, rest // self.dp
+        dp_rank, pp_rank = self._data_and_pipeline(rest, self.dp)
         etp_rank, rest = rank % self.expert_tp, rank // self.expert_tp
         ep_rank, rest = rest % self.ep, rest // self.ep
-        edp_rank = rest % self.edp
+        edp_rank, _ = self._data_and_pipeline(rest, self.edp)
         return RankCoordinates(rank, tp_rank, cp_rank, cp_rank + self.cp * dp_rank, pp_rank, etp_rank, ep_rank,
                                edp_rank)
 
     def rank(self, tp_rank: int, dp_cp_rank: int, pp_rank: int) -> int:
         """The rank at (tp_rank, dp_cp_rank, pp_rank): dp_cp_rank = cp_rank + cp·dp_rank."""
+        if self.pp_before_dp:
+            cp_rank, dp_rank = dp_cp_rank % self.cp, dp_cp_rank // self.cp
+            return tp_rank + self.tp * (cp_rank + self.cp * (pp_rank + self.pp * dp_rank))
         return tp_rank + self.tp * (dp_cp_rank + self.dp_cp * pp_rank)
 
     def data_parallel_group(self, tp_rank: int, pp_rank: int) -> list[int]:

@@ -1,37 +1,39 @@
-"""Each rank's coordinates (`--plan`'s layout) as megatron-core's own RankGenerator groups the ranks."""
+"""Each rank's coordinates (`ckpt_bench.model.parallel`, what `--plan`'s layout prints and every size is
+laid out by) group the ranks as megatron-core's own RankGenerator does, in both of Megatron-LM's orders."""
 
 from __future__ import annotations
 
 import pytest
 from megatron.core.parallel_state import RankGenerator
 
-from ckpt_bench.backends.megatron.layout import rank_coordinates
+from ckpt_bench.model.parallel import Parallelism
 
 
-def groups_of(layout: list[dict], varying: str, fixed: tuple[str, ...]) -> list[list[int]]:
-    """Ranks that share every coordinate of `fixed` (and of `varying`'s siblings): one group per value tuple."""
+def groups_of(coordinates: list, fixed: tuple[str, ...]) -> list[list[int]]:
+    """Ranks that share every coordinate named in `fixed`: one group per value tuple."""
     groups: dict[tuple, list[int]] = {}
-    for rank in layout:
-        groups.setdefault(tuple(rank[name] for name in fixed), []).append(rank["rank"])
+    for c in coordinates:
+        groups.setdefault(tuple(getattr(c, name) for name in fixed), []).append(c.rank)
     return sorted(groups.values())
 
 
 @pytest.mark.parametrize("tp,pp,cp,ep,etp,world,mapping", [
     (2, 2, 1, 2, None, 16, False), (1, 1, 1, 8, None, 16, False), (2, 1, 2, 4, 1, 16, False),
-    (4, 2, 1, 2, 2, 32, True), (1, 4, 1, 1, None, 8, True),
+    (4, 2, 1, 2, 2, 32, True), (1, 4, 1, 1, None, 8, True), (2, 2, 2, 2, None, 32, True),
 ])
 def test_coordinates_match_megatron_core(tp, pp, cp, ep, etp, world, mapping):
-    dp = world // (tp * pp * cp)
-    args = {"expert_tensor_parallel_size": etp, "use_tp_pp_dp_mapping": mapping}
-    layout = rank_coordinates(args, {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "dp": dp}, world)
+    parallel = Parallelism(world_size=world, num_layers=pp * 2, tp=tp, pp=pp, ep=ep, etp=etp, cp=cp,
+                           pp_before_dp=mapping)
+    coordinates = [parallel.coordinates(rank) for rank in range(world)]
     order = "tp-cp-ep-pp-dp" if mapping else "tp-cp-ep-dp-pp"
-    dense = RankGenerator(tp=tp, ep=1, dp=dp, pp=pp, cp=cp, order=order)
-    etp = etp or tp
-    expert = RankGenerator(tp=etp, ep=ep, dp=world // (etp * ep * pp), pp=pp, cp=1, order=order)
-    assert groups_of(layout, "tp", ("cp", "dp", "pp")) == sorted(dense.get_ranks("tp"))
-    assert groups_of(layout, "dp", ("tp", "cp", "pp")) == sorted(dense.get_ranks("dp"))
-    assert groups_of(layout, "pp", ("tp", "cp", "dp")) == sorted(dense.get_ranks("pp"))
-    assert groups_of(layout, "cp", ("tp", "dp", "pp")) == sorted(dense.get_ranks("cp"))
-    assert groups_of(layout, "ep", ("etp", "edp", "pp")) == sorted(expert.get_ranks("ep"))
-    assert groups_of(layout, "etp", ("ep", "edp", "pp")) == sorted(expert.get_ranks("tp"))
-    assert groups_of(layout, "edp", ("etp", "ep", "pp")) == sorted(expert.get_ranks("dp"))
+    dense = RankGenerator(tp=tp, ep=1, dp=parallel.dp, pp=pp, cp=cp, order=order)
+    expert = RankGenerator(tp=parallel.expert_tp, ep=ep, dp=parallel.edp, pp=pp, cp=1, order=order)
+    assert groups_of(coordinates, ("cp_rank", "dp_rank", "pp_rank")) == sorted(dense.get_ranks("tp"))
+    assert groups_of(coordinates, ("tp_rank", "cp_rank", "pp_rank")) == sorted(dense.get_ranks("dp"))
+    assert groups_of(coordinates, ("tp_rank", "cp_rank", "dp_rank")) == sorted(dense.get_ranks("pp"))
+    assert groups_of(coordinates, ("tp_rank", "pp_rank")) == sorted(dense.get_ranks("dp-cp"))
+    assert groups_of(coordinates, ("etp_rank", "edp_rank", "pp_rank")) == sorted(expert.get_ranks("ep"))
+    assert groups_of(coordinates, ("ep_rank", "edp_rank", "pp_rank")) == sorted(expert.get_ranks("tp"))
+    assert groups_of(coordinates, ("etp_rank", "ep_rank", "pp_rank")) == sorted(expert.get_ranks("dp"))
+    for c in coordinates:  # and the inverse that lays shards on ranks
+        assert parallel.rank(c.tp_rank, c.dp_rank, c.pp_rank) == c.rank

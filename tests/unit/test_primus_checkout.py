@@ -5,6 +5,7 @@ checkout, gives for its trainer module, key for key; the ones Primus refuses we 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -92,4 +93,30 @@ def test_a_missing_preset_in_the_checkout_is_one_line(upstream_primus, tmp_path)
         load_experiment(exp, primus_path=upstream_primus)
     result = launch("--config", exp, "--primus-path", upstream_primus, "--plan")
     assert result.returncode == 2 and "llama9_1T.yaml" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def plan_of(upstream_primus, config: str, *options) -> dict:
+    result = launch("--config", upstream_primus / "examples/megatron/configs/MI300X" / config, "--primus-path",
+                    upstream_primus, "--nnodes", "8", "--nproc-per-node", "8", "--plan", "--format", "json", *options)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_plan_sizes_the_vocabulary_the_tokenizer_names(upstream_primus):
+    """Primus's presets name a tokenizer, not vocab_size: llama2_70B (32,000) and llama3.1_70B (128,256) are not
+    planned to the same bytes; the layout is megatron-core's."""
+    llama2 = plan_of(upstream_primus, "llama2_70B-BF16-pretrain.yaml", "--set", "global_batch_size=448")
+    llama31 = plan_of(upstream_primus, "llama3.1_70B-BF16-pretrain.yaml", "--set", "global_batch_size=192")
+    assert llama2["parameters"] < llama31["parameters"]
+    assert llama31["parameters"] - llama2["parameters"] == 2 * 8192 * (128256 - 32000)  # untied input and output
+    assert llama2["presets_from"].startswith("Primus checkout") and llama2["ckpt_format"] == "torch_dist"
+    assert len(llama2["layout"]) == 64 and llama2["layout"][9]["dp_rank"] == 9
+    assert llama2["rank_bytes"]["max"] >= llama2["rank_bytes"]["min"] > 0
+
+
+def test_a_model_that_cannot_be_sized_is_one_line(upstream_primus):
+    result = launch("--config", upstream_primus / "examples/megatron/configs/MI300X/mamba_370M-pretrain.yaml",
+                    "--primus-path", upstream_primus, "--plan")
+    assert result.returncode == 2 and "Mamba model" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr

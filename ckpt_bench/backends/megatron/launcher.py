@@ -8,12 +8,13 @@ run the same experiment with the same overrides.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 from ckpt_bench.backends.comms.launcher import PreflightOptions
-from ckpt_bench.backends.megatron import arguments, layout, rules
+from ckpt_bench.backends.megatron import arguments, rules
 from ckpt_bench.backends.megatron.memory import check_megatron_memory, checkpoint_bytes
 from ckpt_bench.backends.megatron.spec import MegatronSpec
 from ckpt_bench.core.errors import ConfigError
@@ -40,6 +41,9 @@ from ckpt_bench.launcher.base import (
 from ckpt_bench.launcher.config import LaunchConfig
 from ckpt_bench.launcher.resources import visible_gpus
 from ckpt_bench.launcher.run_info import Ranks, RunInfo, SaveConfig
+from ckpt_bench.model.architecture import ArchitectureError
+from ckpt_bench.model.families import refuse_unsizable
+from ckpt_bench.model.parallel import ParallelError, Parallelism
 from ckpt_bench.storage import storage_for
 
 PROGRESS = re.compile(
@@ -157,12 +161,13 @@ def shows_progress(line: str) -> bool:
     return bool(PROGRESS.search(line))
 
 
-def resolve(launch: LaunchConfig[MegatronConfig], runner: str) -> tuple[Experiment, dict, dict]:
-    """The experiment, its trainer arguments with the command line's overrides, checked against
-    Megatron's rules, and the parallel sizes. `runner` names what will run it, for the error about a
-    non-Megatron experiment. A key of the experiment that no Megatron-LM knows (a typo) is refused."""
+def resolve(launch: LaunchConfig[MegatronConfig], runner: str,
+            experiment: Experiment | None = None) -> tuple[Experiment, dict, dict]:
+    """The experiment (read here unless given), its trainer arguments with the command line's overrides,
+    checked against Megatron's rules, and the parallel sizes. `runner` names what will run it, for the error
+    about a non-Megatron experiment. A key of the experiment that no Megatron-LM knows (a typo) is refused."""
     config = launch.options
-    experiment = load_experiment(config.config or DEFAULT_EXPERIMENT, primus_path=config.primus_path)
+    experiment = experiment or load_experiment(config.config or DEFAULT_EXPERIMENT, primus_path=config.primus_path)
     if experiment.framework != "megatron":
         raise ConfigError(f"{experiment.path}: framework {experiment.framework!r} cannot be run by {runner}: "
                           "only Megatron experiments can")
@@ -182,6 +187,17 @@ def resolve(launch: LaunchConfig[MegatronConfig], runner: str) -> tuple[Experime
     return experiment, args, sizes
 
 
+def resolve_gpt(launch: LaunchConfig[MegatronConfig]) -> tuple[Experiment, dict, dict]:
+    """`resolve` for the built-in worker, which builds megatron-core's GPTModel: a model family it cannot
+    build (Mamba, hybrids, diffusion, ...) is one line, not a GPT of the same sizes."""
+    experiment = load_experiment(launch.options.config or DEFAULT_EXPERIMENT, primus_path=launch.options.primus_path)
+    try:
+        refuse_unsizable(experiment.args)
+    except ArchitectureError as error:
+        raise ConfigError(f"{experiment.path}: {error}; the built-in worker builds GPT models") from None
+    return resolve(launch, "the built-in worker", experiment)
+
+
 def preview(experiment: Experiment, args: dict, sizes: dict, launch: LaunchConfig, **extra) -> dict:
     """`--plan` of a Megatron experiment (the built-in worker or a framework): what the ranks would get,
     where each sits, and the checkpoint format; `extra` adds what a mode writes of its own."""
@@ -199,10 +215,43 @@ def preview(experiment: Experiment, args: dict, sizes: dict, launch: LaunchConfi
         "ckpt_format": args.get("ckpt_format"),
         "async_save": bool(args.get("async_save")),
         "use_distributed_optimizer": bool(args.get("use_distributed_optimizer")),
+        **checkpoint_sizes(experiment, args, world),
         **extra,
-        "layout": layout.rank_coordinates(args, sizes, world),
+        "layout": rank_coordinates(args, sizes, world),
         "arguments": dict(sorted(args.items())),
     }
+
+
+def rank_coordinates(args: dict, sizes: dict, world_size: int) -> list[dict]:
+    """Each rank's coordinates as megatron-core numbers them (`ckpt_bench.model.parallel`): dp_rank is the
+    rank in the data x context-parallel group (the one the distributed optimizer shards over)."""
+    try:
+        parallel = Parallelism(world_size=world_size, num_layers=args["num_layers"], tp=sizes["tp"], pp=sizes["pp"],
+                               ep=sizes["ep"], etp=args.get("expert_tensor_parallel_size"), cp=sizes["cp"],
+                               first_stage_layers=args.get("decoder_first_pipeline_num_layers"),
+                               last_stage_layers=args.get("decoder_last_pipeline_num_layers"),
+                               pp_before_dp=bool(args.get("use_tp_pp_dp_mapping")))
+    except ParallelError as error:
+        raise ConfigError(f"the parallel layout: {error}") from None
+    return [dataclasses.asdict(parallel.coordinates(rank)) for rank in range(world_size)]
+
+
+def checkpoint_sizes(experiment: Experiment, args: dict, world_size: int) -> dict:
+    """The model's parameters and each rank's checkpoint bytes in the run's format, as the workload backend
+    lays out the same job (`--workload EXP --plan`: megatron-core's shards, or Megatron-LM's torch-format
+    files); a model that cannot be described is null with the reason."""
+    from ckpt_bench.backends.workload.engines import ENGINES, state_layout
+    from ckpt_bench.backends.workload.sources import from_megatron_args
+
+    try:
+        workload = from_megatron_args(experiment.exp_name, args, str(experiment.path))
+        plan = state_layout(ENGINES[args.get("ckpt_format") or "torch_dist"], workload, world_size, None)
+    except (ConfigError, KeyError, ValueError) as error:
+        return {"checkpoint_bytes": None, "checkpoint_bytes_unknown": str(error)}
+    return {"parameters": plan.parameters.total if plan.parameters else None,
+            "active_parameters": plan.parameters.active if plan.parameters else None,
+            "checkpoint_bytes": plan.total_bytes,
+            "rank_bytes": dataclasses.asdict(plan.spread)}
 
 
 def given_by_user(experiment: Experiment, config: MegatronConfig) -> set[str]:
@@ -331,11 +380,11 @@ class MegatronBackend(Backend[MegatronConfig]):
     def preview(self, launch: LaunchConfig[MegatronConfig]) -> dict | None:
         if not launch.options.plan_only:
             return None
-        return preview(*resolve(launch, "the built-in worker"), launch)
+        return preview(*resolve_gpt(launch), launch)
 
     def plan(self, launch: LaunchConfig[MegatronConfig]) -> Plan:
         config = launch.options
-        experiment, args, sizes = resolve(launch, "the built-in worker")
+        experiment, args, sizes = resolve_gpt(launch)
         unread = not_acted_on_notes(args, given_by_user(experiment, config))
         trainer_args = {**arguments.MEGATRON_DEFAULTS, **args}
         check_megatron_memory(trainer_args, sizes, launch.topology.nproc_per_node, on_gpus=visible_gpus() > 0)

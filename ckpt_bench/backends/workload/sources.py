@@ -73,14 +73,19 @@ def from_experiment(path: Path, overrides: Mapping[str, object], primus_path: st
         raise ConfigError(f"--workload {path}: framework {experiment.framework!r}; only Megatron experiments "
                           "describe a model shape")
     arguments.check_given_values(overrides, experiment)
-    args = deep_merge(experiment.args, dict(overrides))
+    return from_megatron_args(experiment.exp_name, deep_merge(experiment.args, dict(overrides)), f"--workload {path}")
+
+
+def from_megatron_args(name: str, args: Mapping[str, object], source: str) -> Workload:
+    """The workload of a Megatron job's merged arguments (see `from_experiment`); `source` names them in the
+    one-line error for a model that cannot be described."""
     try:
         job = TrainingJob.from_megatron_args(args)
     except ArchitectureError as error:
-        raise ConfigError(f"--workload {path}: {error}") from None
+        raise ConfigError(f"{source}: {error}") from None
     arch = job.architecture
     return Workload(
-        name=experiment.exp_name,
+        name=name,
         model_type=TRANSFORMER,
         num_layers=arch.num_layers,
         hidden_size=arch.hidden_size,
