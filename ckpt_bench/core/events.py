@@ -89,6 +89,7 @@ class Phase(str, Enum):
     FSYNC = "fsync"  # flushing this rank's files to storage, apart from writing them
     PLAN_WRITE = "plan+write"  # a whole sharded save inside one call we cannot enter (Lightning's FSDP2)
     FINALIZE = "finalize"  # the checkpoint's metadata file, renames, the last collective
+    WRITE_FINALIZE = "write+finalize"  # a log's background part: the write until its finalize line was printed
     METADATA = "metadata"  # a load reading the checkpoint's metadata
     READ = "read"  # a load reading and deserializing its bytes
     COPY_IN = "copy_in"  # a load copying what it read into the model and optimizer

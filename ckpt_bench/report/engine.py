@@ -115,6 +115,18 @@ class Operation:
     def block_s(self) -> float | None:
         return None if self._backwards() is not None else _duration(self.start, self.block_end)
 
+    def _log_phases(self) -> list[dict] | None:
+        """A log's async save in the two parts its lines separate (LOG_PHASES), None for anything else."""
+        measures = self.block_end.extra.get(MEASURES) if self.block_end is not None else None
+        if self.kind != "save" or measures not in LOG_PHASES or self.end.extra.get(MEASURES) != "durable":
+            return None
+        block, total = self.block_s(), self.total_s()
+        if block is None or total is None or total < block:
+            return None
+        blocking, background = LOG_PHASES[measures]
+        return [{"phase": blocking.value, "start": 0.0, "seconds": block, "blocking": True},
+                {"phase": background.value, "start": block, "seconds": total - block, "blocking": False}]
+
     def wait_for_previous_s(self) -> float | None:
         """How long this save's blocking part ran while this rank's previous save was still writing:
         with megatron-core's persistent writer, the time it waited for it (one queue, one write at a
@@ -132,9 +144,11 @@ class Operation:
     def phases(self) -> list[dict] | None:
         """This rank's phases in order, each `{phase, start, seconds, blocking}` (`start`: seconds from the
         operation's start; `blocking`: whether training waited for it, None for a load). None when its end
-        events carry none, or the operation did not complete."""
-        if not self.complete or self.start is None or self.start.mono_ns is None:
+        events carry none (a log's async save: its two parts, `_log_phases`), or it did not complete."""
+        if not self.complete or self.start is None:
             return None
+        if self.start.mono_ns is None or not (self.end.phases or (self.block_end and self.block_end.phases)):
+            return self._log_phases()
         if self.kind == "load":
             return _phase_records(self.start.mono_ns, [(span, None) for span in self.end.phases]) or None
         blocking = list(self.block_end.phases) if self.block_end is not None else []
@@ -170,6 +184,17 @@ class Operation:
                 if not any(event is seen for seen in used):
                     used.append(event)
         return used
+
+
+# What a log's figures of an async save hold (MEASURES of its block end; its end's is "durable"), as phases:
+# its blocking part, its background part.
+LOG_PHASES = {
+    "staging": (Phase.STAGE, Phase.WRITE),  # torchtitan: staging, then the background write
+    # Megatron-LM ("scheduled"), NeMo (the save call): until the save was handed to its writer, then until
+    # the finalize line, printed when training next checked for it.
+    "schedule": (Phase.SCHEDULE, Phase.WRITE_FINALIZE),
+    "call": (Phase.SCHEDULE, Phase.WRITE_FINALIZE),
+}
 
 
 def _phase_records(start_ns: int, spans: list[tuple[PhaseSpan, bool | None]]) -> list[dict]:
