@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ckpt_bench.model.errors import ArchitectureError
 from ckpt_bench.model.families import refuse_unsizable
 from ckpt_bench.model.tokenizers import vocabulary_size
 
@@ -23,10 +24,6 @@ __all__ = ["MLA", "Architecture", "ArchitectureError", "MoE", "parse_moe_layer_f
 MAKE_VOCAB_SIZE_DIVISIBLE_BY = 128
 
 DTYPES = ("bf16", "fp16", "fp32")
-
-
-class ArchitectureError(ValueError):
-    """An argument set megatron-core would refuse, or one we cannot size."""
 
 
 @dataclass(frozen=True)

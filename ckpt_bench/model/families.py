@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ckpt_bench.model.errors import ArchitectureError
+
 __all__ = ["UNSIZABLE", "Unsizable", "refuse_unsizable"]
 
 
@@ -50,7 +52,6 @@ UNSIZABLE: tuple[Unsizable, ...] = (
 
 def refuse_unsizable(args: Mapping[str, Any]) -> None:
     """Raise ArchitectureError naming the family when `args` describe a model we cannot size."""
-    from ckpt_bench.model.architecture import ArchitectureError
 
     for family in UNSIZABLE:
         if family.matches(args):

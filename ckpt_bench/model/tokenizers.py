@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ckpt_bench.model.errors import ArchitectureError
+
 __all__ = ["TOKENIZERS", "KnownTokenizer", "vocabulary_size"]
 
 
@@ -50,7 +52,6 @@ TOKENIZERS: dict[str, KnownTokenizer] = {
 
 def vocabulary_size(tokenizer_type: object, tokenizer_model: object) -> tuple[int, str]:
     """(size, source) of the tokenizer an experiment names; raises ArchitectureError when it is not known."""
-    from ckpt_bench.model.architecture import ArchitectureError
 
     known = TOKENIZERS.get(str(tokenizer_model)) if tokenizer_model else None
     if known is None:
