@@ -269,7 +269,7 @@ class MegatronLMBackend(Backend[MegatronLMConfig]):
                 worker_pass.args = [script, *flags]
                 skipped.update(left_out)
             if skipped:
-                notes[:] = [f"not Megatron-LM arguments, left out: {', '.join(sorted(skipped))}"]
+                notes[:] = [f"not arguments of this Megatron-LM checkout, left out: {', '.join(sorted(skipped))}"]
 
         def collect(run: RunDir) -> list[str]:
             # Megatron-LM's stdout as a user sees it: node 0's ranks' lines (megatron_stdout).
