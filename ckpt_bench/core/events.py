@@ -83,7 +83,6 @@ class Phase(str, Enum):
     STAGE = "stage"  # the copy (device to host, or a snapshot) that lets an async save return
     SCHEDULE = "schedule"  # handing an async save to its background writer (a thread, a fork, a queue)
     QUEUED = "queued"  # an async save handed over, its writer not started yet (busy with the previous one)
-    SERIALIZE = "serialize"  # turning the state into bytes in memory, apart from writing them
     WRITE = "write"  # serializing and writing this rank's files (into the page cache)
     WRITE_FSYNC = "write+fsync"  # the same, each file fsynced as it is written
     FSYNC = "fsync"  # flushing this rank's files to storage, apart from writing them

@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ckpt_bench.core.events import event_files, read_event_files
+from ckpt_bench.core.events import Phase, event_files, read_event_files
 from ckpt_bench.core.rundir import SWEEP_RESULTS_FILES, sweep_results_file, write_atomic
 from ckpt_bench.present import rows as p
 from ckpt_bench.report.advice import per_save_training_cost
@@ -50,10 +50,11 @@ FIRST_SAVE_COLOR = "#e6b0aa"  # the first save, counted apart
 PALETTE = ("#2471a3", "#c0392b", "#117a65", "#af601a", "#7d3c98", "#2e4053", "#b7950b", "#1abc9c")
 # A colour per phase (ckpt_bench.core.events.Phase), in the order a save runs them; a name not here is grey.
 PHASE_COLORS = {
-    "state_dict": "#7f8c8d", "validate+common": "#8e44ad", "plan": "#2980b9", "exchange": "#5dade2",
-    "plan+exchange": "#2e86c1", "stage": "#f39c12", "schedule": "#d35400", "queued": "#d5d8dc",
-    "write": "#c0392b", "write+fsync": "#c0392b", "plan+write": "#a93226", "fsync": "#78281f",
-    "serialize": "#e74c3c", "finalize": "#27ae60", "metadata": "#76d7c4", "read": "#2471a3", "copy_in": "#1abc9c",
+    Phase.STATE_DICT: "#7f8c8d", Phase.VALIDATE_COMMON: "#8e44ad", Phase.PLAN: "#2980b9",
+    Phase.EXCHANGE: "#5dade2", Phase.PLAN_EXCHANGE: "#2e86c1", Phase.STAGE: "#f39c12", Phase.SCHEDULE: "#d35400",
+    Phase.QUEUED: "#d5d8dc", Phase.WRITE: "#c0392b", Phase.WRITE_FSYNC: "#c0392b", Phase.PLAN_WRITE: "#a93226",
+    Phase.FSYNC: "#78281f", Phase.WRITE_FINALIZE: "#cd6155", Phase.FINALIZE: "#27ae60", Phase.METADATA: "#76d7c4",
+    Phase.READ: "#2471a3", Phase.COPY_IN: "#1abc9c",
 }
 OTHER_PHASE_COLOR = "#aab7b8"
 MAX_TIMELINE_OPERATIONS = 4000  # bars drawn at most; a longer run shows its first operations
