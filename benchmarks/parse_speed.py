@@ -17,7 +17,8 @@ at DEBUG, unread): the worst case, the tree of issue 30; per-rank debug/info cha
   `grep -rE "checkpoint|time across ranks|arguments" TREE` over the same tree, runs of the two taking
   turns, `--repeat` times each, and prints the ratio of their medians and ckpt_report.py's peak RSS;
   on a machine shared with other work, also the median of the ratios of each turn (the two runs of a
-  turn see about the same load) and the ratio of their CPU times (user + system, from wait4);
+  turn see about the same load) and the ratio of their CPU times (user + system, from wait4); and, in
+  the same turns, `python ckpt_report.py --help`: the start-up (interpreter and imports) in those times;
   grep writes its matching lines to a file, as a user keeping them would (with its output on
   /dev/null GNU grep stops reading a file at its first match; that time is printed too);
 * prints the SHA-256 of the report's JSON (`--output` keeps it), to compare the numbers of two
@@ -180,10 +181,13 @@ def timed_run(command: list[str], stdout, env: dict | None = None) -> tuple[floa
 
 
 def against_grep(root: Path, repeat: int, output: Path) -> dict:
-    """`ckpt_report.py TREE` and grep over the tree, taking turns: medians, ratios, peak RSS."""
+    """`ckpt_report.py TREE` and grep over the tree, taking turns: medians, ratios, peak RSS; the start-up
+    of `ckpt_report.py` (its `--help`) in the same turns."""
     report = [sys.executable, str(ROOT / "ckpt_report.py"), str(root), "--output", str(output)]
+    startup = [sys.executable, str(ROOT / "ckpt_report.py"), "--help"]
     grep = ["grep", "-rE", GREP_PATTERN, str(root)]
-    times: dict[str, list[float]] = {"report": [], "grep": [], "grep_null": [], "report_cpu": [], "grep_cpu": []}
+    times: dict[str, list[float]] = {"report": [], "grep": [], "grep_null": [], "report_cpu": [], "grep_cpu": [],
+                                     "startup": [], "startup_cpu": []}
     rss = []
     with tempfile.TemporaryDirectory(prefix="ckpt-bench-grep-") as scratch:
         # ckpt_report.py as an installed package runs: its modules' bytecode cached (here outside the
@@ -205,6 +209,11 @@ def against_grep(root: Path, repeat: int, output: Path) -> dict:
             times["report"].append(seconds)
             times["report_cpu"].append(cpu)
             rss.append(peak)
+            seconds, cpu, _, status = timed_run(startup, subprocess.DEVNULL, env)
+            if status:
+                sys.exit(f"ckpt_report.py --help exited {status}")
+            times["startup"].append(seconds)
+            times["startup_cpu"].append(cpu)
     median = {name: statistics.median(values) for name, values in times.items()}
     per_turn = [ours / theirs for ours, theirs in zip(times["report"], times["grep"], strict=True)]
     return {"median": median, "times": times, "peak_rss_mib": max(rss),
@@ -256,6 +265,8 @@ def main() -> None:
         print(f"ratio ckpt_report.py / grep: {result['ratio']:.2f} (grep > /dev/null: {result['ratio_null']:.2f}); "
               f"median of each turn's ratio {result['ratio_per_turn']:.2f}; CPU time {median['report_cpu']:.2f} s "
               f"against {median['grep_cpu']:.2f} s, ratio {result['ratio_cpu']:.2f}")
+        print(f"of which start-up (ckpt_report.py --help): median {median['startup']:.2f} s, CPU time "
+              f"{median['startup_cpu']:.2f} s")
         print(f"report sha256 {digest}")
     finally:
         if args.dir is None and not args.keep:

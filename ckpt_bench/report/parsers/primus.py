@@ -253,9 +253,12 @@ def _merge(streams: list[Iterator[tuple[str, Line]]]) -> Iterator[Line]:
 def _counted_stamp(lines: Counted, at: int) -> str | None:
     """The prefix time of the counted line found from byte `at` on; None when it has no prefix."""
     found = lines.find(ITERATION_TIME, at)
-    if found < 0:
-        return None
-    match = lines.match(_PREFIX_TIME_BYTES, lines.rfind(b"\n", found) + 1)
+    return None if found < 0 else _line_stamp(lines, found)
+
+
+def _line_stamp(lines: Counted, at: int) -> str | None:
+    """The prefix time of the line holding byte `at`; None when it has no prefix."""
+    match = lines.match(_PREFIX_TIME_BYTES, lines.rfind(b"\n", at) + 1)
     return match[1].decode() if match else None
 
 
@@ -264,9 +267,10 @@ def _cut(text: Counted, bound: str, after_bound: bool) -> int:
     when none does): those of a later time, or of the same time when their stream comes after the bound's.
     By bisection over the bytes: prefix times in a file do not go back."""
     def goes_after(at: int) -> bool:  # the first counted line from `at` on (true past the last)
-        if text.find(ITERATION_TIME, at) < 0:
+        found = text.find(ITERATION_TIME, at)
+        if found < 0:
             return True
-        stamp = _counted_stamp(text, at)
+        stamp = _line_stamp(text, found)
         return stamp is not None and (stamp > bound or (after_bound and stamp == bound))
 
     if text.find(ITERATION_TIME) < 0 or not goes_after(text.rfind(ITERATION_TIME)):
