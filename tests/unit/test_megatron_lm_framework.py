@@ -104,6 +104,15 @@ def test_saved_iterations_against_the_folder(tmp_path):
     assert "latest_checkpointed_iteration.txt says nothing" in logged(2, 4)[0]
 
 
+def test_cpu_arguments_unless_named():
+    args = megatron_lm_bootstrap.cpu_arguments(["--num-layers", "2", "--transformer-impl=local",
+                                                "--distributed-backend", "gloo"])
+    assert args == ["--num-layers", "2", "--transformer-impl=local", "--distributed-backend", "gloo",
+                    "--no-persist-layer-norm", "--no-gradient-accumulation-fusion", "--no-bias-gelu-fusion"]
+    assert megatron_lm_bootstrap.cpu_arguments([])[:4] == ["--distributed-backend", "gloo", "--transformer-impl",
+                                                           "local"]
+
+
 def test_bootstrap_leaves_a_gpu_run_alone(monkeypatch):
     """Where CUDA is available nothing is installed and the script gets its arguments unchanged."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

@@ -96,7 +96,14 @@ def install(args: list[str]) -> list[str]:
     torch.cuda.Stream = _HostStream
     torch.cuda.current_stream = lambda device=None: _HostStream()
 
-    return [*args, *(arg for flag in CPU_ARGUMENTS if flag[0] not in args for arg in flag)]
+    return cpu_arguments(args)
+
+
+def cpu_arguments(args: list[str]) -> list[str]:
+    """The script's arguments on a CPU rank: each of CPU_ARGUMENTS added unless `args` give that flag
+    (`--flag [value]` or `--flag=value`)."""
+    given = {arg.partition("=")[0] for arg in args if arg.startswith("--")}
+    return [*args, *(arg for flag in CPU_ARGUMENTS if flag[0] not in given for arg in flag)]
 
 
 def _run_as_main_of_this_module(script: str) -> None:
