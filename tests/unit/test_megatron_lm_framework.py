@@ -46,7 +46,7 @@ def test_flags_follow_the_parser():
         ["--rl-partial-rollouts", "--num-layers", "1", "2"], [])
 
 
-# Two orders torchrun --tee gave core_v0.16.1's lines on 2 CPU ranks: rank 0's lines inside the last rank's timer
+# Two orders torchrun --tee gave core_v0.16.1's lines on 2 CPU ranks: rank 0's line inside the last rank's timer
 # block (the save), and the last rank's block before rank 0's line of the load it times.
 CONSOLE = """\
 [default0]: [2026-11-25 18:52:09.645975] saving checkpoint at iteration       2 to /ckpt in torch_dist format
@@ -67,9 +67,9 @@ def test_megatron_stdout_from_the_console():
     stdout = "".join(megatron_stdout(CONSOLE.splitlines(keepends=True))).splitlines()
     assert stdout == [
         " [2026-11-25 18:52:09.645975] saving checkpoint at iteration       2 to /ckpt in torch_dist format",
+        "  [2026-11-25 18:52:18.547148] successfully saved checkpoint from iteration       2 to /ckpt [ t 1/1, p 1/1 ]",
         HEADER,
         "    save-checkpoint ................................: (8903.29, 8903.74)",
-        "  [2026-11-25 18:52:18.547148] successfully saved checkpoint from iteration       2 to /ckpt [ t 1/1, p 1/1 ]",
         " loading checkpoint from /ckpt at iteration 2",
         HEADER,
         "    load-checkpoint ................................: (37.37, 38.53)",
@@ -121,3 +121,18 @@ def test_bootstrap_leaves_a_gpu_run_alone(monkeypatch):
     assert megatron_lm_bootstrap.install(["--num-layers", "2"]) == ["--num-layers", "2"]
     assert megatron_lm_bootstrap.BATCH_INVARIANT not in set(sys.modules) - set(before)
     assert not megatron_lm_bootstrap._installed
+
+
+def test_async_save_timer_after_its_schedule_line():
+    """An async save returns when scheduled: its timer block follows the 'scheduled' line, not the finalize."""
+    console = """\
+[default0]:[2026-11-25 19:08:36.442805] saving checkpoint at iteration       2 to /ckpt in torch_dist format
+[default1]:INFO:megatron.core.timers:(min, max) time across ranks (ms):
+[default1]:    save-checkpoint ................................: (35619.57, 35620.62)
+[default0]:  [2026-11-25 19:09:11.934942] scheduled an async checkpoint save at iteration       2 to /ckpt
+[default0]:  [2026-11-25 19:09:12.876749] successfully saved checkpoint from iteration       2 to /ckpt [ t 1/1, p 1/1 ]
+"""
+    stdout = "".join(megatron_stdout(console.splitlines(keepends=True)))
+    order = [stdout.index(text) for text in ("saving checkpoint", "scheduled an async", "time across ranks",
+                                             "save-checkpoint ....", "successfully saved")]
+    assert order == sorted(order)

@@ -40,6 +40,8 @@ from ckpt_bench.launcher.config import LaunchConfig
 from ckpt_bench.report.parsers.megatron import (
     LOAD_START,
     LOAD_TIMER,
+    SAVE_DONE,
+    SAVE_SCHEDULED,
     SAVE_START,
     SAVE_TIMERS,
     TIMER_ENTRY,
@@ -179,14 +181,23 @@ def saved_iterations_check(log_events_dir: Path, checkpoint_dir: str | None) -> 
 def megatron_stdout(console_lines: Iterable[str]) -> Iterator[str]:
     """Megatron-LM's stdout out of torchrun's console (`--tee`: every rank's lines, prefixed), as one process
     writing it in time order would give it to the log parser. Megatron-LM prints its save and load lines on rank
-    0 and its timers on the last rank, one message of several lines, after a collective that rank 0 passes once
-    its own line is out. torchrun reads each rank's output on its own, so in the console another rank's lines
-    can split a timer block, and the last rank's block can come before the rank 0 line of the save or load it
-    times. Here a timer block is whole again, and a `save-checkpoint` or `load-checkpoint` block waits until
-    rank 0's line starting that save or load has come."""
-    started = {"save": 0, "load": 0}  # rank 0's save and load lines so far
+    0 and its timers on the last rank, one message of several lines, after a collective that rank 0 reaches
+    once its own line is out. torchrun reads each rank's output on its own, so in the console another rank's
+    lines can split a timer block, and the last rank's block can come before the rank 0 line it follows. Here a
+    timer block is whole again; a `save-checkpoint` block waits for rank 0's line saying that save returned
+    (`successfully saved`, or `scheduled an async checkpoint save`), a `load-checkpoint` block for the line
+    starting that load."""
+    saves: list[int] = []  # iterations of rank 0's saves, in order
+    returned: set[int] = set()  # iterations whose save returned
+    loads = 0
     timed = {"save": 0, "load": 0}  # timer blocks of each so far
     waiting: deque[tuple[str, int, list[str]]] = deque()
+
+    def ready(operation: str, count: int) -> bool:
+        if operation == "load":
+            return loads >= count
+        return len(saves) >= count and saves[count - 1] in returned
+
     for lines in _messages(console_lines):
         operation = _timed_operation(lines)
         if operation is not None:
@@ -194,9 +205,14 @@ def megatron_stdout(console_lines: Iterable[str]) -> Iterator[str]:
             waiting.append((operation, timed[operation], lines))
         else:
             yield from lines
-            started["save"] += sum(1 for line in lines if SAVE_START.search(line))
-            started["load"] += sum(1 for line in lines if LOAD_START.search(line))
-        while waiting and started[waiting[0][0]] >= waiting[0][1]:
+            for line in lines:
+                if match := SAVE_START.search(line):
+                    saves.append(int(match["iteration"]))
+                elif match := SAVE_SCHEDULED.search(line) or SAVE_DONE.search(line):
+                    returned.add(int(match["iteration"]))
+                elif LOAD_START.search(line):
+                    loads += 1
+        while waiting and ready(*waiting[0][:2]):
             yield from waiting.popleft()[2]
     for _, _, lines in waiting:  # a timer of nothing the log shows (a load-checkpoint timer with no checkpoint)
         yield from lines
