@@ -156,9 +156,8 @@ def _launch(**values) -> None:
             click.echo(render(emit, values, given, registry.all_flags()), nl=False)
             sys.exit(0)
         runner = registry.runner_for(launch_config)
-        preview = runner.preview(launch_config)
-        if preview is not None:
-            print_preview(preview, launch_config.output, launch_config.format)
+        if launch_config.plan_only:
+            print_preview(runner.preview(launch_config), launch_config.output, launch_config.format)
             sys.exit(0)
         from ckpt_bench.launcher.repeat import run
 

@@ -13,6 +13,7 @@ Options several backends read are declared here once (`ASYNC_SAVE`, `SAVE_CALLS`
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -38,9 +39,6 @@ SYNC_FILES = Flag(("--sync-files",), "fsync files after writing (local disk; def
                   toggle="--no-sync-files")
 DIST_BACKEND = Flag(("--dist-backend",), "torch.distributed backend (default: nccl on GPU, gloo on CPU).",
                     choices=("gloo", "nccl"))
-PLAN_ONLY = Flag(("--plan",), "Print what the run would do and do nothing else: the resolved arguments, the "
-                 "layout (each rank's coordinates; bytes and files per rank where the model is known) and the "
-                 "checkpoint format; a workload with --subset shows the ranks that would run.", type=bool)
 PRIMUS_PATH = Flag(("--primus-path",), "Primus checkout: the experiment's presets are read from its "
                    "primus/configs/ (default: $PRIMUS_PATH, else the working directory or a folder above the "
                    "experiment when one holds primus/configs/).", metavar="DIR")
@@ -93,6 +91,23 @@ class Plan:
     outputs: Callable[[RunDir, dict], None] | None = None
     notes: list[str] = field(default_factory=list)  # what the report should say about this plan
 
+    def preview(self, launch: LaunchConfig) -> dict:
+        """`--plan` of any backend: the run's facts (run.json's run_info), its passes, the spec its ranks
+        would read, where its checkpoints would go."""
+        return {
+            "backend": launch.runner,
+            "name": self.name,
+            "world_size": launch.topology.world_size,
+            **dataclasses.asdict(self.run_info),
+            "checkpoints": None if self.checkpoints is None else {
+                "storage": self.checkpoints.storage.kind, "expected_bytes": self.checkpoints.expected_bytes,
+                "writers_per_rank": self.checkpoints.writers_per_rank, "kept": self.checkpoints.keep},
+            "passes": [{"name": p.name, "nproc_per_node": p.nproc_per_node or launch.topology.nproc_per_node}
+                       for p in self.passes],
+            "spec": None if self.spec is None else dataclasses.asdict(self.spec),
+            "notes": self.notes,
+        }
+
 
 class Backend(ABC, Generic[ConfigT]):
     """A runner: the options it reads and the plan it makes of them. Subclasses name their `Config` as the
@@ -105,10 +120,10 @@ class Backend(ABC, Generic[ConfigT]):
     framework: ClassVar[bool] = False  # chosen with --framework, not --backend
     selected_by: ClassVar[str | None] = None  # an option of its own that chooses it without --backend
 
-    def preview(self, launch: LaunchConfig[ConfigT]) -> dict | None:
-        """What the run would do, when its options ask only for that (a workload's `--plan`): printed
-        instead of running. None: run. Creates nothing."""
-        return None
+    def preview(self, launch: LaunchConfig[ConfigT]) -> dict:
+        """What the run would do (`--plan`), printed instead of running; creates nothing. By default its
+        plan's facts: the ranks, what each pass runs, what the ranks would read, where checkpoints go."""
+        return self.plan(launch).preview(launch)
 
     @classmethod
     def environment_options(cls, values: Mapping, environ: Mapping[str, str], given: set[str]) -> dict:

@@ -43,6 +43,10 @@ class CommonOptions(Options):
     output: str | None = Flag(("--output",), "Also write the JSON report here.").field()
     format: str | None = Flag(("--format",), "What to print on stdout: a summary table, or the JSON report "
                               "(default: table on a terminal, JSON otherwise).", choices=("table", "json")).field()
+    plan_only: bool = Flag(("--plan",), "Print what the run would do and do nothing else (JSON, or a table on a "
+                           "terminal): what the ranks would get, where each sits and, where the model is known, "
+                           "the bytes and files each would write; a workload with --subset shows the ranks that "
+                           "would run.", type=bool).field(False)
     repeat: int = Flag(("--repeat",), "Run the whole benchmark N times, each in fresh processes, and report "
                        "medians and spread (repeat_stats).", type=int, min=1, default=1,
                        show_default=True).field()

@@ -2,6 +2,8 @@
 one options <-> argv round trip, one function picking what runs (CLI, sweeps and --emit alike), a
 grouped --help."""
 
+import json
+
 import pytest
 from click.testing import CliRunner
 from helpers import DATAFLUX_VARIABLES
@@ -111,3 +113,16 @@ def test_megatron_flags_override_trainer_arguments_and_say_which_async_writer_ra
     assert overrides["ckpt_assume_constant_structure"] is True and overrides["tensor_model_parallel_size"] == 2
     assert async_writer_notes(overrides) == []
     assert "forked writer" in async_writer_notes({"async_save": True})[0]
+
+
+@pytest.mark.parametrize("argv,world", [([], 2), (["--backend", "dcp", "--model", "gpt2"], 2),
+                                        (["--backend", "lightning"], 2), (["--backend", "comms"], 2),
+                                        (["--workload", "llama3-8b"], 8)])  # a workload's plan: its whole job
+def test_plan_is_read_by_every_backend_and_starts_nothing(argv, world, tmp_path):
+    """`--plan` (a common option): what the run would do, from the backend's own plan, nothing created."""
+    values, given = parse_argv([*argv, "--plan", "--runs-dir", str(tmp_path / "runs")])
+    launch_config, _ = registry.build_launch(values, given, {})
+    assert launch_config.plan_only
+    preview = registry.runner_for(launch_config).preview(launch_config)
+    assert preview["world_size"] == world and json.dumps(preview)
+    assert not (tmp_path / "runs").exists()

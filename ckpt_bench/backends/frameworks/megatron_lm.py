@@ -255,9 +255,7 @@ class MegatronLMBackend(Backend[MegatronLMConfig]):
     Config = MegatronLMConfig
     framework = True
 
-    def preview(self, launch: LaunchConfig[MegatronLMConfig]) -> dict | None:
-        if not launch.options.plan_only:
-            return None
+    def preview(self, launch: LaunchConfig[MegatronLMConfig]) -> dict:
         return preview(*resolve_for_framework(launch, "--framework megatron-lm"), launch)
 
     def plan(self, launch: LaunchConfig[MegatronLMConfig]) -> Plan:

@@ -69,9 +69,7 @@ class PrimusBackend(Backend[PrimusConfig]):
     Config = PrimusConfig
     framework = True
 
-    def preview(self, launch: LaunchConfig[PrimusConfig]) -> dict | None:
-        if not launch.options.plan_only:
-            return None
+    def preview(self, launch: LaunchConfig[PrimusConfig]) -> dict:
         experiment, args, sizes = resolve_primus(launch)
         return preview(experiment, args, sizes, launch, overrides_for_primus=overrides_for_primus(experiment, args))
 

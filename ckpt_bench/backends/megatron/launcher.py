@@ -30,7 +30,6 @@ from ckpt_bench.core.experiment import (
 from ckpt_bench.core.options import Flag
 from ckpt_bench.launcher.base import (
     ASYNC_SAVE,
-    PLAN_ONLY,
     PRIMUS_PATH,
     SET,
     Backend,
@@ -121,7 +120,6 @@ class MegatronConfig(CheckpointOptions, PreflightOptions):
                                            "(default: as saved).", type=int, min=1).field()
     set: tuple[str, ...] = SET.field(())
     primus_path: str | None = PRIMUS_PATH.field()
-    plan_only: bool = PLAN_ONLY.field(False)
     training_impact: bool = Flag(
         ("--training-impact",), "Train the save pass's iterations twice in the same processes, without saves "
         "and then with them, and report the training-visible cost of saving.", type=bool).field(False)
@@ -377,9 +375,7 @@ class MegatronBackend(Backend[MegatronConfig]):
     title = "Megatron backend (the default): megatron-core's dist_checkpointing in the built-in worker"
     Config = MegatronConfig
 
-    def preview(self, launch: LaunchConfig[MegatronConfig]) -> dict | None:
-        if not launch.options.plan_only:
-            return None
+    def preview(self, launch: LaunchConfig[MegatronConfig]) -> dict:
         return preview(*resolve_gpt(launch), launch)
 
     def plan(self, launch: LaunchConfig[MegatronConfig]) -> Plan:

@@ -33,7 +33,6 @@ from ckpt_bench.launcher.base import (
     ASYNC_SAVE,
     DIST_BACKEND,
     LOAD_CALLS,
-    PLAN_ONLY,
     PRIMUS_PATH,
     SAVE_CALLS,
     SET,
@@ -84,7 +83,6 @@ class WorkloadConfig(CheckpointOptions, StorageOptions):
     sync_files: bool | None = SYNC_FILES.field()
     async_save: bool = ASYNC_SAVE.field(False)
     thread_count: int | None = THREAD_COUNT.field()
-    plan_only: bool = PLAN_ONLY.field(False)
     dist_backend: str | None = DIST_BACKEND.field()
 
     def __post_init__(self) -> None:
@@ -145,7 +143,7 @@ def resolve(config: WorkloadConfig, launch: LaunchConfig) -> WorkloadRun:
         if job is not None and job != config.job_ranks:
             raise ConfigError(f"--job-ranks {config.job_ranks}: workload {workload.name!r} is a job of {job} ranks")
         job = config.job_ranks
-    if config.plan_only and not subset and job is not None:
+    if launch.plan_only and not subset and job is not None:
         ranks = job  # --plan alone: the whole job's layout, whatever would run here
     if job is None:  # a DLIO YAML without subset mode: the job is what runs (DLIO: mpirun -np)
         if config.subset:
@@ -327,11 +325,8 @@ class WorkloadBackend(Backend[WorkloadConfig]):
     Config = WorkloadConfig
     selected_by: ClassVar[str] = "workload"
 
-    def preview(self, launch: LaunchConfig[WorkloadConfig]) -> dict | None:
-        config = launch.options
-        if not config.plan_only:
-            return None
-        return preview(config, launch, resolve(config, launch))
+    def preview(self, launch: LaunchConfig[WorkloadConfig]) -> dict:
+        return preview(launch.options, launch, resolve(launch.options, launch))
 
     def plan(self, launch: LaunchConfig[WorkloadConfig]) -> Plan:
         config = launch.options
