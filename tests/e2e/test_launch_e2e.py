@@ -1,10 +1,12 @@
 """`ckpt_launch.py` end to end, as a user runs it: real torchrun, real megatron-core checkpoints."""
 
 import json
+from pathlib import Path
 
 import pytest
 from helpers import launch as launch_cli
 
+from ckpt_bench.core.events import EventKind, event_files, read_event_files
 from ckpt_bench.core.experiment import DEFAULT_EXPERIMENT
 
 PRIMUS_KEYS = {
@@ -57,20 +59,31 @@ def test_default_job(tmp_path):
     assert "[save]" in result.stderr and "[load]" in result.stderr  # progress was shown
 
 
-def test_tp2_async_kept_checkpoints_in_save_dir(tmp_path):
+def test_async_persistent_distributed_optimizer_kept_in_save_dir(tmp_path):
+    """Async saves through megatron-core's persistent writer with the DistributedOptimizer, loaded fully parallel,
+    kept in a --save-dir that holds someone else's file, with --training-impact."""
     save_dir = tmp_path / "fast-storage"
     save_dir.mkdir()
     (save_dir / "someone-elses-file").write_text("never touched")
     result, (run_dir,) = launch(
-        tmp_path, "--tp", "2", "--async-save", "--train-iters", "4", "--save-interval", "2",
+        tmp_path, "--async-save", "--use-persistent-ckpt-worker", "--use-distributed-optimizer",
+        "--fully-parallel-load", "--train-iters", "4", "--save-interval", "2",
         "--save-dir", str(save_dir), "--keep-checkpoints", "--yaml-config-path", str(DEFAULT_EXPERIMENT),
         "--training-impact",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout)
-    assert report["async_save"] is True and report["data_parallel_size"] == 1
-    assert report["config"]["tensor_model_parallel_size"] == 2
+    assert report["async_save"] is True and report["data_parallel_size"] == 2
+    assert report["use_distributed_optimizer"] is True and report["verified"] is True
     assert [s["iteration"] for s in report["saves"]] == [2, 4]
+    log = (run_dir / "logs" / "save" / "console.log").read_text()
+    assert "scheduled an async checkpoint save at iteration       2" in log
+    # The tracker names a checkpoint only once it is finalized, and the last one is waited for.
+    assert log.index("scheduled an async checkpoint save at iteration       4") < log.index(
+        "successfully saved checkpoint from iteration       4")
+    for event in read_event_files(event_files(run_dir / "events")):
+        if event.kind == EventKind.SAVE_END:  # recorded by megatron-core's writer process as it finished
+            assert event.extra.get("recorded_by") == "async writer" and event.bytes > 0
     assert all(s["total_time"] >= s["block_time"] for s in report["saves"])
     checkpoints = save_dir / run_dir.name
     assert report["save"] == str(checkpoints)
@@ -97,9 +110,11 @@ def test_failing_pass_names_the_rank(tmp_path):
     assert json.loads((run_dir / "report.json").read_text())["run"]["status"] == "failed"
 
 
-def test_load_on_another_layout_is_resharded_and_checked_per_logical_tensor(tmp_path):
+def test_tp2_sync_torch_dist_then_load_on_another_layout(tmp_path):
+    """A TP2 synchronous torch_dist save (Megatron-LM's log lines, megatron-core's files, each save complete when
+    the call returns), loaded on TP1 by one rank: resharded and checked per logical tensor."""
     result, (run_dir,) = launch(tmp_path, "--tp", "2", "--train-iters", "2", "--save-interval", "2",
-                                "--load-tp", "1", "--load-nproc-per-node", "1")
+                                "--load-tp", "1", "--load-nproc-per-node", "1", "--keep-checkpoints")
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout)
     assert report["config"]["tensor_model_parallel_size"] == 2 and report["world_size"] == 2
@@ -107,3 +122,14 @@ def test_load_on_another_layout_is_resharded_and_checked_per_logical_tensor(tmp_
     assert report["verified"] is True and report["verification"]["tensors_checked"] > 0
     assert (run_dir / "integrity" / "iter_0000002" / "global.json").is_file()
     assert report["load"]["complete"] and report["load_time"] > 0
+    save = report["save"]
+    log = (run_dir / "logs" / "save" / "console.log").read_text()
+    assert "------------------------ arguments ------------------------" in log
+    assert " iteration        2/       2 |" in log
+    assert f"saving checkpoint at iteration       2 to {save} in torch_dist format" in log
+    assert f"successfully saved checkpoint from iteration       2 to {save} [ t 1/2, p 1/1 ]" in log
+    folder = Path(save) / "iter_0000002"
+    assert {p.name for p in folder.iterdir()} >= {".metadata", "common.pt", "metadata.json"}
+    assert {p.name.split("_")[2] for p in folder.glob("__*_*.distcp")} == {"0", "1"}  # both TP ranks wrote
+    (saved,) = report["saves"]
+    assert saved["complete"] and saved["ranks"] == 2 and saved["block_time"] == saved["total_time"]  # synchronous

@@ -14,9 +14,6 @@ import torch
 
 from ckpt_bench.backends.megatron.spec import MegatronSpec
 from ckpt_bench.backends.megatron.worker_args import SpecError, megatron_args
-from ckpt_bench.core.checkpoint_dir import latest_iteration
-from ckpt_bench.core.events import EventKind, event_files, read_event_files
-from ckpt_bench.report.engine import build_report
 
 TINY_MODEL = {
     "num_layers": 2,
@@ -65,84 +62,8 @@ class Run:
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
         return result.stdout
 
-    def events_by_rank(self) -> dict[int, list]:
-        by_rank: dict[int, list] = {}
-        for event in read_event_files(event_files(self.events)):
-            by_rank.setdefault(event.rank, []).append(event)
-        return by_rank
-
     def verdicts(self) -> list[dict]:
         return [json.loads((self.integrity / f"load-rank-{r}.json").read_text()) for r in (0, 1)]
-
-
-def _iterations(events, kind: EventKind) -> list[int]:
-    return [e.iteration for e in events if e.kind == kind]
-
-
-def _assert_complete_events(run: Run, load_iteration: int) -> None:
-    by_rank = run.events_by_rank()
-    assert sorted(by_rank) == [0, 1]
-    for rank, events in by_rank.items():
-        assert all(e.error is None for e in events), rank
-        for kind in (EventKind.SAVE_START, EventKind.SAVE_BLOCK_END, EventKind.SAVE_END):
-            assert sorted(_iterations(events, kind)) == SAVED_ITERATIONS, (rank, kind)
-        assert _iterations(events, EventKind.LOAD_START) == [load_iteration]
-        assert _iterations(events, EventKind.LOAD_END) == [load_iteration]
-
-
-def test_tp2_sync_torch_dist(tmp_path):
-    run = Run(tmp_path, tensor_model_parallel_size=2, ckpt_format="torch_dist", async_save=False,
-              not_a_megatron_argument="kept")  # fmt: skip
-    out = run.run_ok("save")
-    assert "------------------------ arguments ------------------------" in out
-    assert "  not_a_megatron_argument ......" in out
-    assert " iteration        4/       4 | consumed samples:           16 |" in out
-    assert f"saving checkpoint at iteration       2 to {run.save} in torch_dist format" in out
-    assert f"successfully saved checkpoint from iteration       4 to {run.save} [ t 1/2, p 1/1 ]" in out
-
-    for iteration in SAVED_ITERATIONS:
-        folder = run.save / f"iter_{iteration:07d}"
-        assert {p.name for p in folder.iterdir()} >= {".metadata", "common.pt", "metadata.json"}
-        assert {p.name.split("_")[2] for p in folder.glob("__*_*.distcp")} == {"0", "1"}
-    assert latest_iteration(run.save) == 4
-
-    out = run.run_ok("load")
-    assert f" loading distributed checkpoint from {run.save} at iteration 4" in out
-    assert f"  successfully loaded checkpoint from {run.save} [ t 1/2, p 1/1 ] at iteration 4" in out
-    assert all(v["verified"] and v["tensors_checked"] > 0 for v in run.verdicts())
-    _assert_complete_events(run, load_iteration=4)
-
-    by_rank = run.events_by_rank()
-    for events in by_rank.values():  # synchronous: the save blocks until it is on storage
-        for iteration in SAVED_ITERATIONS:
-            block_end, end = (next(e for e in events if e.kind == k and e.iteration == iteration)
-                              for k in (EventKind.SAVE_BLOCK_END, EventKind.SAVE_END))  # fmt: skip
-            assert end.mono_ns >= block_end.mono_ns and end.bytes > 0
-
-    report = build_report(e for events in by_rank.values() for e in events)
-    assert [s["iteration"] for s in report["saves"]] == SAVED_ITERATIONS
-    assert all(s["complete"] and s["ranks"] == 2 and s["bytes_source"] == "ranks" for s in report["saves"])
-    assert report["num_saved"] == 2 and report["accurate"]
-    assert report["load"]["iteration"] == 4 and report["load_time"] > 0
-
-
-def test_dp2_async_distributed_optimizer(tmp_path):
-    run = Run(tmp_path, ckpt_format="torch_dist", async_save=True, use_persistent_ckpt_worker=True,
-              use_distributed_optimizer=True, ckpt_fully_parallel_load=True)  # fmt: skip
-    out = run.run_ok("save")
-    assert f"scheduled an async checkpoint save at iteration       2 to {run.save}" in out
-    # The tracker names a checkpoint only once it is finalized, and the last one is waited for.
-    assert latest_iteration(run.save) == 4
-    assert out.index("scheduled an async checkpoint save at iteration       4") < out.index(
-        "successfully saved checkpoint from iteration       4"
-    )
-    run.run_ok("load")
-    assert all(v["verified"] for v in run.verdicts())
-    _assert_complete_events(run, load_iteration=4)
-    for events in run.events_by_rank().values():
-        ends = [e for e in events if e.kind == EventKind.SAVE_END]
-        # Recorded by megatron-core's writer process the moment it finished writing.
-        assert all(e.extra.get("recorded_by") == "async writer" and e.bytes > 0 for e in ends)
 
 
 def test_torch_format_detects_a_changed_tensor(tmp_path):
