@@ -16,7 +16,6 @@ from ckpt_bench.backends.workload.shapes import load_dlio_yaml
 
 WORKLOADS = ROOT / "tests" / "fixtures" / "workloads"
 TINY = WORKLOADS / "tiny_test.yaml"  # TP1 x DP2 on 2 ranks: the fully-parallel save splits the model between them
-TP2_SUBSET = WORKLOADS / "tiny_tp2_subset.yaml"  # ranks 0 and 1 (TP 0 and 1 of DP rank 0) of a TP2 x DP2 job
 
 
 def tensor_bytes_by_rank(folder: Path) -> Counter:
@@ -65,13 +64,6 @@ def test_fully_parallel_save_and_load(tmp_path):
     assert report["ckpt_format"] == "torch_dist" and report["async_save"] is False
 
 
-def test_async_save_of_a_tp2_subset_with_one_writer(tmp_path):
-    report, folder = run(tmp_path, TP2_SUBSET, "--async-save", "--thread-count", "1", "--save-calls", "1")
-    check_written(report, folder, TP2_SUBSET, world_size=4, threads=1)
-    assert report["async_save"] is True and report["config"]["subset"] == 2
-    assert all(save["block_time"] <= save["total_time"] for save in report["saves"])
-
-
 # The default experiment made a small MoE: 4 experts, EP 2, the distributed optimizer, bf16; a 4-rank job of
 # which ranks 0 and 1 run (their expert-parallel ranks differ: experts 0-1 and 2-3).
 MOE = ("--workload", ROOT / "ckpt_bench" / "configs" / "tiny_gpt.yaml", "--set", "num_experts=4", "--set",
@@ -88,15 +80,21 @@ def moe_plan(engine: str):
     return state_layout(ENGINES[engine], resolve_workload(str(MOE[1]), overrides), 4, 2)
 
 
-def test_a_moe_subset_writes_its_ranks_shares_through_torch_dist(tmp_path):
+def test_an_async_moe_subset_with_one_writer_writes_its_ranks_shares(tmp_path):
+    """Ranks 0 and 1 of the 4-rank MoE job save asynchronously through torch_dist, one writer thread each: every
+    rank's tensor bytes and files are the plan's, to the byte."""
     report = launch_ok(*MOE, "--engine", "torch_dist", "--subset", "--nproc-per-node", "2", "--save-calls", "1",
-                       "--load-calls", "1", "--time-between-checkpoints", "0", "--thread-count", "1",
+                       "--load-calls", "1", "--time-between-checkpoints", "0", "--thread-count", "1", "--async-save",
                        "--save-dir", tmp_path / "ckpt", "--keep-checkpoints", "--format", "json",
                        runs_dir=tmp_path / "runs")
     folder = tmp_path / "ckpt" / report["run"]["dir"].rsplit("/", 1)[1] / "iter_0000001"
     expected = moe_plan("torch_dist")
     assert report["verified"] is True and report["config"]["model"] == "MoE"
+    assert report["async_save"] is True and report["config"]["subset"] == 2
+    assert all(save["block_time"] <= save["total_time"] for save in report["saves"])
     assert tensor_bytes_by_rank(folder) == {share.rank: share.bytes for share in expected.ranks}
+    files = {f.name for share in expected.ranks for f in share.files} | {f"__{r}_0.distcp" for r in (0, 1)}
+    assert {path.name for path in folder.iterdir()} == files
     assert report["config"]["largest_rank"] == expected.spread.largest_rank
 
 
