@@ -8,6 +8,9 @@ import pytest
 from helpers import launch as launch_cli
 
 from ckpt_bench.backends.dcp import models
+from ckpt_bench.core.events import event_files, read_event_files
+from ckpt_bench.present.rows import as_report, headline_rows, phase_table
+from ckpt_bench.report.engine import pair
 
 
 def launch(*args, runs_dir):
@@ -68,6 +71,8 @@ def test_save_then_load(tmp_path, s3_endpoint, storage, async_save):
         assert report["measurement"]["storage_baseline"].startswith(f"measured with {measured['tool']}")
     else:
         assert "storage_baseline" not in report and report["measurement"]["storage_baseline"].startswith("not")
+    if async_save:  # every rank's phases (issue 29): blocking ones sum to its block time, all to its total
+        check_phases(report)
     # The checkpoints this run created are gone; nothing else was touched.
     if keep:
         run = Path(report["run"]["dir"]).name
@@ -80,6 +85,26 @@ def test_save_then_load(tmp_path, s3_endpoint, storage, async_save):
         assert s3_endpoint.object_keys(bucket) == []
     else:
         assert list((tmp_path / "ckpts").iterdir()) == []
+
+
+def check_phases(report: dict) -> None:
+    """Each save and load of each rank carries its phases, in order, summing to its own times; the report has the
+    slowest rank's and every rank's, and the summary names where the time went."""
+    for op in pair(read_event_files(event_files(Path(report["run"]["dir"]) / "events"))):
+        phases = op.phases()
+        assert phases, f"{op.kind} {op.iteration} of rank {op.rank} has no phases"
+        if op.kind == "save":
+            assert [p["phase"] for p in phases if p["blocking"]] == ["state_dict", "stage", "schedule"]
+            assert abs(sum(p["seconds"] for p in phases if p["blocking"]) - op.block_s()) < 1e-6
+        else:
+            assert [p["phase"] for p in phases][:2] == ["state_dict", "metadata"]
+        assert abs(sum(p["seconds"] for p in phases) - op.total_s()) < 1e-6
+    for record in [*report["saves"], *report["loads"]]:
+        assert len(record["phases_per_rank"]) == 2 and record["phases_rank"] in (0, 1)
+    typed = as_report(report)
+    assert dict(headline_rows(typed))["where the time goes"].startswith("last save: ")
+    columns, _rows = phase_table(typed)
+    assert columns[:3] == ["phase", "first save 1 s", "share"]
 
 
 @pytest.mark.parametrize(
