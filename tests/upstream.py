@@ -9,6 +9,7 @@ the tests skip with one line saying how to point them at checkouts.
 
 from __future__ import annotations
 
+import compileall
 import os
 import tarfile
 from pathlib import Path
@@ -34,4 +35,6 @@ def checkout(name: str, scratch: Path) -> Path:
         pytest.skip(message)
     with tarfile.open(tarball) as archive:
         archive.extractall(scratch, filter="data")
+    # Bytecode once, for the many processes that import the checkout (PYTHONDONTWRITEBYTECODE may be set).
+    compileall.compile_dir(scratch / name, quiet=2, workers=0)
     return scratch / name
