@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckpt_bench.model.architecture import Architecture, ArchitectureError
-from ckpt_bench.model.parallel import Parallelism
+from ckpt_bench.model.parallel import Parallelism, megatron_parallel_sizes
 
 __all__ = ["CKPT_FORMATS", "TrainingJob"]
 
@@ -77,17 +77,9 @@ class TrainingJob:
         if fmt not in CKPT_FORMATS:
             raise ArchitectureError(f"ckpt_format {fmt!r}: we write {' and '.join(CKPT_FORMATS)}")
 
-        def size(key: str, default: int | None = 1) -> int | None:
-            value = args.get(key)
-            return default if value is None else int(value)
-
+        bucket = args.get("ddp_bucket_size")
         return cls(
-            architecture=Architecture.from_megatron_args(args),
-            tp=size("tensor_model_parallel_size"), pp=size("pipeline_model_parallel_size"),
-            ep=size("expert_model_parallel_size"), etp=size("expert_tensor_parallel_size", None),
-            cp=size("context_parallel_size"),
-            first_stage_layers=size("decoder_first_pipeline_num_layers", None),
-            last_stage_layers=size("decoder_last_pipeline_num_layers", None),
+            architecture=Architecture.from_megatron_args(args), **megatron_parallel_sizes(args),
             distributed_optimizer=bool(args.get("use_distributed_optimizer")),
-            overlap_grad_reduce=bool(args.get("overlap_grad_reduce")), ddp_bucket_size=size("ddp_bucket_size", None),
-            ckpt_format=fmt, pp_before_dp=bool(args.get("use_tp_pp_dp_mapping")))
+            overlap_grad_reduce=bool(args.get("overlap_grad_reduce")),
+            ddp_bucket_size=None if bucket is None else int(bucket), ckpt_format=fmt)

@@ -15,10 +15,27 @@ output layer and the MTP layers on the last.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
-__all__ = ["ParallelError", "Parallelism", "RankCoordinates"]
+__all__ = ["ParallelError", "Parallelism", "RankCoordinates", "megatron_parallel_sizes"]
+
+
+def megatron_parallel_sizes(args: Mapping[str, Any]) -> dict[str, Any]:
+    """`Parallelism`'s sizes but the world's, from Megatron-LM's arguments (unset: megatron's defaults)."""
+
+    def size(key: str, default: int | None = 1) -> int | None:
+        value = args.get(key)
+        return default if value is None else int(value)
+
+    return {"tp": size("tensor_model_parallel_size"), "pp": size("pipeline_model_parallel_size"),
+            "ep": size("expert_model_parallel_size"), "etp": size("expert_tensor_parallel_size", None),
+            "cp": size("context_parallel_size"),
+            "first_stage_layers": size("decoder_first_pipeline_num_layers", None),
+            "last_stage_layers": size("decoder_last_pipeline_num_layers", None),
+            "pp_before_dp": bool(args.get("use_tp_pp_dp_mapping"))}
 
 
 class ParallelError(ValueError):

@@ -42,7 +42,7 @@ from ckpt_bench.launcher.resources import visible_gpus
 from ckpt_bench.launcher.run_info import Ranks, RunInfo, SaveConfig
 from ckpt_bench.model.architecture import ArchitectureError
 from ckpt_bench.model.families import refuse_unsizable
-from ckpt_bench.model.parallel import ParallelError, Parallelism
+from ckpt_bench.model.parallel import ParallelError, Parallelism, megatron_parallel_sizes
 from ckpt_bench.storage import storage_for
 
 PROGRESS = re.compile(
@@ -215,20 +215,16 @@ def preview(experiment: Experiment, args: dict, sizes: dict, launch: LaunchConfi
         "use_distributed_optimizer": bool(args.get("use_distributed_optimizer")),
         **checkpoint_sizes(experiment, args, world),
         **extra,
-        "layout": rank_coordinates(args, sizes, world),
+        "layout": rank_coordinates(args, world),
         "arguments": dict(sorted(args.items())),
     }
 
 
-def rank_coordinates(args: dict, sizes: dict, world_size: int) -> list[dict]:
+def rank_coordinates(args: dict, world_size: int) -> list[dict]:
     """Each rank's coordinates as megatron-core numbers them (`ckpt_bench.model.parallel`): dp_rank is the
     rank in the data x context-parallel group (the one the distributed optimizer shards over)."""
     try:
-        parallel = Parallelism(world_size=world_size, num_layers=args["num_layers"], tp=sizes["tp"], pp=sizes["pp"],
-                               ep=sizes["ep"], etp=args.get("expert_tensor_parallel_size"), cp=sizes["cp"],
-                               first_stage_layers=args.get("decoder_first_pipeline_num_layers"),
-                               last_stage_layers=args.get("decoder_last_pipeline_num_layers"),
-                               pp_before_dp=bool(args.get("use_tp_pp_dp_mapping")))
+        parallel = Parallelism(world_size=world_size, num_layers=args["num_layers"], **megatron_parallel_sizes(args))
     except ParallelError as error:
         raise ConfigError(f"the parallel layout: {error}") from None
     return [dataclasses.asdict(parallel.coordinates(rank)) for rank in range(world_size)]
