@@ -78,3 +78,9 @@ def assert_one_line_error(result: subprocess.CompletedProcess, needle: str, code
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], result.stderr
     return lines[0]
+
+
+def torchrun_failure_summary(exitcode: int) -> str:
+    """What torchrun prints when rank 1 of a pass fails with `exitcode` (its 'Root Cause' block)."""
+    return ("\nRoot Cause (first observed failure):\n[0]:\n  time      : 2026-01-01_00:00:00\n  host      : vm\n"
+            f"  rank      : 1 (local_rank: 1)\n  exitcode  : {exitcode} (pid: 4242)\n")

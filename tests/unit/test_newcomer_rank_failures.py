@@ -8,17 +8,11 @@ import sys
 import textwrap
 
 import pytest
+from helpers import torchrun_failure_summary
 
 from ckpt_bench.launcher import torchrun
 
-TORCHRUN_SUMMARY = """
-Root Cause (first observed failure):
-[0]:
-  time      : 2026-01-01_00:00:00
-  host      : vm
-  rank      : 1 (local_rank: 1)
-  exitcode  : 1 (pid: 4242)
-"""
+TORCHRUN_SUMMARY = torchrun_failure_summary(1)
 
 MEGATRON_LM_CRASH = """\
 def build(hidden, heads):
@@ -87,6 +81,6 @@ def test_a_rank_ended_by_a_signal_is_not_given_an_older_traceback(tmp_path):
     rank_dir = tmp_path / "logs" / "run-1" / "attempt_0" / "1"
     rank_dir.mkdir(parents=True)
     (rank_dir / "stderr.log").write_text("Traceback (most recent call last):\n  File \"x\"\nOSError: handled\n")
-    script = f"import sys; print({TORCHRUN_SUMMARY.replace('exitcode  : 1', 'exitcode  : -9')!r}); sys.exit(1)"
+    script = f"import sys; print({torchrun_failure_summary(-9)!r}); sys.exit(1)"
     result = torchrun.run_command("save", [sys.executable, "-c", script], tmp_path / "logs", lambda line: False)
     assert result.failures[0].signal == "SIGKILL" and result.failures[0].exception is None

@@ -7,7 +7,7 @@ import os
 import time
 
 import pytest
-from helpers import ROOT, assert_one_line_error, launch
+from helpers import ROOT, assert_one_line_error, launch, torchrun_failure_summary
 
 from ckpt_bench.backends.megatron import arguments, memory
 from ckpt_bench.cli.launch import parse_argv
@@ -103,14 +103,7 @@ def test_lightning_refuses_a_model_the_host_cannot_hold():
         plan("--backend", "lightning", "--model", "llama2-13b", "--accelerator", "cpu")
 
 
-TORCHRUN_SUMMARY = """
-Root Cause (first observed failure):
-[0]:
-  time      : 2026-01-01_00:00:00
-  host      : vm
-  rank      : 1 (local_rank: 1)
-  exitcode  : -9 (pid: 4242)
-"""
+TORCHRUN_SUMMARY = torchrun_failure_summary(-9)
 
 
 @pytest.mark.parametrize("counts,cause", [
