@@ -3,7 +3,7 @@
 
     python benchmarks/workload_layout_speed.py [--repeats 5]
 
-For each catalog workload, at its own rank count: DLIO's layout (ckpt_bench.backends.workload.shapes, the
+For each catalog workload, at its own rank count: DLIO's layout (ckpt_bench.backends.workload.dlio_layout, the
 torch-save and dcp engines) and the Megatron GPT's (ckpt_bench.backends.workload.megatron_shapes, the
 torch_dist engine), the median of --repeats calls in this process (imports not counted), with the rank
 count and the job's bytes a save. Target: well under a second for llama3-1t at 1,024 ranks.
@@ -19,7 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ckpt_bench.backends.workload import megatron_shapes, shapes  # noqa: E402
+from ckpt_bench.backends.workload import dlio_layout, megatron_shapes  # noqa: E402
+from ckpt_bench.backends.workload.catalog import CATALOG  # noqa: E402
 from ckpt_bench.core.units import GIB  # noqa: E402
 
 
@@ -37,8 +38,8 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     options = parser.parse_args()
     print(f"{'workload':<12} {'ranks':>6} {'GiB a save':>11} {'DLIO layout s':>14} {'Megatron layout s':>18}")
-    for name, workload in shapes.CATALOG.items():
-        dlio_s, dlio = median_seconds(lambda w=workload: shapes.layout(w), options.repeats)
+    for name, workload in CATALOG.items():
+        dlio_s, dlio = median_seconds(lambda w=workload: dlio_layout.layout(w), options.repeats)
         megatron_s, _ = median_seconds(lambda w=workload: megatron_shapes.layout(w), options.repeats)
         print(f"{name:<12} {len(dlio.ranks):>6,} {dlio.total_bytes / GIB:>11,.2f} {dlio_s:>14.4f} {megatron_s:>18.4f}")
     return 0

@@ -9,7 +9,8 @@ import time
 import pytest
 from helpers import ROOT, assert_one_line_error, launch
 
-from ckpt_bench.backends.workload.shapes import CATALOG, layout
+from ckpt_bench.backends.workload.catalog import CATALOG
+from ckpt_bench.backends.workload.dlio_layout import layout
 from ckpt_bench.cli.launch import parse_argv
 from ckpt_bench.launcher import registry, resources
 

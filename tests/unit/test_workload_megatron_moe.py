@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from ckpt_bench.backends.workload.megatron_shapes import MegatronGPT, layout, rank_shards
-from ckpt_bench.backends.workload.shapes import Workload, WorkloadError
+from ckpt_bench.backends.workload.workload import Workload, WorkloadError
 from ckpt_bench.model.job import TrainingJob
 
 TINY = dict(num_layers=2, hidden_size=64, ffn_hidden_size=128, num_attention_heads=4, padded_vocab_size=1024,

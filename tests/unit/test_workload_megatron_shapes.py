@@ -18,8 +18,9 @@ from collections import defaultdict
 import pytest
 from helpers import assert_one_line_error, launch
 
+from ckpt_bench.backends.workload.catalog import CATALOG
 from ckpt_bench.backends.workload.megatron_shapes import MegatronGPT, distcp_file, layout, rank_shards
-from ckpt_bench.backends.workload.shapes import CATALOG, Workload, WorkloadError, num_parameters
+from ckpt_bench.backends.workload.workload import Workload, WorkloadError, num_parameters
 
 BF16, FP32 = 2, 4
 

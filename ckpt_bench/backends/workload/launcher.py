@@ -1,7 +1,7 @@
 """The workload backend (`--workload NAME|FILE`), launcher side: checkpoints at the size of a real job,
 without its GPUs and without training.
 
-Each rank allocates exactly its share of the job's checkpoint state once (`shapes.layout`: DLIO's
+Each rank allocates exactly its share of the job's checkpoint state once (`dlio_layout.layout`: DLIO's
 formulas) and saves and loads it through a real engine (`engines`): DLIO's own `torch.save` files,
 megatron-core's torch_dist, or PyTorch DCP, on disk, S3 or fsspec URLs. The whole job runs on as many
 ranks as it has (multi-node torchrun, `--emit slurm|k8s`), or `--subset` runs its first N ranks on this
@@ -20,10 +20,11 @@ import re
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from ckpt_bench.backends.workload.checkpoint_layout import Layout
 from ckpt_bench.backends.workload.engines import ENGINES, EngineInfo, state_layout
-from ckpt_bench.backends.workload.shapes import DLIO_APPLIES_FSYNC, Layout, Workload
 from ckpt_bench.backends.workload.sources import resolve_workload
 from ckpt_bench.backends.workload.spec import SECTION, WorkloadSpec
+from ckpt_bench.backends.workload.workload import DLIO_APPLIES_FSYNC, Workload
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.experiment import parse_assignment
 from ckpt_bench.core.options import Flag

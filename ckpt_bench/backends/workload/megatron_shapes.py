@@ -63,16 +63,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from ckpt_bench.backends.workload.shapes import (
-    DTYPE_BYTES,
-    TORCH_DTYPE,
-    FileShare,
-    Layout,
-    RankShare,
-    TensorSpec,
-    Workload,
-    WorkloadError,
-)
+from ckpt_bench.backends.workload.checkpoint_layout import FileShare, Layout, RankShare, TensorSpec
+from ckpt_bench.backends.workload.workload import DTYPE_BYTES, TORCH_DTYPE, Workload, WorkloadError
 from ckpt_bench.model.architecture import Architecture, ArchitectureError
 from ckpt_bench.model.job import TrainingJob
 from ckpt_bench.model.parallel import ParallelError, Parallelism, RankCoordinates
@@ -141,7 +133,7 @@ class Shard:
     prepend_axis_num: int
     """Axes of the global tensor the local one lacks (the layer index of stacked layers, an expert's index)."""
     dtype: str
-    """DLIO datatype name (`shapes.DTYPE_BYTES`, `shapes.TORCH_DTYPE`)."""
+    """DLIO datatype name (`workload.DTYPE_BYTES`, `workload.TORCH_DTYPE`)."""
     expert: bool = False
     """A routed expert's: held by the ranks of one expert-parallel rank, replicated over expert data parallelism."""
     name: str = field(init=False)

@@ -29,16 +29,9 @@ names, lists kept as dicts keyed by index.
 
 from __future__ import annotations
 
+from ckpt_bench.backends.workload.checkpoint_layout import FileShare, Layout, RankShare, TensorSpec
 from ckpt_bench.backends.workload.megatron_shapes import MegatronGPT
-from ckpt_bench.backends.workload.shapes import (
-    TORCH_DTYPE,
-    FileShare,
-    Layout,
-    RankShare,
-    TensorSpec,
-    Workload,
-    WorkloadError,
-)
+from ckpt_bench.backends.workload.workload import TORCH_DTYPE, Workload, WorkloadError
 from ckpt_bench.model.parallel import RankCoordinates
 
 __all__ = ["MODEL_FILE", "OPTIMIZER_FILE", "folder", "layout", "rank_files"]

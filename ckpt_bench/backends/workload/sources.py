@@ -1,7 +1,7 @@
-"""What `--workload NAME|FILE` names, as a `shapes.Workload`:
+"""What `--workload NAME|FILE` names, as a `workload.Workload`:
 
-    NAME   a catalog entry (`shapes.CATALOG`: MLPerf Storage's llama3 shapes at their rank counts, llama2)
-    FILE   a DLIO workload YAML, read unchanged (`shapes.load_dlio_yaml`), or a Primus/Megatron experiment
+    NAME   a catalog entry (`catalog.CATALOG`: MLPerf Storage's llama3 shapes at their rank counts, llama2)
+    FILE   a DLIO workload YAML, read unchanged (`dlio_yaml.load_dlio_yaml`), or a Primus/Megatron experiment
            YAML (it has `modules:`): the Megatron job its arguments describe (`ckpt_bench.model`), `--set`
            applied
 
@@ -17,7 +17,9 @@ from pathlib import Path
 import yaml
 
 from ckpt_bench.backends.megatron import arguments
-from ckpt_bench.backends.workload.shapes import CATALOG, TRANSFORMER, Workload, WorkloadError, load_dlio_yaml
+from ckpt_bench.backends.workload.catalog import CATALOG
+from ckpt_bench.backends.workload.dlio_yaml import load_dlio_yaml
+from ckpt_bench.backends.workload.workload import TRANSFORMER, Workload, WorkloadError
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.experiment import deep_merge, load_experiment
 from ckpt_bench.model.architecture import ArchitectureError

@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from ckpt_bench.backends.workload.checkpoint_layout import Layout
 from ckpt_bench.backends.workload.engines import ENGINES, state_layout
-from ckpt_bench.backends.workload.shapes import Layout, Workload
+from ckpt_bench.backends.workload.workload import Workload
 from ckpt_bench.core.worker_spec import WorkerSpec
 
 SECTION = "workload"  # worker.json: {"workload": WorkloadSpec fields, "checkpoint_dir": ..., ...}
@@ -18,7 +19,7 @@ class WorkloadSpec(WorkerSpec):
     """What every rank of a workload run does: whose share it holds, through which engine, how often."""
 
     workload: dict
-    """The `Workload`'s fields (`shapes.Workload`), as resolved from the catalog or a file."""
+    """The `Workload`'s fields (`workload.Workload`), as resolved from the catalog or a file."""
     world_size: int
     """Ranks of the whole job the workload describes."""
     subset_ranks: int | None

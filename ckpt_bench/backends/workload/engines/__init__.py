@@ -77,7 +77,7 @@ ENGINES: dict[str, EngineInfo] = {
 
 
 def state_layout(info: EngineInfo, workload, world_size: int, subset_ranks: int | None):
-    """The `shapes.Layout` of what `info`'s engine saves: DLIO's tensors, or a Megatron GPT's."""
+    """The `checkpoint_layout.Layout` of what `info`'s engine saves: DLIO's tensors, or a Megatron GPT's."""
     if info.state == "megatron":
         from ckpt_bench.backends.workload.megatron_shapes import layout as megatron_layout
 
@@ -86,6 +86,6 @@ def state_layout(info: EngineInfo, workload, world_size: int, subset_ranks: int 
         from ckpt_bench.backends.workload.megatron_torch import layout as megatron_torch_layout
 
         return megatron_torch_layout(workload, world_size, subset_ranks)
-    from ckpt_bench.backends.workload.shapes import layout
+    from ckpt_bench.backends.workload.dlio_layout import layout
 
     return layout(workload, world_size, subset_ranks)

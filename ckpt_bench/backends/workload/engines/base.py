@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ckpt_bench.backends.workload.shapes import FileShare, Layout, RankShare
+from ckpt_bench.backends.workload.checkpoint_layout import FileShare, Layout, RankShare
 from ckpt_bench.backends.workload.spec import WorkloadSpec
 from ckpt_bench.core.events import Phase
 from ckpt_bench.storage.base import WorkerStorage

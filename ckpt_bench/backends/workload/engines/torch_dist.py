@@ -50,6 +50,7 @@ from megatron.core.dist_checkpointing.strategies.torch import TorchDistSaveShard
 
 from ckpt_bench.backends.megatron import cpu_compat
 from ckpt_bench.backends.megatron.phases import common_check_hook, mark_load_strategy, mark_save_strategy
+from ckpt_bench.backends.workload.checkpoint_layout import Layout
 from ckpt_bench.backends.workload.engines.base import Engine, Pending, RankState
 from ckpt_bench.backends.workload.megatron_shapes import (
     OPTIMIZER_SHARDING,
@@ -58,8 +59,8 @@ from ckpt_bench.backends.workload.megatron_shapes import (
     Shard,
     rank_shards,
 )
-from ckpt_bench.backends.workload.shapes import TORCH_DTYPE, Layout
 from ckpt_bench.backends.workload.spec import WorkloadSpec
+from ckpt_bench.backends.workload.workload import TORCH_DTYPE
 from ckpt_bench.core.checkpoint_dir import ITER_DIR
 from ckpt_bench.core.events import Phase
 from ckpt_bench.storage.base import WorkerStorage

@@ -1,7 +1,7 @@
 """`--engine torch-save`: DLIO's own checkpointing, as MLPerf Storage runs it.
 
 Each rank `torch.save`s each of its files (DLIO's names and dict structure) one after the other, fsynced
-when `sync_files` is on (DLIO itself never fsyncs: shapes.DLIO_APPLIES_FSYNC), and `torch.load`s them.
+when `sync_files` is on (DLIO itself never fsyncs: workload.DLIO_APPLIES_FSYNC), and `torch.load`s them.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""ckpt_bench.backends.workload.shapes against DLIO's own numbers (no DLIO needed here).
+"""DLIO's layout, its YAML reader and the catalog (ckpt_bench.backends.workload.dlio_layout, dlio_yaml,
+catalog) against DLIO's own numbers (no DLIO needed here).
 
 Where the expected numbers come from (DLIO = argonne-lcf/dlio_benchmark at commit e1919d7):
 
@@ -23,7 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from ckpt_bench.backends.workload import shapes as S
+from ckpt_bench.backends.workload import catalog, dlio_layout, dlio_yaml
+from ckpt_bench.backends.workload.checkpoint_layout import Layout, TensorSpec
+from ckpt_bench.backends.workload.workload import DLIO_APPLIES_FSYNC, Workload, WorkloadError, num_parameters
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "workloads"
 GIB = 2**30
@@ -134,11 +137,11 @@ def _rle(values):
     return [(value, len(list(group))) for value, group in itertools.groupby(values)]
 
 
-def _fixture_layout(name: str, ranks: int) -> S.Layout:
-    workload = S.load_dlio_yaml(FIXTURES / f"{name}.yaml")
+def _fixture_layout(name: str, ranks: int) -> Layout:
+    workload = dlio_yaml.load_dlio_yaml(FIXTURES / f"{name}.yaml")
     if workload.subset:
-        return S.layout(workload, subset_ranks=ranks)
-    return S.layout(workload, world_size=ranks)
+        return dlio_layout.layout(workload, subset_ranks=ranks)
+    return dlio_layout.layout(workload, world_size=ranks)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -148,7 +151,7 @@ def _fixture_layout(name: str, ranks: int) -> S.Layout:
 
 @pytest.mark.parametrize("name", list(MLPERF_PER_RANK))
 def test_mlperf_per_rank_bytes_match_dlio(name):
-    layout = S.layout(S.get_workload(name))
+    layout = dlio_layout.layout(catalog.get_workload(name))
     assert len(layout.ranks) == layout.world_size == sum(count for _, count in MLPERF_PER_RANK[name])
     assert _rle([r.bytes for r in layout.ranks]) == MLPERF_PER_RANK[name]
     assert [r.bytes for r in layout.ranks] == [r.resident_bytes for r in layout.ranks]  # ZeRO 1/3: all written
@@ -158,7 +161,7 @@ def test_mlperf_per_rank_bytes_match_dlio(name):
 
 
 def test_mlperf_totals_in_gib():
-    gib = {name: round(S.layout(S.get_workload(name)).total_bytes / GIB, 1) for name in MLPERF_TOTAL}
+    gib = {name: round(dlio_layout.layout(catalog.get_workload(name)).total_bytes / GIB, 1) for name in MLPERF_TOTAL}
     assert gib == {"llama3-8b": 104.7, "llama3-70b": 911.2, "llama3-405b": 5292.2, "llama3-1t": 15426.6}
 
 
@@ -170,7 +173,7 @@ def test_mlperf_catalog_entries():
         "llama3-1t": (1024, 8, 64, 1, 128, 25872, 98304, 192, 32),
     }
     for name, values in expected.items():
-        w = S.get_workload(name)
+        w = catalog.get_workload(name)
         got = (w.world_size, w.tensor_parallelism, w.pipeline_parallelism, w.zero_stage, w.num_layers)
         got += (w.hidden_size, w.ffn_hidden_size, w.num_attention_heads, w.num_kv_heads)
         assert got == values, name
@@ -178,15 +181,15 @@ def test_mlperf_catalog_entries():
         assert (w.num_checkpoints_write, w.num_checkpoints_read, w.time_between_checkpoints) == (10, 10, 5.0)
         assert w.fsync is True and w.model_type == "transformer"
     # what DLIO's own log prints as "Total number of parameters in the model"
-    assert S.num_parameters(S.get_workload("llama3-8b")) == 8030261248
+    assert num_parameters(catalog.get_workload("llama3-8b")) == 8030261248
     # the real Llama 2 parameter counts: DLIO's formula expresses these models exactly
-    assert S.num_parameters(S.get_workload("llama2-7b")) == 6738415616
-    assert S.num_parameters(S.get_workload("llama2-70b")) == 68976648192
-    assert not any("moe" in name for name in S.CATALOG)
+    assert num_parameters(catalog.get_workload("llama2-7b")) == 6738415616
+    assert num_parameters(catalog.get_workload("llama2-70b")) == 68976648192
+    assert not any("moe" in name for name in catalog.CATALOG)
 
 
 def test_llama3_405b_files():
-    layout = S.layout(S.get_workload("llama3-405b"))
+    layout = dlio_layout.layout(catalog.get_workload("llama3-405b"))
     first = layout.ranks[0]
     assert (first.tp_rank, first.pp_rank, first.dp_rank, first.mp_rank) == (0, 0, 0, 0)
     assert [f.name for f in first.files] == [
@@ -210,46 +213,49 @@ def test_llama3_405b_files():
 
 
 def test_llama3_8b_zero3_files():
-    layout = S.layout(S.get_workload("llama3-8b"))
+    layout = dlio_layout.layout(catalog.get_workload("llama3-8b"))
     rank = layout.ranks[5]
     assert [f.name for f in rank.files] == [
         "zero_pp_rank_5_mp_rank_0_model_states.pt",
         "zero_pp_rank_5_mp_rank_0_optim_states.pt",
     ]
     model = rank.files[0]
-    assert model.tensors[0] == S.TensorSpec("0.0", 4096 * 128256 // 8, "fp16")
+    assert model.tensors[0] == TensorSpec("0.0", 4096 * 128256 // 8, "fp16")
     assert model.tensors[0].shape == (65667072,) and model.tensors[0].torch_dtype == "float16"
     assert [t.name for t in model.tensors[-2:]] == ["33.0", "34.0"]  # lm_head, final norm
     assert len(model.tensors) == 1 + 32 * 6 + 2
 
 
 def test_subset_is_first_ranks_of_full_job():
-    workload = S.get_workload("llama3-405b")
-    full = S.layout(workload)
-    subset = S.layout(workload, subset_ranks=8)
+    workload = catalog.get_workload("llama3-405b")
+    full = dlio_layout.layout(workload)
+    subset = dlio_layout.layout(workload, subset_ranks=8)
     assert subset.is_subset and not full.is_subset
     assert subset.ranks == full.ranks[:8]
     assert subset.total_bytes == full.total_bytes
     assert subset.run_bytes == subset.dlio_reported_bytes == 105811532800  # DLIO, subset mode, data 2, -np 8
-    one_t = S.layout(S.get_workload("llama3-1t"), subset_ranks=8)
+    one_t = dlio_layout.layout(catalog.get_workload("llama3-1t"), subset_ranks=8)
     assert one_t.run_bytes == 154322342880  # DLIO, subset mode, data 2, -np 8
 
 
 def test_layout_is_fast_and_torch_free():
-    workload = S.get_workload("llama3-1t")
+    workload = catalog.get_workload("llama3-1t")
     start = time.perf_counter()
-    layout = S.layout(workload)
+    layout = dlio_layout.layout(workload)
     assert time.perf_counter() - start < 0.5
     assert len(layout.ranks) == 1024
-    code = "import sys; import ckpt_bench.backends.workload.shapes; print('torch' in sys.modules)"
+    code = (
+        "import sys; from ckpt_bench.backends.workload import catalog, dlio_layout, dlio_yaml;"
+        " print('torch' in sys.modules)"
+    )
     root = Path(__file__).resolve().parents[2]
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True)
     assert result.stdout.strip() == "False"
 
 
 def test_fsync_is_what_the_workload_asks_and_dlio_never_applies():
-    assert S.get_workload("llama3-70b").fsync is True
-    assert S.DLIO_APPLIES_FSYNC is False
+    assert catalog.get_workload("llama3-70b").fsync is True
+    assert DLIO_APPLIES_FSYNC is False
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -301,7 +307,7 @@ def test_fixture_tensors_match_real_dlio():
     assert (states.name, states.kind, states.tensors) == (
         "model_states-0.pt",
         "model_states",
-        (S.TensorSpec("a", 10240, "int8"),),
+        (TensorSpec("a", 10240, "int8"),),
     )
     assert zero0.ranks[1].files == () and zero0.ranks[1].bytes == 0
 
@@ -314,19 +320,19 @@ def test_zero2_holds_more_than_it_writes():
 
 
 def test_fixture_yaml_fields():
-    w = S.load_dlio_yaml(FIXTURES / "dlio_tiny_zero3.yaml")
+    w = dlio_yaml.load_dlio_yaml(FIXTURES / "dlio_tiny_zero3.yaml")
     assert (w.name, w.zero_stage, w.vocab_size, w.world_size, w.subset) == ("tiny_zero3", 3, 16001, None, False)
     assert (w.fsync, w.time_between_checkpoints, w.checkpoint_folder) == (True, 0.0, "checkpoints/tiny_zero3")
-    subset = S.load_dlio_yaml(FIXTURES / "dlio_tiny_subset.yaml")
+    subset = dlio_yaml.load_dlio_yaml(FIXTURES / "dlio_tiny_subset.yaml")
     assert (subset.world_size, subset.subset) == (4, True)
-    zero0 = S.load_dlio_yaml(FIXTURES / "dlio_tiny_zero0_notype.yaml")  # dataset/reader keys: accepted, ignored
+    zero0 = dlio_yaml.load_dlio_yaml(FIXTURES / "dlio_tiny_zero0_notype.yaml")  # dataset/reader keys: accepted, ignored
     assert (zero0.model_type, zero0.model_size_bytes, zero0.model_datatype) == (None, 10240, "fp16")
-    assert S.load_dlio_yaml(FIXTURES / "dlio_tiny_tp2.yaml", world_size=2).world_size == 2
+    assert dlio_yaml.load_dlio_yaml(FIXTURES / "dlio_tiny_tp2.yaml", world_size=2).world_size == 2
 
 
 def test_empty_layer_dicts_are_kept():
     # ZeRO-3 over 16 ranks of a hidden size of 8: the norms floor to 0 elements, the final-norm layer is empty
-    w = S.Workload(
+    w = Workload(
         model_type="transformer",
         num_layers=2,
         hidden_size=8,
@@ -336,7 +342,7 @@ def test_empty_layer_dicts_are_kept():
         vocab_size=4,
         zero_stage=3,
     )
-    layout = S.layout(w, world_size=16)
+    layout = dlio_layout.layout(w, world_size=16)
     model = layout.ranks[3].files[0]
     assert [(t.name, t.numel) for t in model.tensors] == [
         ("0.0", 2),
@@ -361,17 +367,17 @@ def test_empty_layer_dicts_are_kept():
 
 
 def test_world_size_errors():
-    workload = S.get_workload("llama3-405b")
-    with pytest.raises(S.WorkloadError, match=r"world_size = 500 .* multiple of .* = 256 \(e\.g\. 256 or 512\)"):
-        S.layout(workload, world_size=500)
-    with pytest.raises(S.WorkloadError, match=r"subset_ranks = 513 .* 1\.\.512"):
-        S.layout(workload, subset_ranks=513)
-    with pytest.raises(S.WorkloadError, match="subset_ranks = 0"):
-        S.layout(workload, subset_ranks=0)
-    with pytest.raises(S.WorkloadError, match="no world size"):
-        S.layout(S.load_dlio_yaml(FIXTURES / "dlio_tiny_tp2.yaml"))
-    with pytest.raises(S.WorkloadError, match="unknown workload 'llama3-7b'; the catalog has llama3-8b"):
-        S.get_workload("llama3-7b")
+    workload = catalog.get_workload("llama3-405b")
+    with pytest.raises(WorkloadError, match=r"world_size = 500 .* multiple of .* = 256 \(e\.g\. 256 or 512\)"):
+        dlio_layout.layout(workload, world_size=500)
+    with pytest.raises(WorkloadError, match=r"subset_ranks = 513 .* 1\.\.512"):
+        dlio_layout.layout(workload, subset_ranks=513)
+    with pytest.raises(WorkloadError, match="subset_ranks = 0"):
+        dlio_layout.layout(workload, subset_ranks=0)
+    with pytest.raises(WorkloadError, match="no world size"):
+        dlio_layout.layout(dlio_yaml.load_dlio_yaml(FIXTURES / "dlio_tiny_tp2.yaml"))
+    with pytest.raises(WorkloadError, match="unknown workload 'llama3-7b'; the catalog has llama3-8b"):
+        catalog.get_workload("llama3-7b")
 
 
 @pytest.mark.parametrize(
@@ -388,8 +394,8 @@ def test_world_size_errors():
     ],
 )
 def test_workload_checks(changes, message):
-    with pytest.raises(S.WorkloadError, match=message):
-        S.get_workload("llama3-405b").replace(**changes)
+    with pytest.raises(WorkloadError, match=message):
+        catalog.get_workload("llama3-405b").replace(**changes)
 
 
 def _yaml(tmp_path, text):
@@ -440,15 +446,15 @@ def test_yaml_errors(tmp_path, edit, message):
     assert old in BASE
     path = _yaml(tmp_path, BASE.replace(old, new, 1))
     if message is None:
-        assert S.load_dlio_yaml(path, world_size=2).world_size == 2
+        assert dlio_yaml.load_dlio_yaml(path, world_size=2).world_size == 2
         return
-    with pytest.raises(S.WorkloadError, match=message) as info:
-        S.load_dlio_yaml(path)
+    with pytest.raises(WorkloadError, match=message) as info:
+        dlio_yaml.load_dlio_yaml(path)
     assert str(path) in str(info.value)
 
 
 def test_yaml_not_a_mapping(tmp_path):
-    with pytest.raises(S.WorkloadError, match="is a mapping"):
-        S.load_dlio_yaml(_yaml(tmp_path, "- just\n- a list\n"))
-    with pytest.raises(S.WorkloadError, match="cannot read"):
-        S.load_dlio_yaml(tmp_path / "missing.yaml")
+    with pytest.raises(WorkloadError, match="is a mapping"):
+        dlio_yaml.load_dlio_yaml(_yaml(tmp_path, "- just\n- a list\n"))
+    with pytest.raises(WorkloadError, match="cannot read"):
+        dlio_yaml.load_dlio_yaml(tmp_path / "missing.yaml")

@@ -1,0 +1,194 @@
+"""What each rank of a workload's job holds and writes per save: the types every layout fills in (DLIO's
+`dlio_layout`, Megatron's `megatron_shapes` and `megatron_torch`), and every engine reads. Plain Python.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from ckpt_bench.backends.workload.workload import DTYPE_BYTES, TORCH_DTYPE, Workload
+from ckpt_bench.model.tensors import ParameterCounts
+
+__all__ = ["FileShare", "Layout", "RankShare", "RankSpread", "TensorSpec", "checkpoint_dir"]
+
+
+def checkpoint_dir(step: int, epoch: int = 1) -> str:
+    """The folder, under the checkpoint folder, of DLIO's save number ``step`` (1-based; DLIO's epoch is 1)."""
+    return f"global_epoch{epoch}_step{step}"
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """One tensor of a checkpoint file: DLIO saves flat 1-D tensors."""
+
+    name: str
+    """Its key path in the saved dict, keys joined by ``.``: ``"3.1"`` is ``state["3"]["1"]``; ``"2"`` is
+    ``state["2"]``. DLIO's keys are strings (layer and tensor indices, or ``"a"``)."""
+
+    numel: int
+    """Number of elements."""
+
+    dtype: str
+    """DLIO datatype name, one of :data:`DTYPE_BYTES` (``TORCH_DTYPE[dtype]`` names the torch dtype)."""
+
+    @property
+    def shape(self) -> tuple[int]:
+        """The tensor's shape: ``(numel,)``."""
+        return (self.numel,)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of tensor data (numel × element size)."""
+        return self.numel * DTYPE_BYTES[self.dtype]
+
+    @property
+    def torch_dtype(self) -> str:
+        """The torch dtype's attribute name (``"float16"``, ``"bfloat16"``, ...)."""
+        return TORCH_DTYPE[self.dtype]
+
+
+@dataclass(frozen=True)
+class FileShare:
+    """One file a rank writes per save (and reads per load)."""
+
+    name: str
+    """File name as DLIO writes it, inside ``<checkpoint_folder>/global_epoch1_step<k>/``."""
+
+    kind: str
+    """``"model"`` (layer tensors), ``"optimizer"`` or ``"model_states"`` (a non-transformer model's bytes)."""
+
+    tensors: tuple[TensorSpec, ...]
+    """The tensors, in DLIO's dict insertion order (shared between files of the same content: do not mutate)."""
+
+    empty_dicts: tuple[str, ...] = ()
+    """Key paths of nested dicts DLIO saves empty (a layer whose every tensor floored to 0 elements)."""
+
+    separator: str = "."
+    """What joins the keys of a tensor's name (Megatron's files use "/": their keys hold dots)."""
+
+    @cached_property
+    def nbytes(self) -> int:
+        """Tensor bytes of the file (torch.save adds a small pickle and zip overhead on top)."""
+        return sum(t.nbytes for t in self.tensors)
+
+    def state_tree(self) -> dict[str, Any]:
+        """The file's dict structure with each tensor replaced by its :class:`TensorSpec` (for an engine that
+        rebuilds the dict to ``torch.save``), keys in DLIO's insertion order."""
+        tree: dict[str, Any] = {}
+        for path in self.empty_dicts:
+            node = tree
+            for key in path.split(self.separator):
+                node = node.setdefault(key, {})
+        for spec in self.tensors:
+            *parents, leaf = spec.name.split(self.separator)
+            node = tree
+            for key in parents:
+                node = node.setdefault(key, {})
+            node[leaf] = spec
+        if self.empty_dicts and all(key.isdigit() for key in tree):
+            # DLIO inserts layers in increasing order, empty ones included
+            tree = {key: tree[key] for key in sorted(tree, key=int)}
+        return tree
+
+
+@dataclass(frozen=True)
+class RankShare:
+    """What one rank holds and writes per save."""
+
+    rank: int
+    """Global rank."""
+
+    files: tuple[FileShare, ...]
+    """Files it writes each save, in DLIO's order; empty for a rank that writes nothing (ZeRO 0, dp rank > 0)."""
+
+    bytes: int
+    """Tensor bytes it writes each save."""
+
+    resident_bytes: int
+    """Tensor bytes DLIO keeps allocated on it: ``bytes`` plus, with ZeRO 2 on dp rank > 0, the model it holds
+    and does not write."""
+
+    tp_rank: int
+    """Tensor-parallel rank (rank % tp)."""
+
+    pp_rank: int
+    """Pipeline stage ((rank // tp) % pp)."""
+
+    dp_rank: int
+    """Data-parallel rank (rank // (tp·pp))."""
+
+    mp_rank: int
+    """Model-parallel rank (rank % (tp·pp)), the ``mp_rank`` of the file names."""
+
+    ep_rank: int = 0
+    """Expert-parallel rank (a Megatron MoE's; 0 otherwise)."""
+
+
+@dataclass(frozen=True)
+class RankSpread:
+    """Tensor bytes per rank per save over a job: the least, the median (a rank's own value), the most, and
+    the rank that writes the most (the lowest such rank)."""
+
+    min: int
+    median: int
+    max: int
+    largest_rank: int
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The checkpoint of a workload on a world size: per rank (all of them, or the subset that runs)."""
+
+    workload: Workload
+    """The workload laid out."""
+
+    world_size: int
+    """Ranks of the whole job."""
+
+    data_parallelism: int
+    """world_size // (tp·pp)."""
+
+    ranks: tuple[RankShare, ...]
+    """Ranks 0..N-1: all ``world_size`` of them, or the ``subset_ranks`` that run."""
+
+    total_bytes: int
+    """Tensor bytes the whole job (all ``world_size`` ranks) writes per save."""
+
+    dlio_reported_bytes: int
+    """What DLIO reports as ``checkpoint_size_GB`` (× 2**30) for a run of exactly these ranks: the allocated
+    model bytes (including ZeRO-2 copies it does not write; a non-transformer's ``model_size_bytes`` instead,
+    once) plus the optimizer bytes, summed over the ranks that run. DLIO divides it by rank 0's duration."""
+
+    parameters: ParameterCounts | None = None
+    """The model's total and active parameters (each once), where it is a transformer."""
+
+    job_rank_bytes: tuple[int, ...] = ()
+    """Tensor bytes each rank of the whole job writes per save, in rank order."""
+
+    @property
+    def spread(self) -> RankSpread:
+        """Bytes per rank over the whole job: MoE, pipeline and ZeRO layouts give ranks different shares."""
+        written = self.job_rank_bytes
+        largest = max(range(len(written)), key=written.__getitem__)
+        return RankSpread(min(written), statistics.median_low(written), written[largest], largest)
+
+    @property
+    def run_bytes(self) -> int:
+        """Tensor bytes written per save by the ranks in :attr:`ranks`."""
+        return sum(r.bytes for r in self.ranks)
+
+    @property
+    def is_subset(self) -> bool:
+        """True when only the first ``len(ranks)`` of ``world_size`` ranks run."""
+        return len(self.ranks) < self.world_size
+
+    def files(self, step: int = 1) -> Iterator[tuple[int, str, FileShare]]:
+        """(rank, path relative to the checkpoint folder, file) for every file of save number ``step``."""
+        folder = checkpoint_dir(step)
+        for share in self.ranks:
+            for f in share.files:
+                yield share.rank, f"{folder}/{f.name}", f
