@@ -1,9 +1,11 @@
 """Checkpoint events: the one vocabulary every backend and every log parser speaks.
 
 A save is three moments on each rank -- it starts, it stops blocking training, it is complete on
-storage -- and a load is two. Backends record them as they happen (`EventRecorder`); log parsers
-recover them from text. Only `ckpt_bench.report.engine` turns events into numbers, so the timing rules
-(what "block time" means, how ranks combine, when a save counts as overlapped) live in one place.
+storage -- and a load is two (an async save whose finalize runs apart from its writer has a fourth,
+SAVE_WRITTEN: its writer finished, the finalize still to come). Backends record them as they happen
+(`EventRecorder`); log parsers recover them from text. Only `ckpt_bench.report.engine` turns events into
+numbers, so the timing rules (what "block time" means, how ranks combine, when a save counts as
+overlapped) live in one place.
 
 An event carries whatever its source could know and nothing more: a parser of a log without
 timestamps leaves the clocks empty and may instead give `elapsed_ns`, the duration a Megatron timer
@@ -11,8 +13,8 @@ measured for the phase the event closes.
 
 An end event of our own workers also carries the *phases* of the span it closes (`PhaseSpan`, taken by
 ckpt_bench.worker.phases from the engine's own steps): a SAVE_BLOCK_END those from SAVE_START to it (what
-training waited for), an async save's SAVE_END those its background writer went through, a LOAD_END the
-whole load's.
+training waited for), an async save's SAVE_END those its background writer went through (or, after a
+SAVE_WRITTEN carrying the writer's, those of its finalize), a LOAD_END the whole load's.
 """
 
 from __future__ import annotations
@@ -35,7 +37,11 @@ class EventKind(str, Enum):
     SAVE_START = "save_start"
     # Training may go on from here; for a synchronous save this is the same moment as SAVE_END.
     SAVE_BLOCK_END = "save_block_end"
-    # The checkpoint is complete on storage (for an async save: the writer finished).
+    # An async save's background writer finished this rank's files; the checkpoint is complete only at SAVE_END,
+    # after its finalize (megatron-core runs it later, on the training process).
+    SAVE_WRITTEN = "save_written"
+    # The checkpoint is complete on storage (for an async save: written, and finalized where the engine has a
+    # finalize: its metadata files written, the last collective left).
     SAVE_END = "save_end"
     LOAD_START = "load_start"
     LOAD_END = "load_end"
@@ -87,6 +93,9 @@ class Phase(str, Enum):
     WRITE_FSYNC = "write+fsync"  # the same, each file fsynced as it is written
     FSYNC = "fsync"  # flushing this rank's files to storage, apart from writing them
     PLAN_WRITE = "plan+write"  # a whole sharded save inside one call we cannot enter (Lightning's FSDP2)
+    # An async save written, its finalize not started yet: megatron-core finalizes at the training loop's next
+    # check (maybe_finalize_async_calls), once every rank's writer is done. The checkpoint is not loadable yet.
+    AWAITING_FINALIZE = "awaiting_finalize"
     FINALIZE = "finalize"  # the checkpoint's metadata file, renames, the last collective
     WRITE_FINALIZE = "write+finalize"  # a log's background part: the write until its finalize line was printed
     METADATA = "metadata"  # a load reading the checkpoint's metadata
@@ -101,6 +110,10 @@ class PhaseSpan:
     phase: str  # a `Phase` value
     start_ns: int
     end_ns: int
+    # Where several writer threads or processes did this phase's work side by side (write, fsync): how many, and
+    # their own time in that work summed over them (can exceed the phase's span; ckpt_bench.worker.phases).
+    writers: int | None = None
+    writer_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -125,6 +138,8 @@ class CheckpointEvent:
 
     def to_json(self) -> str:
         record = {k: v for k, v in asdict(self).items() if v is not None and v != {} and v != ()}
+        if self.phases:
+            record["phases"] = [{k: v for k, v in span.items() if v is not None} for span in record["phases"]]
         record["kind"] = self.kind.value
         record["source"] = self.source.value
         return json.dumps(record, sort_keys=True)
@@ -154,7 +169,8 @@ class EventRecorder:
     # kind -> (operation, whether the event ends it): where a MemoryWatch opens, reads and closes a peak.
     _MEMORY_SPANS = {
         EventKind.SAVE_START: ("save", None), EventKind.SAVE_BLOCK_END: ("save", False),
-        EventKind.SAVE_END: ("save", True), EventKind.LOAD_START: ("load", None), EventKind.LOAD_END: ("load", True),
+        EventKind.SAVE_WRITTEN: ("save", False), EventKind.SAVE_END: ("save", True),
+        EventKind.LOAD_START: ("load", None), EventKind.LOAD_END: ("load", True),
     }
 
     def __init__(self, directory: str | os.PathLike, rank: int, memory: MemoryWatch | None = None):

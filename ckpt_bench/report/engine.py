@@ -16,9 +16,11 @@ Every backend and every log parser ends here, so each number has one definition:
 * A rank's *phases* (ckpt_bench.worker.phases) are the spans its end events carry: a save's blocking
   phases end at its SAVE_BLOCK_END, an async save's background phases at its SAVE_END, put after the
   blocking ones (a background phase that began before the save call returned is counted from the return,
-  0 s if it also ended before; a writer that started after it was `queued` in between). They sum to the
-  operation's time on that rank; a save's or a load's `phases` are its slowest rank's: the one whose own
-  work ended last (before its closing collective, `finalize`, where it has one).
+  0 s if it also ended before; a writer that started after it was `queued` in between). Where the writer's
+  phases come apart from its finalize's (SAVE_WRITTEN, then SAVE_END: megatron-core finalizes on the training
+  process, later), the time between is `awaiting_finalize`. They sum to the operation's time on that rank; a
+  save's or a load's `phases` are its slowest rank's: the one whose own work ended last (before its closing
+  collective, `finalize`, and any wait for it, where it has one).
 * Bandwidth is bytes / total time in MiB/s. Bytes come from the checkpoint folder on disk when the
   caller measured it, else from the bytes the ranks reported; never from a parameter count.
 * Top-level keys follow the Primus checkpoint tool's report (last complete save), with real types.
@@ -88,6 +90,7 @@ class Operation:
     iteration: int | None
     start: CheckpointEvent | None = None
     block_end: CheckpointEvent | None = None
+    written: CheckpointEvent | None = None  # SAVE_WRITTEN: an async save's writer done, its finalize to come
     end: CheckpointEvent | None = None
     overlapped: bool = False
     previous: Operation | None = None  # this rank's save before this one (saves only)
@@ -132,14 +135,21 @@ class Operation:
         with megatron-core's persistent writer, the time it waited for it (one queue, one write at a
         time). None without a previous save or comparable clocks (one host's monotonic clock)."""
         previous = self.previous
-        ends = (self.start, self.block_end, previous and previous.end)
+        written = previous and (previous.written or previous.end)  # the writer's queue frees when it has written
+        ends = (self.start, self.block_end, written)
         if previous is None or any(e is None or e.mono_ns is None for e in ends) or self._backwards() is not None:
             return None
-        overlap_ns = min(previous.end.mono_ns, self.block_end.mono_ns) - self.start.mono_ns
+        overlap_ns = min(written.mono_ns, self.block_end.mono_ns) - self.start.mono_ns
         return max(0.0, overlap_ns / 1e9)
 
     def total_s(self) -> float | None:
         return None if self._backwards() is not None else _duration(self.start, self.end)
+
+    @property
+    def bytes(self) -> int | None:
+        """The bytes this rank wrote or read, as its end events say (an async save's writer's, SAVE_WRITTEN)."""
+        ends = [e.bytes for e in (self.end, self.written) if e is not None and e.bytes is not None]
+        return ends[0] if ends else None
 
     def phases(self) -> list[dict] | None:
         """This rank's phases in order, each `{phase, start, seconds, blocking}` (`start`: seconds from the
@@ -153,6 +163,8 @@ class Operation:
             return _phase_records(self.start.mono_ns, [(span, None) for span in self.end.phases]) or None
         blocking = list(self.block_end.phases) if self.block_end is not None else []
         background = list(self.end.phases) if self.end is not self.block_end else []
+        if self.written is not None and self.written.mono_ns is not None:
+            background = self._written_then_finalized(background)
         if background and self.block_end is not None and self.block_end.mono_ns is not None:
             returned = self.block_end.mono_ns
             if background[0].start_ns > returned:
@@ -163,6 +175,14 @@ class Operation:
                           for span in background]
         spans = [(span, True) for span in blocking] + [(span, False) for span in background]
         return _phase_records(self.start.mono_ns, spans) or None
+
+    def _written_then_finalized(self, finalize: list[PhaseSpan]) -> list[PhaseSpan]:
+        """An async save's background phases where its writer (SAVE_WRITTEN) and its finalize (SAVE_END) record
+        apart: the writer's phases, `awaiting_finalize` until the finalize began, the finalize's phases."""
+        written = self.written.mono_ns
+        finalize_start = finalize[0].start_ns if finalize else self.end.mono_ns
+        awaiting = [PhaseSpan(Phase.AWAITING_FINALIZE.value, written, finalize_start)]
+        return list(self.written.phases) + (awaiting if finalize_start > written else []) + finalize
 
     def peak(self, field_name: str) -> int | None:
         """The operation's peak memory on this rank (`peak_rss_bytes` / `peak_device_bytes` of its end
@@ -199,7 +219,9 @@ LOG_PHASES = {
 
 def _phase_records(start_ns: int, spans: list[tuple[PhaseSpan, bool | None]]) -> list[dict]:
     return [{"phase": span.phase, "start": (span.start_ns - start_ns) / 1e9,
-             "seconds": (span.end_ns - span.start_ns) / 1e9, "blocking": blocking} for span, blocking in spans]
+             "seconds": (span.end_ns - span.start_ns) / 1e9, "blocking": blocking,
+             **({"writers": span.writers, "writer_seconds": span.writer_seconds} if span.writers else {})}
+            for span, blocking in spans]
 
 
 def _duration(start: CheckpointEvent | None, end: CheckpointEvent | None) -> float | None:
@@ -250,6 +272,8 @@ class _RankTimeline:
             self.orphans.append(event)  # an end whose start is not in the log (log begins mid-run)
         elif event.kind == EventKind.SAVE_BLOCK_END:
             op.block_end = _merge(op.block_end, event)
+        elif event.kind == EventKind.SAVE_WRITTEN:
+            op.written = _merge(op.written, event)
         else:
             op.end = _merge(op.end, event)
 
@@ -309,26 +333,36 @@ def _spread(values: dict[int | None, float]) -> dict | None:
     }
 
 
+# The phases an operation may end with that every rank leaves together: not the rank's own work.
+_CLOSING = (Phase.AWAITING_FINALIZE.value, Phase.FINALIZE.value)
+
+
 def _phases(ops: list[Operation]) -> dict:
     """A save's or a load's phases: the slowest rank's, and every rank's with their starts, for the per-rank
     timeline. Empty when no rank recorded phases. The slowest rank is the one whose own work ended last: up to
-    its `finalize` when the operation ends with one (a collective every rank leaves together, so every rank's
-    total is about the same and the one that reached it last is the one the others waited for), else up to
-    its end."""
+    its `finalize` (and the wait for it) when the operation ends with one (a collective every rank leaves
+    together, so every rank's total is about the same and the one that reached it last is the one the others
+    waited for), else up to its end."""
     per_rank = {op.rank: op.phases() for op in ops}
     per_rank = {rank: phases for rank, phases in per_rank.items() if phases}
     if not per_rank:
         return {}
 
     def work_ended(phases: list[dict]) -> float:
-        last = phases[-1]
-        return last["start"] + (0.0 if last["phase"] == Phase.FINALIZE.value else last["seconds"])
+        ended = phases[-1]["start"] + phases[-1]["seconds"]
+        for phase in reversed(phases):  # back over the closing phases it ends with
+            if phase["phase"] not in _CLOSING:
+                break
+            ended = phase["start"]
+        return ended
 
     slowest = max(per_rank, key=lambda rank: work_ended(per_rank[rank]))
 
     def rounded(phase: dict, start: bool) -> dict:
+        writers = {"writers": phase["writers"], "writer_seconds": round(phase["writer_seconds"], 6)} \
+            if phase.get("writers") else {}
         return {"phase": phase["phase"], "seconds": round(phase["seconds"], 6), "blocking": phase["blocking"],
-                **({"start": round(phase["start"], 6)} if start else {})}
+                **({"start": round(phase["start"], 6)} if start else {}), **writers}
 
     return {
         "phases": [rounded(phase, start=False) for phase in per_rank[slowest]],
@@ -475,7 +509,7 @@ class ReportBuilder:
         if folder_sizes is not None and checkpoint.iteration in folder_sizes:
             nbytes, bytes_source = folder_sizes[checkpoint.iteration], "disk"
         else:
-            per_rank = [op.end.bytes if op.end else None for op in ops]
+            per_rank = [op.bytes for op in ops]
             if per_rank and all(b is not None for b in per_rank):
                 nbytes, bytes_source = sum(per_rank), "ranks"
         errors = [op.error for op in ops if op.error]

@@ -170,3 +170,34 @@ def test_phases_are_the_rank_the_others_waited_for():
     save = build_report(events)["saves"][0]
     assert save["phases_rank"] == 0 and save["total_time"] == 7  # rank 1's total, 7 s; rank 0's is 6 s
     assert [(p["phase"], p["seconds"]) for p in save["phases"]] == [("write+fsync", 5), ("finalize", 1)]
+
+
+def test_async_save_finalized_later_waits_for_it_in_its_phases():
+    """megatron-core's async save: the writer records its phases with SAVE_WRITTEN, the training process its
+    finalize with SAVE_END at the next check. The time between is `awaiting_finalize`; the save is complete at
+    the finalize's end, its background phases summing to its total; the bytes are the writer's. Of two ranks
+    that finalize together, the one whose writer ended last is the save's."""
+    from ckpt_bench.core.events import CheckpointEvent, PhaseSpan
+    from ckpt_bench.report.engine import build_report
+
+    s = 1_000_000_000
+
+    def rank(r, written, *writer):
+        def event(kind, at, *spans, **fields):
+            return CheckpointEvent(kind, rank=r, iteration=2, mono_ns=at * s,
+                                   phases=tuple(PhaseSpan(name, a * s, b * s) for name, a, b in spans), **fields)
+
+        return [event(EventKind.SAVE_START, 10),
+                event(EventKind.SAVE_BLOCK_END, 12, ("state_dict", 10, 11), ("schedule", 11, 12)),
+                event(EventKind.SAVE_WRITTEN, written, *writer, bytes=100 + r),
+                event(EventKind.SAVE_END, 21, ("finalize", 20, 21))]
+
+    events = [*rank(0, 17, ("write", 12, 15), ("fsync", 15, 17)), *rank(1, 14, ("write", 12, 13), ("fsync", 13, 14))]
+    save = build_report(events)["saves"][0]
+    assert save["phases_rank"] == 0 and save["total_time"] == 11 and save["bytes"] == 201
+    assert [(p["phase"], p["seconds"], p["blocking"]) for p in save["phases"]] == [
+        ("state_dict", 1, True), ("schedule", 1, True), ("write", 3, False), ("fsync", 2, False),
+        ("awaiting_finalize", 3, False), ("finalize", 1, False)]
+    assert sum(p["seconds"] for p in save["phases"]) == save["total_time"]
+    assert save["phases_per_rank"][1]["phases"][4] == {"phase": "awaiting_finalize", "seconds": 6,
+                                                        "blocking": False, "start": 4}
