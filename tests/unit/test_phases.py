@@ -59,9 +59,29 @@ def test_dcp_sync_save_phases_sum_to_its_time(group, tmp_path, sync_files):
     timed_save(state, writer, recorder, 1, str(tmp_path / "ckpt"), async_save=False, sync_files=sync_files)
     events = events_of(recorder)
     spans = events[EventKind.SAVE_BLOCK_END].phases
-    write = "write+fsync" if sync_files else "write"
-    assert names(spans) == ["state_dict", "plan", "exchange", write, "finalize"]
+    write = ["write", "fsync"] if sync_files else ["write"]
+    assert names(spans) == ["state_dict", "plan", "exchange", *write, "finalize"]
     assert_contiguous(spans, events[EventKind.SAVE_START].mono_ns, events[EventKind.SAVE_BLOCK_END].mono_ns)
+    assert all(span.writers is None for span in spans)  # one writer thread: its phases are its own
+
+
+def test_dcp_writer_threads_split_write_from_fsync(group, tmp_path):
+    """Two writer threads, each fsyncing its file: `write` until the first fsync, then `fsync`, each with the
+    two threads' own seconds summed beside it (every thread's write and fsync inside the rank's span, so the
+    sums are at most twice the span)."""
+    from torch.distributed.checkpoint import FileSystemWriter
+
+    recorder = EventRecorder(tmp_path / "events", 0)
+    state = {"w": torch.randn(256, 256), "v": torch.randn(256, 256)}
+    writer = FileSystemWriter(str(tmp_path / "ckpt"), sync_files=True, thread_count=2)
+    timed_save(state, writer, recorder, 1, str(tmp_path / "ckpt"), async_save=False, sync_files=True)
+    spans = events_of(recorder)[EventKind.SAVE_BLOCK_END].phases
+    assert names(spans) == ["state_dict", "plan", "exchange", "write", "fsync", "finalize"]
+    write, fsync = spans[3], spans[4]
+    assert write.writers == fsync.writers == 2
+    whole = (fsync.end_ns - write.start_ns) / 1e9
+    assert 0 < write.writer_seconds and 0 < fsync.writer_seconds
+    assert write.writer_seconds + fsync.writer_seconds <= 2 * whole + 1e-6
 
 
 def test_dcp_async_save_phases_block_then_background(group, tmp_path):
@@ -75,7 +95,7 @@ def test_dcp_async_save_phases_block_then_background(group, tmp_path):
     assert names(block) == ["state_dict", "stage", "schedule"]
     assert_contiguous(block, events[EventKind.SAVE_START].mono_ns, events[EventKind.SAVE_BLOCK_END].mono_ns)
     background = events[EventKind.SAVE_END].phases
-    assert names(background) == ["plan", "exchange", "write", "finalize"]
+    assert names(background) == ["plan", "exchange", "write", "fsync", "finalize"]  # the writer fsyncs by default
     assert background[-1].end_ns == events[EventKind.SAVE_END].mono_ns
 
 

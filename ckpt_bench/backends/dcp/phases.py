@@ -1,20 +1,28 @@
 """The phases of PyTorch DCP's saves and loads, marked on its own steps: the planners DCP makes when given
 none, and the storage writer (its stager too) and reader, wrapped in place (ckpt_bench.worker.phases).
 
-    save   state_dict | plan | exchange | write (write+fsync with sync_files) | finalize
-    async  state_dict | stage | schedule, then in the writer's thread plan | exchange | write | finalize
+    save   state_dict | plan | exchange | write | fsync (with sync_files) | finalize
+    async  state_dict | stage | schedule, then in the writer's thread plan | exchange | write | fsync | finalize
     load   state_dict | metadata | plan | exchange | read (read, deserialize, copy into the state) | finalize
+
+DCP's file writer threads each fsync a file right after writing it (`os.fsync` in
+torch.distributed.checkpoint.filesystem, timed here: ckpt_bench.worker.phases.time_fsyncs): `write` lasts
+until the first fsync begins, `fsync` from there until the last thread is done. A writer that fsyncs
+elsewhere (an fsspec stream) keeps one phase, write+fsync.
 
 Used by the DCP worker and the workload's dcp engine.
 """
 
 from __future__ import annotations
 
+from torch.distributed.checkpoint import filesystem
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, DefaultSavePlanner
 from torch.distributed.checkpoint.staging import AsyncStager
 
 from ckpt_bench.core.events import Phase
-from ckpt_bench.worker.phases import PhaseClock, mark_calls
+from ckpt_bench.worker.phases import MarkedWrite, PhaseClock, mark_calls, time_fsyncs
+
+time_fsyncs(filesystem)
 
 
 def mark_save(writer, sync_files: bool, training: PhaseClock, background: PhaseClock) -> DefaultSavePlanner:
@@ -24,12 +32,11 @@ def mark_save(writer, sync_files: bool, training: PhaseClock, background: PhaseC
     Returns the planner to save with."""
     if isinstance(writer, AsyncStager):  # else DCP stages through a DefaultStager of its own: unmarked
         mark_calls(writer, training, {"stage": (Phase.STAGE, Phase.SCHEDULE)})
-    mark_calls(writer, background, {
-        "prepare_local_plan": (Phase.PLAN, Phase.EXCHANGE),
-        # DCP's writers write (and fsync) inside write_data; what follows is the gather of the results and
-        # the coordinator's metadata file.
-        "write_data": (Phase.WRITE_FSYNC if sync_files else Phase.WRITE, Phase.FINALIZE),
-    })
+    mark_calls(writer, background, {"prepare_local_plan": (Phase.PLAN, Phase.EXCHANGE)})
+    # DCP's writers write and fsync inside write_data; what follows is the gather of the results and the
+    # coordinator's metadata file.
+    writer.write_data = MarkedWrite(writer.write_data, background, Phase.WRITE_FSYNC if sync_files else Phase.WRITE,
+                                    Phase.FINALIZE)
     return mark_calls(DefaultSavePlanner(), background, {"set_up_planner": Phase.PLAN})
 
 
