@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckpt_bench.model.architecture import Architecture, ArchitectureError
-from ckpt_bench.model.parallel import Parallelism, megatron_parallel_sizes
+from ckpt_bench.model.parallel import ParallelError, Parallelism, megatron_parallel_sizes
 
 __all__ = ["CKPT_FORMATS", "TrainingJob"]
 
@@ -34,6 +34,12 @@ class TrainingJob:
     first_stage_layers: int | None = None
     last_stage_layers: int | None = None
     stage_layer_counts: tuple[int, ...] | None = None
+    virtual_stages: int | None = None
+    """Model chunks per pipeline rank (Megatron-LM's virtual pipeline stages); None: one."""
+    pipeline_layout: str | None = None
+    """`pipeline_model_parallel_layout`, as given."""
+    account_for_embedding: bool = False
+    account_for_loss: bool = False
     distributed_optimizer: bool = True
     overlap_grad_reduce: bool = False
     """DDP splits each gradient buffer into buckets (`--overlap-grad-reduce`): the optimizer saves per bucket."""
@@ -50,7 +56,9 @@ class TrainingJob:
         return Parallelism(world_size=world_size, num_layers=self.architecture.num_layers, tp=self.tp, pp=self.pp,
                            ep=self.ep, etp=self.etp, cp=self.cp, first_stage_layers=self.first_stage_layers,
                            last_stage_layers=self.last_stage_layers, stage_layer_counts=self.stage_layer_counts,
-                           pp_before_dp=self.pp_before_dp)
+                           virtual_stages=self.virtual_stages, pipeline_layout=self.pipeline_layout,
+                           account_for_embedding=self.account_for_embedding, account_for_loss=self.account_for_loss,
+                           mtp_num_layers=self.architecture.mtp_num_layers, pp_before_dp=self.pp_before_dp)
 
     def as_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "architecture": self.architecture.as_dict()}
@@ -65,21 +73,20 @@ class TrainingJob:
 
     @classmethod
     def from_megatron_args(cls, args: Mapping[str, Any]) -> TrainingJob:
-        """The job Megatron-LM runs for `args`; raises ArchitectureError."""
-        if args.get("pipeline_model_parallel_layout"):
-            raise ArchitectureError(
-                f"pipeline_model_parallel_layout {args['pipeline_model_parallel_layout']!r} is not read yet: give "
-                "the stages with decoder_first_pipeline_num_layers / decoder_last_pipeline_num_layers")
-        if args.get("num_virtual_stages_per_pipeline_rank") or args.get("num_layers_per_virtual_pipeline_stage"):
-            raise ArchitectureError("virtual pipeline stages (num_layers_per_virtual_pipeline_stage) are not "
-                                    "sized yet: each model chunk is saved as its own model<i> state")
+        """The job Megatron-LM runs for `args`; raises ArchitectureError (virtual pipeline arguments Megatron-LM
+        refuses included; how the layers split is checked once the job is laid out, `parallelism`)."""
         fmt = str(args.get("ckpt_format") or DEFAULT_CKPT_FORMAT)
         if fmt not in CKPT_FORMATS:
             raise ArchitectureError(f"ckpt_format {fmt!r}: we write {' and '.join(CKPT_FORMATS)}")
 
         bucket = args.get("ddp_bucket_size")
-        return cls(
-            architecture=Architecture.from_megatron_args(args), **megatron_parallel_sizes(args),
-            distributed_optimizer=bool(args.get("use_distributed_optimizer")),
-            overlap_grad_reduce=bool(args.get("overlap_grad_reduce")),
-            ddp_bucket_size=None if bucket is None else int(bucket), ckpt_format=fmt)
+        architecture = Architecture.from_megatron_args(args)
+        try:
+            sizes = megatron_parallel_sizes(args)
+        except ParallelError as error:
+            raise ArchitectureError(str(error)) from None
+        sizes.pop("mtp_num_layers")  # the architecture's
+        return cls(architecture=architecture, **sizes,
+                   distributed_optimizer=bool(args.get("use_distributed_optimizer")),
+                   overlap_grad_reduce=bool(args.get("overlap_grad_reduce")),
+                   ddp_bucket_size=None if bucket is None else int(bucket), ckpt_format=fmt)

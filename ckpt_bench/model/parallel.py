@@ -7,10 +7,9 @@ Two rank orders share the world, both megatron's default `tp-cp-ep-dp-pp`:
 
 With `--use-tp-pp-dp-mapping` (`pp_before_dp`) the order is `tp-cp-ep-pp-dp`: pp varies before dp and edp.
 
-Pipeline stages hold contiguous runs of layers: `decoder_first_pipeline_num_layers` and
-`decoder_last_pipeline_num_layers` when given, the rest split evenly (megatron-core refuses a remainder);
-`stage_layer_counts` gives any split outright. The embedding lives on the first stage; the final norm, the
-output layer and the MTP layers on the last.
+Which layers each pipeline rank holds, in one model chunk or several (virtual pipeline stages), is
+`pipeline_layout.PipelineLayout`'s: megatron-core's even split, `decoder_first/last_pipeline_num_layers`,
+`pipeline_model_parallel_layout`, or `stage_layer_counts` given outright (DLIO's split).
 """
 
 from __future__ import annotations
@@ -20,26 +19,63 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from ckpt_bench.model.pipeline_layout import ModelChunk, ParallelError, PipelineLayout, parse_layout
+
 __all__ = ["ParallelError", "Parallelism", "RankCoordinates", "megatron_parallel_sizes"]
 
 
 def megatron_parallel_sizes(args: Mapping[str, Any]) -> dict[str, Any]:
-    """`Parallelism`'s sizes but the world's, from Megatron-LM's arguments (unset: megatron's defaults)."""
+    """`Parallelism`'s sizes but the world's, from Megatron-LM's arguments (unset: megatron's defaults), and
+    its pipeline layout: the virtual stages of `num_virtual_stages_per_pipeline_rank`,
+    `num_layers_per_virtual_pipeline_stage` or `pipeline_model_parallel_layout`, as Megatron-LM's
+    `validate_args` derives them. Raises ParallelError where it refuses them."""
 
     def size(key: str, default: int | None = 1) -> int | None:
         value = args.get(key)
         return default if value is None else int(value)
 
-    return {"tp": size("tensor_model_parallel_size"), "pp": size("pipeline_model_parallel_size"),
-            "ep": size("expert_model_parallel_size"), "etp": size("expert_tensor_parallel_size", None),
-            "cp": size("context_parallel_size"),
-            "first_stage_layers": size("decoder_first_pipeline_num_layers", None),
-            "last_stage_layers": size("decoder_last_pipeline_num_layers", None),
-            "pp_before_dp": bool(args.get("use_tp_pp_dp_mapping"))}
-
-
-class ParallelError(ValueError):
-    """A layout megatron-core refuses."""
+    pp, layout = size("pipeline_model_parallel_size"), args.get("pipeline_model_parallel_layout")
+    sizes = {"tp": size("tensor_model_parallel_size"), "pp": pp,
+             "ep": size("expert_model_parallel_size"), "etp": size("expert_tensor_parallel_size", None),
+             "cp": size("context_parallel_size"),
+             "first_stage_layers": size("decoder_first_pipeline_num_layers", None),
+             "last_stage_layers": size("decoder_last_pipeline_num_layers", None),
+             "account_for_embedding": bool(args.get("account_for_embedding_in_pipeline_split")),
+             "account_for_loss": bool(args.get("account_for_loss_in_pipeline_split")),
+             "pipeline_layout": None if layout is None else str(layout), "virtual_stages": None,
+             "mtp_num_layers": size("mtp_num_layers", 0),
+             "pp_before_dp": bool(args.get("use_tp_pp_dp_mapping"))}
+    per_stage, stages = size("num_layers_per_virtual_pipeline_stage", None), size(
+        "num_virtual_stages_per_pipeline_rank", None)
+    given = [name for name, value in (("num_layers_per_virtual_pipeline_stage", per_stage),
+                                      ("num_virtual_stages_per_pipeline_rank", stages),
+                                      ("pipeline_model_parallel_layout", layout)) if value is not None]
+    if len(given) > 1:
+        raise ParallelError(f"{' and '.join(given)} are both set: Megatron-LM takes one of them")
+    if layout is not None:
+        if not isinstance(layout, str):
+            raise ParallelError(f"pipeline_model_parallel_layout = {layout!r}: a string such as 'Et|tt|tL' is needed")
+        vp = len(parse_layout(layout)) // pp
+    elif per_stage is not None:
+        if sizes["first_stage_layers"] is not None or sizes["last_stage_layers"] is not None:
+            raise ParallelError("num_layers_per_virtual_pipeline_stage with decoder_first/last_pipeline_num_layers: "
+                                "Megatron-LM needs num_virtual_stages_per_pipeline_rank for an uneven split")
+        layers = size("num_layers") + sizes["account_for_embedding"] + sizes["account_for_loss"]
+        if per_stage < 1 or layers % pp or layers // pp % per_stage:
+            raise ParallelError(f"num_layers_per_virtual_pipeline_stage {per_stage} does not divide the {layers} "
+                                f"layers over {pp} pipeline stages evenly (Megatron-LM needs it to)")
+        vp = layers // pp // per_stage
+    else:
+        if stages is not None and stages < 1:
+            raise ParallelError(f"num_virtual_stages_per_pipeline_rank = {stages}: at least 1")
+        vp = stages or 1
+    if vp > 1:
+        if pp < 2 or (pp == 2 and not args.get("overlap_p2p_comm")):
+            raise ParallelError(f"{given[0]} makes {vp} virtual pipeline stages on pipeline_model_parallel_size {pp}: "
+                                "Megatron-LM's interleaved schedule needs pipeline parallelism above 2, or 2 with "
+                                "overlap_p2p_comm")
+        sizes["virtual_stages"] = vp
+    return sizes
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +110,16 @@ class Parallelism:
     last_stage_layers: int | None = None
     stage_layer_counts: tuple[int, ...] | None = None
     """Layers per stage given outright (overrides first/last)."""
+    virtual_stages: int | None = None
+    """Model chunks per pipeline rank (interleaved schedule); None: one."""
+    pipeline_layout: str | None = None
+    """`pipeline_model_parallel_layout` (overrides the split arguments; its stage count gives the chunks)."""
+    account_for_embedding: bool = False
+    """`account_for_embedding_in_pipeline_split`: the embedding takes a layer's place in the even split."""
+    account_for_loss: bool = False
+    """`account_for_loss_in_pipeline_split`: the loss takes a layer's place in the even split."""
+    mtp_num_layers: int = 0
+    """The model's MTP layers, which a layout places (`m`)."""
     pp_before_dp: bool = False
     """Megatron-LM's `--use-tp-pp-dp-mapping`: ranks numbered along tp-cp-ep-pp-dp."""
 
@@ -88,10 +134,30 @@ class Parallelism:
         if self.world_size % (self.expert_tp * self.ep * self.pp):
             raise ParallelError(f"world size {self.world_size} is not a multiple of expert tensor × expert × "
                                 f"pipeline parallelism = {self.expert_tp} × {self.ep} × {self.pp}")
-        counts = self.layers_per_stage
-        if len(counts) != self.pp or sum(counts) != self.num_layers or min(counts) < 0:
-            raise ParallelError(f"the pipeline layout {list(counts)} does not place {self.num_layers} layers on "
-                                f"{self.pp} stages")
+        _ = self.pipeline  # checked as megatron-core checks it
+
+    @cached_property
+    def pipeline(self) -> PipelineLayout:
+        """Every model chunk: which layers, embedding, output layer and MTP layers each pipeline rank builds."""
+        if self.pipeline_layout is not None:
+            if self.first_stage_layers is not None or self.last_stage_layers is not None or (
+                    self.account_for_embedding or self.account_for_loss):
+                raise ParallelError("pipeline_model_parallel_layout cannot be set with decoder_first/last_pipeline_"
+                                    "num_layers or account_for_*_in_pipeline_split (megatron-core refuses both)")
+            layout = PipelineLayout.from_string(self.pipeline_layout, self.pp, self.num_layers, self.mtp_num_layers)
+            if self.virtual_stages is not None and self.virtual_stages != layout.vp:
+                raise ParallelError(f"pipeline_model_parallel_layout {self.pipeline_layout!r} has {layout.vp} "
+                                    f"virtual stages per rank and {self.virtual_stages} are asked for")
+            return layout
+        if self.stage_layer_counts is not None:
+            counts = list(self.stage_layer_counts)
+            if len(counts) != self.pp or sum(counts) != self.num_layers or min(counts) < 0:
+                raise ParallelError(f"the pipeline layout {counts} does not place {self.num_layers} layers on "
+                                    f"{self.pp} stages")
+            return PipelineLayout.from_counts(self.pp, counts, self.mtp_num_layers)
+        return PipelineLayout.split(self.num_layers, self.pp, self.virtual_stages or 1, first=self.first_stage_layers,
+                                    last=self.last_stage_layers, account_for_embedding=self.account_for_embedding,
+                                    account_for_loss=self.account_for_loss, mtp_num_layers=self.mtp_num_layers)
 
     @property
     def expert_tp(self) -> int:
@@ -111,37 +177,18 @@ class Parallelism:
         """Data-parallel size of the expert parameters."""
         return self.world_size // (self.expert_tp * self.ep * self.pp)
 
-    @cached_property
+    @property
     def layers_per_stage(self) -> tuple[int, ...]:
-        if self.stage_layer_counts is not None:
-            return tuple(self.stage_layer_counts)
-        first, last = self.first_stage_layers, self.last_stage_layers
-        if self.pp == 1:
-            return (self.num_layers,)
-        fixed = [count for count in (first, last) if count is not None]
-        middle_stages = self.pp - len(fixed)
-        rest = self.num_layers - sum(fixed)
-        if rest < 0 or (middle_stages and rest % middle_stages) or (not middle_stages and rest):
-            given = ", ".join(f"{name} {count}" for name, count in (
-                ("decoder_first_pipeline_num_layers", first), ("decoder_last_pipeline_num_layers", last))
-                if count is not None)
-            raise ParallelError(
-                f"num_layers {self.num_layers} cannot be split over {self.pp} pipeline stages"
-                f"{' with ' + given if given else ''}: megatron-core needs the remaining layers to divide evenly "
-                "(set decoder_first_pipeline_num_layers / decoder_last_pipeline_num_layers)")
-        each = rest // middle_stages if middle_stages else 0
-        counts = [each] * self.pp
-        if first is not None:
-            counts[0] = first
-        if last is not None:
-            counts[-1] = last
-        return tuple(counts)
+        """Decoder layers per pipeline rank (all its chunks)."""
+        return self.pipeline.layers_per_rank
 
-    def stage_layers(self, pp_rank: int) -> range:
-        """Global (0-based) indices of the decoder layers on stage `pp_rank`."""
-        counts = self.layers_per_stage
-        start = sum(counts[:pp_rank])
-        return range(start, start + counts[pp_rank])
+    def chunks(self, pp_rank: int) -> tuple[ModelChunk, ...]:
+        """The model chunks of pipeline rank `pp_rank`, by virtual stage (one without virtual stages)."""
+        return self.pipeline.rank_chunks(pp_rank)
+
+    def stage_layers(self, pp_rank: int) -> tuple[int, ...]:
+        """Global (0-based) indices of the decoder layers on pipeline rank `pp_rank`, chunk after chunk."""
+        return tuple(layer for chunk in self.chunks(pp_rank) for layer in chunk.layers)
 
     # ---- coordinates -----------------------------------------------------------------------------------------
 

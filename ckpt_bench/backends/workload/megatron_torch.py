@@ -65,7 +65,7 @@ def _model_tensors(gpt: MegatronGPT, c: RankCoordinates) -> list[tuple[TensorSpe
     """(the tensor, its group: "dense", "expert", or "" for a buffer) of the rank's local model, module order."""
     par, arch = gpt.parallel, gpt.arch
     tensors = []
-    first = par.stage_layers(c.pp_rank).start
+    first = min(par.stage_layers(c.pp_rank), default=0)
     local_experts = range(c.ep_rank * (arch.moe.num_experts // par.ep), (c.ep_rank + 1) * (
         arch.moe.num_experts // par.ep)) if arch.moe else range(0)
     for prefix, layer, params in gpt._stage_modules(c.pp_rank):
