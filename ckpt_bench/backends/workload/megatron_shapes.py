@@ -68,6 +68,7 @@ from ckpt_bench.backends.workload.workload import DTYPE_BYTES, TORCH_DTYPE, Work
 from ckpt_bench.model.architecture import Architecture, ArchitectureError
 from ckpt_bench.model.job import TrainingJob
 from ckpt_bench.model.parallel import ParallelError, Parallelism, RankCoordinates
+from ckpt_bench.model.pipeline_layout import ModelChunk
 from ckpt_bench.model.tensors import (
     Param,
     ParameterCounts,
@@ -167,9 +168,10 @@ class ObjectShard:
     global_shape: tuple[int, ...]
     global_offset: tuple[int, ...]
     replica_id: ReplicaId
-    bucket_numels: tuple[int, ...] | None = None
-    """The optimizer's `per_bucket_numel[_unpadded]`: one number per bucket (megatron stores them keyed by
-    the buffer's (param, grad) dtypes); None for a linear module's `_extra_state`, None on the local spec."""
+    bucket_numels: tuple[tuple[int, ...], ...] | None = None
+    """The optimizer's `per_bucket_numel[_unpadded]`: per buffer (`gbuf_idx`, one per model chunk) one number
+    per bucket (megatron stores each buffer's keyed by its (param, grad) dtypes); None for a linear module's
+    `_extra_state`, None on the local spec."""
 
     @property
     def name(self) -> str:
@@ -220,10 +222,25 @@ class _Bucket:
 
 @dataclass(frozen=True, slots=True)
 class _Buffer:
-    """One distributed-optimizer buffer of a pipeline stage, sharded over a data-parallel group."""
+    """One distributed-optimizer buffer of one model chunk, sharded over a data-parallel group."""
 
+    kind: str
+    """"dense", or "expert" (the expert optimizer's, over the expert data-parallel group)."""
+    index: int
+    """Its `gbuf_idx`: the optimizer's buffers are its chunks' buffers, chunk after chunk."""
     buckets: tuple[_Bucket, ...]
     group_size: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Module:
+    """One module of a model chunk: its parameters' key prefix, its layer (stacked layers' index) and whether
+    it is a copy of chunk (0, 0)'s word embeddings (a tied output layer, MTP's input elsewhere)."""
+
+    prefix: str
+    layer: int | None
+    params: list[Param]
+    embedding_copy: bool = False
 
 
 class MegatronGPT:
@@ -235,7 +252,7 @@ class MegatronGPT:
         self.world_size = world_size
         self.job = training_job(workload)
         self.arch = self.job.architecture
-        self._modules: dict[int, list[tuple[str, int | None, list[Param]]]] = {}
+        self._modules: dict[tuple[int, int], list[_Module]] = {}
         try:
             self.parallel: Parallelism = self.job.parallelism(world_size)
         except ParallelError as error:
@@ -264,7 +281,7 @@ class MegatronGPT:
                 raise self._refuse(f"{what} {value} is not divisible by {name} parallelism {size} "
                                    "(megatron-core requires it)")
         for stage in range(par.pp):
-            for buffer in self._buffers[stage].values():
+            for buffer in self._buffers[stage]:
                 self._check_owned(buffer, stage)
 
     def _check_owned(self, buffer: _Buffer, stage: int) -> None:
@@ -321,44 +338,48 @@ class MegatronGPT:
 
     # ---- the stage's modules ----------------------------------------------------------------------------------
 
-    def _stage_modules(self, pp_rank: int) -> list[tuple[str, int | None, list[Param]]]:
-        """(key prefix, layer index or None, params) of the stage's modules, in module order."""
-        if pp_rank not in self._modules:
-            self._modules[pp_rank] = self._build_stage_modules(pp_rank)
-        return self._modules[pp_rank]
+    def _stage_modules(self, pp_rank: int) -> list[_Module]:
+        """The modules of every model chunk of pipeline rank `pp_rank`, chunk after chunk, in module order."""
+        return [module for chunk in self.parallel.chunks(pp_rank) for module in self._chunk_modules(chunk)]
 
-    def _build_stage_modules(self, pp_rank: int) -> list[tuple[str, int | None, list[Param]]]:
-        arch, par = self.arch, self.parallel
+    def _chunk_modules(self, chunk: ModelChunk) -> list[_Module]:
+        """The modules of one model chunk (one GPTModel), in module order."""
+        key = (chunk.pp_rank, chunk.vp_stage)
+        if key not in self._modules:
+            self._modules[key] = self._build_chunk_modules(chunk)
+        return self._modules[key]
+
+    def _build_chunk_modules(self, chunk: ModelChunk) -> list[_Module]:
+        arch = self.arch
         numbered = arch.moe is not None and arch.moe.numbered_layers
-        modules: list[tuple[str, int | None, list[Param]]] = []
-        if pp_rank == 0:
-            modules.append(("", None, embedding_params(arch, self.tp)))
-        elif pp_rank == par.pp - 1 and arch.mtp_num_layers:  # MTP's input: a copy of the word embeddings
-            modules.append(("", None, embedding_params(arch, self.tp)[:1]))
-        for layer in par.stage_layers(pp_rank):
+        modules: list[_Module] = []
+        if chunk.embedding:
+            modules.append(_Module("", None, embedding_params(arch, self.tp)))
+        elif chunk.mtp_layers:  # MTP's input: a copy of the word embeddings
+            modules.append(_Module("", None, embedding_params(arch, self.tp)[:1], embedding_copy=True))
+        for layer in chunk.layers:
             prefix = f"decoder.layers.{layer}." if numbered else "decoder.layers."
-            modules.append((prefix, None if numbered else layer, decoder_layer_params(arch, layer)))
-        if pp_rank == par.pp - 1:
-            final = final_params(arch, self.tp)
-            norm, output = final[:-1], final[-1:]
-            modules.append(("", None, norm))
-            for depth in range(arch.mtp_num_layers):
-                modules.append((f"mtp.layers.{depth}.", None, mtp_params(arch, depth)))
-            if not arch.tied_embeddings or par.pp > 1:
-                modules.append(("", None, output))
+            modules.append(_Module(prefix, None if numbered else layer, decoder_layer_params(arch, layer)))
+        final = final_params(arch, self.tp)
+        norm, output = final[:-1], final[-1:]
+        if chunk.loss:
+            modules.append(_Module("", None, norm))
+        for depth in range(chunk.mtp_layers):
+            modules.append(_Module(f"mtp.layers.{depth}.", None, mtp_params(arch, depth)))
+        if chunk.loss and not (arch.tied_embeddings and chunk.embedding):
+            modules.append(_Module("", None, output, embedding_copy=arch.tied_embeddings))
         return modules
 
-    def _param_shards(self, c: RankCoordinates, prefix: str, layer: int | None, param: Param) -> list[Shard]:
+    def _param_shards(self, c: RankCoordinates, module: _Module, param: Param) -> list[Shard]:
         """The shards of one parameter on the rank at `c` (one per local expert for an expert's)."""
         par, arch = self.parallel, self.arch
         dtype = "fp32" if param.fp32 else arch.params_dtype
-        # Copies of the first stage's word embeddings (a tied output layer, MTP's input) are replicas.
-        tied_copy = (param.name == "output_layer.weight" and arch.tied_embeddings or
-                     param.name == "embedding.word_embeddings.weight" and c.pp_rank > 0)
-        key = "embedding.word_embeddings.weight" if tied_copy else prefix + param.name
+        # Copies of chunk (0, 0)'s word embeddings (a tied output layer, MTP's input) are replicas.
+        tied_copy = module.embedding_copy
+        key = "embedding.word_embeddings.weight" if tied_copy else module.prefix + param.name
         lead: list[tuple[int, int]] = []  # prepended axes: (index, size)
-        if layer is not None:
-            lead.append((layer, arch.num_layers))
+        if module.layer is not None:
+            lead.append((module.layer, arch.num_layers))
         if param.expert:
             local = arch.moe.num_experts // par.ep
             experts = [(par_e, arch.moe.num_experts) for par_e in range(c.ep_rank * local, (c.ep_rank + 1) * local)]
@@ -388,80 +409,88 @@ class MegatronGPT:
 
     def model_shards(self, c: RankCoordinates) -> list[Shard]:
         """The model's `ShardedTensor`s on the rank at `c`, in module order."""
-        return [shard for prefix, layer, params in self._stage_modules(c.pp_rank) for param in params
-                for shard in self._param_shards(c, prefix, layer, param)]
+        return [shard for module in self._stage_modules(c.pp_rank) for param in module.params
+                for shard in self._param_shards(c, module, param)]
 
     def _extra_states(self, c: RankCoordinates) -> list[ObjectShard]:
         """Every linear module's `_extra_state` object (None on the local spec)."""
         objects, arch, par = [], self.arch, self.parallel
-        for prefix, layer, params in self._stage_modules(c.pp_rank):
-            for param in params:
+        for module in self._stage_modules(c.pp_rank):
+            prefix, layer = module.prefix, module.layer
+            for param in module.params:
                 linear = param.name.endswith(".weight") and len(param.shape) == 2 and "router" not in param.name
                 if not linear or param.name.startswith(("embedding.", "output_layer.")):
                     continue
-                module = prefix + param.name.removesuffix(".weight")
+                name = prefix + param.name.removesuffix(".weight")
                 lead = [(layer, arch.num_layers)] if layer is not None else []
                 if param.expert:
                     local = arch.moe.num_experts // par.ep
                     for expert in range(c.ep_rank * local, (c.ep_rank + 1) * local):
                         axes = [*lead, (expert, arch.moe.num_experts)]
-                        objects.append(ObjectShard(f"{module}._extra_state", tuple(s for _, s in axes),
+                        objects.append(ObjectShard(f"{name}._extra_state", tuple(s for _, s in axes),
                                                    tuple(i for i, _ in axes), (0, c.etp_rank, c.edp_rank)))
                 else:
                     axes = lead or [(0, 1)]
-                    objects.append(ObjectShard(f"{module}._extra_state", tuple(s for _, s in axes),
+                    objects.append(ObjectShard(f"{name}._extra_state", tuple(s for _, s in axes),
                                                tuple(i for i, _ in axes), (0, c.tp_rank, c.dp_rank)))
         return objects
 
     # ---- the optimizer ----------------------------------------------------------------------------------------
 
-    def _shared_embedding(self, prefix: str, param: Param) -> bool:
+    def _shared_embedding(self, module: _Module, param: Param) -> bool:
         """megatron-core's `shared_embedding` parameters, each in a bucket of its own: with a tied output layer
-        or MTP layers on more than one stage, the first stage's embedding and the last stage's copy of it."""
+        or MTP layers on more than one pipeline rank, chunk (0, 0)'s word embeddings and every copy of them."""
         if self.pp == 1 or not (self.arch.tied_embeddings or self.arch.mtp_num_layers):
             return False
-        return prefix + param.name == "embedding.word_embeddings.weight" or (
-            param.name == "output_layer.weight" and self.arch.tied_embeddings)
+        return module.embedding_copy or module.prefix + param.name == "embedding.word_embeddings.weight"
 
-    def _local_params(self, pp_rank: int, expert: bool) -> list[tuple[int, bool]]:
-        """(element count, shared embedding) of one rank's trained parameters of stage `pp_rank`, in module
+    def _local_params(self, chunk: ModelChunk, expert: bool) -> list[tuple[int, bool]]:
+        """(element count, shared embedding) of one rank's trained parameters of one model chunk, in module
         order: the dense ones (the same on every TP rank), or the experts' (expert after expert)."""
         par = self.parallel
         local = []
-        for prefix, _, params in self._stage_modules(pp_rank):
-            trained = [p for p in params if p.trained and p.expert == expert]
+        for module in self._chunk_modules(chunk):
+            trained = [p for p in module.params if p.trained and p.expert == expert]
             split = par.expert_tp if expert else par.tp
-            entries = [(p.numel // split if p.tp_axis is not None else p.numel, self._shared_embedding(prefix, p))
+            entries = [(p.numel // split if p.tp_axis is not None else p.numel, self._shared_embedding(module, p))
                        for p in trained]
             local += entries * (self.arch.moe.num_experts // par.ep if expert and entries else 1)
         return local
 
-    def _bucket_size(self, pp_rank: int) -> int | None:
+    def _bucket_size(self, chunk: ModelChunk) -> int | None:
         """Elements after which megatron-core's DDP closes a bucket: with --overlap-grad-reduce,
-        --ddp-bucket-size or max(40 M, 1 M x data-parallel size), on the first stage only; else one bucket."""
-        if not self.job.overlap_grad_reduce or pp_rank > 0:
+        --ddp-bucket-size or max(40 M, 1 M x data-parallel size), on the first pipeline rank's first chunk only
+        (Megatron-LM disables bucketing on later chunks); else one bucket."""
+        if not self.job.overlap_grad_reduce or chunk.pp_rank > 0 or chunk.vp_stage > 0:
             return None
         return self.job.ddp_bucket_size or max(40_000_000, 1_000_000 * self.parallel.dp_cp)
 
     @cached_property
-    def _buffers(self) -> list[dict[str, _Buffer]]:
-        """Per pipeline stage, its distributed-optimizer buffers ("dense", and "expert" where it has experts),
-        bucketed as megatron-core's `_ParamAndGradBuffer` does."""
+    def _buffers(self) -> list[tuple[_Buffer, ...]]:
+        """Per pipeline rank, its distributed-optimizer buffers, bucketed as megatron-core's
+        `_ParamAndGradBuffer` does: each model chunk's dense buffer, then (a MoE) each chunk's expert buffer --
+        the dense optimizer's and the expert optimizer's `gbuf_idx` order."""
         stages = []
         for pp_rank in range(self.pp):
-            buffers, bucket_size = {}, self._bucket_size(pp_rank)
+            buffers = []
             for kind, group in (("dense", self.parallel.dp_cp), ("expert", self.parallel.edp)):
-                params = self._local_params(pp_rank, kind == "expert")
-                if not params:
-                    continue
-                buckets = _bucketize(params, bucket_size, math.lcm(group, _BUCKET_ALIGNMENT))
-                buffers[kind] = _Buffer(tuple(buckets), group)
-            stages.append(buffers)
+                index = 0
+                for chunk in self.parallel.chunks(pp_rank):
+                    params = self._local_params(chunk, kind == "expert")
+                    if params:
+                        buckets = _bucketize(params, self._bucket_size(chunk), math.lcm(group, _BUCKET_ALIGNMENT))
+                        buffers.append(_Buffer(kind, index, tuple(buckets), group))
+                        index += 1
+            stages.append(tuple(buffers))
         return stages
 
+    def _optimizers(self, pp_rank: int) -> list[str]:
+        """The kinds of the rank's optimizers, in the ChainedOptimizer's order ("dense", and "expert")."""
+        return list(dict.fromkeys(buffer.kind for buffer in self._buffers[pp_rank]))
+
     def _optimizer_prefix(self, c: RankCoordinates, kind: str) -> str:
-        buffers = self._buffers[c.pp_rank]
-        chained = f"chained_{list(buffers).index(kind)}." if len(buffers) > 1 else ""
+        kinds = self._optimizers(c.pp_rank)
+        chained = f"chained_{kinds.index(kind)}." if len(kinds) > 1 else ""
         mp = (self.parallel.model_parallel_rank(c.tp_rank, c.pp_rank) if kind == "dense" else
               c.etp_rank + self.parallel.expert_tp * (c.ep_rank + self.parallel.ep * c.pp_rank))
         return f"{chained}optimizer.distributed.dp_group_idx_{mp}"
@@ -472,7 +501,7 @@ class MegatronGPT:
         dtype = self.job.optimizer_dtype
         if not self.job.distributed_optimizer:
             states = ("exp_avg", "exp_avg_sq") + (("fp32_param",) if self.arch.params_dtype != "fp32" else ())
-            trained = {prefix + p.name for prefix, _, params in self._stage_modules(c.pp_rank) for p in params
+            trained = {module.prefix + p.name for module in self._stage_modules(c.pp_rank) for p in module.params
                        if p.trained}
             trained.add("embedding.word_embeddings.weight")
             return [Shard(f"optimizer.state.{state}.{s.key}", s.local_shape, s.global_shape, s.global_offset,
@@ -480,10 +509,11 @@ class MegatronGPT:
                     for state in states for s in (model if model is not None else self.model_shards(c))
                     if s.key in trained]
         shards = []
-        for kind, buffer in self._buffers[c.pp_rank].items():
-            group_rank = c.dp_rank if kind == "dense" else c.edp_rank
+        for buffer in self._buffers[c.pp_rank]:
+            group_rank = c.dp_rank if buffer.kind == "dense" else c.edp_rank
             for index, bucket in enumerate(buffer.buckets):
-                prefix = f"{self._optimizer_prefix(c, kind)}.gbuf_idx_0.{self.buffer_dtype_key}.bucket_idx_{index}"
+                prefix = (f"{self._optimizer_prefix(c, buffer.kind)}.gbuf_idx_{buffer.index}.{self.buffer_dtype_key}"
+                          f".bucket_idx_{index}")
                 shards += [Shard(f"{prefix}.{state}", (stop - start,), (bucket.unpadded,), (start,), None,
                                  (0, 0, 0), 0, dtype)
                            for start, stop in _owned_pieces(bucket, group_rank, buffer.group_size)
@@ -495,11 +525,13 @@ class MegatronGPT:
         optimizer's bucket sizes."""
         objects = self._extra_states(c)
         if self.job.distributed_optimizer:
-            for kind, buffer in self._buffers[c.pp_rank].items():
+            for kind in self._optimizers(c.pp_rank):
+                buffers = [buffer for buffer in self._buffers[c.pp_rank] if buffer.kind == kind]
                 group_rank = c.dp_rank if kind == "dense" else c.edp_rank
                 prefix = self._optimizer_prefix(c, kind)
-                for name, numels in (("per_bucket_numel", tuple(b.padded for b in buffer.buckets)),
-                                     ("per_bucket_numel_unpadded", tuple(b.unpadded for b in buffer.buckets))):
+                padded = tuple(tuple(b.padded for b in buffer.buckets) for buffer in buffers)
+                unpadded = tuple(tuple(b.unpadded for b in buffer.buckets) for buffer in buffers)
+                for name, numels in (("per_bucket_numel", padded), ("per_bucket_numel_unpadded", unpadded)):
                     objects.append(ObjectShard(f"{prefix}.{name}", (1,), (0,), (0, 0, group_rank), numels))
         return objects
 
@@ -508,8 +540,8 @@ class MegatronGPT:
     def optimizer_bytes(self, c: RankCoordinates) -> int:
         """Bytes of the distributed optimizer's shards on the rank at `c`, without building them."""
         elements = 0
-        for kind, buffer in self._buffers[c.pp_rank].items():
-            group_rank = c.dp_rank if kind == "dense" else c.edp_rank
+        for buffer in self._buffers[c.pp_rank]:
+            group_rank = c.dp_rank if buffer.kind == "dense" else c.edp_rank
             elements += sum(stop - start for bucket in buffer.buckets
                             for start, stop in _owned_pieces(bucket, group_rank, buffer.group_size))
         return elements * len(_DISTRIBUTED_STATES) * DTYPE_BYTES[self.job.optimizer_dtype]

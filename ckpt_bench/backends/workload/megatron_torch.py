@@ -62,28 +62,32 @@ def _module_name(name: str) -> str:
 
 
 def _model_tensors(gpt: MegatronGPT, c: RankCoordinates) -> list[tuple[TensorSpec, str]]:
-    """(the tensor, its group: "dense", "expert", or "" for a buffer) of the rank's local model, module order."""
+    """(the tensor, its group: "dense", "expert", or "" for a buffer) of the rank's local model, module order;
+    with virtual pipeline stages each model chunk under `model<vp_stage>`, its layers numbered from 0."""
     par, arch = gpt.parallel, gpt.arch
     tensors = []
-    first = min(par.stage_layers(c.pp_rank), default=0)
     local_experts = range(c.ep_rank * (arch.moe.num_experts // par.ep), (c.ep_rank + 1) * (
         arch.moe.num_experts // par.ep)) if arch.moe else range(0)
-    for prefix, layer, params in gpt._stage_modules(c.pp_rank):
-        if prefix.startswith("decoder.layers."):
-            index = (int(prefix.split(".")[2]) if layer is None else layer) - first
-            prefix = f"decoder.layers.{index}."
-        for p in params:
-            dtype = "fp32" if p.fp32 else arch.params_dtype
-            group = ("expert" if p.expert else "dense") if p.trained else ""
-            name = _module_name(p.name)
-            if not p.expert:
-                numel = p.numel // par.tp if p.tp_axis is not None else p.numel
-                tensors.append((TensorSpec(f"model/{prefix}{name}", numel, dtype), group))
-                continue
-            numel = p.numel // par.expert_tp if p.tp_axis is not None else p.numel
-            for j, _ in enumerate(local_experts):
-                module = name.replace("mlp.experts.experts.", f"mlp.experts.local_experts.{j}.")
-                tensors.append((TensorSpec(f"model/{prefix}{module}", numel, dtype), group))
+    chunks = par.chunks(c.pp_rank)
+    for chunk in chunks:
+        root = f"model{chunk.vp_stage}" if len(chunks) > 1 else "model"
+        for module in gpt._chunk_modules(chunk):
+            prefix = module.prefix
+            if prefix.startswith("decoder.layers."):
+                index = int(prefix.split(".")[2]) if module.layer is None else module.layer
+                prefix = f"decoder.layers.{index - chunk.layers.start}."
+            for p in module.params:
+                dtype = "fp32" if p.fp32 else arch.params_dtype
+                group = ("expert" if p.expert else "dense") if p.trained else ""
+                name = _module_name(p.name)
+                if not p.expert:
+                    numel = p.numel // par.tp if p.tp_axis is not None else p.numel
+                    tensors.append((TensorSpec(f"{root}/{prefix}{name}", numel, dtype), group))
+                    continue
+                numel = p.numel // par.expert_tp if p.tp_axis is not None else p.numel
+                for j, _ in enumerate(local_experts):
+                    expert = name.replace("mlp.experts.experts.", f"mlp.experts.local_experts.{j}.")
+                    tensors.append((TensorSpec(f"{root}/{prefix}{expert}", numel, dtype), group))
     return tensors
 
 
@@ -92,7 +96,6 @@ def rank_files(gpt: MegatronGPT, c: RankCoordinates) -> list[FileShare]:
     0 of its own)."""
     files, where = [], folder(gpt, c)
     job, dtype = gpt.job, gpt.job.optimizer_dtype
-    buffers = gpt._buffers[c.pp_rank]
     if c.edp_rank == 0:
         model = _model_tensors(gpt, c)
         tensors = [spec for spec, _ in model]
@@ -111,13 +114,14 @@ def rank_files(gpt: MegatronGPT, c: RankCoordinates) -> list[FileShare]:
     if job.distributed_optimizer:
         param, grad = gpt.buffer_dtypes
         key = f"(torch.{TORCH_DTYPE[param]}, torch.{TORCH_DTYPE[grad]})"
+        kinds = gpt._optimizers(c.pp_rank)
         tensors = []
-        for k, (kind, buffer) in enumerate(buffers.items()):
-            if (c.dp_rank if kind == "dense" else c.edp_rank) != 0:
+        for buffer in gpt._buffers[c.pp_rank]:
+            if (c.dp_rank if buffer.kind == "dense" else c.edp_rank) != 0:
                 continue
-            base = f"{k}/" if len(buffers) > 1 else ""
+            base = f"{kinds.index(buffer.kind)}/" if len(kinds) > 1 else ""
             unpadded = sum(bucket.unpadded for bucket in buffer.buckets)
-            tensors += [TensorSpec(f"{base}0/{key}/{state}", unpadded, dtype)
+            tensors += [TensorSpec(f"{base}{buffer.index}/{key}/{state}", unpadded, dtype)
                         for state in ("param", "exp_avg", "exp_avg_sq")]
         if tensors:
             files.append(FileShare(f"{where}/{OPTIMIZER_FILE}", "optimizer", tuple(tensors), separator="/"))
