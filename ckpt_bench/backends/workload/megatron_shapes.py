@@ -362,7 +362,8 @@ class MegatronGPT:
             modules.append(_Module(prefix, None if numbered else layer, decoder_layer_params(arch, layer)))
         final = final_params(arch, self.tp)
         norm, output = final[:-1], final[-1:]
-        if chunk.loss:
+        # The decoder's final norm is the loss chunk's; with MTP layers, the chunk of the last decoder layer's.
+        if (arch.num_layers - 1 in chunk.layers) if arch.mtp_num_layers else chunk.loss:
             modules.append(_Module("", None, norm))
         for depth in range(chunk.mtp_layers):
             modules.append(_Module(f"mtp.layers.{depth}.", None, mtp_params(arch, depth)))

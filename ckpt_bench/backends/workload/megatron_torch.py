@@ -55,9 +55,10 @@ def folder(gpt: MegatronGPT, c: RankCoordinates) -> str:
 
 
 def _module_name(name: str) -> str:
+    """The module's own name of a parameter (an MTP layer's transformer layer's norms included)."""
     for sharded, module in _MODULE_NAMES:
-        if name.startswith(sharded):
-            return module + name.removeprefix(sharded)
+        if sharded in name:
+            return name.replace(sharded, module, 1)
     return name
 
 
