@@ -30,6 +30,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from types import ModuleType
 from typing import TypeVar
 
@@ -43,49 +44,36 @@ class PhaseClock:
 
     def __init__(self) -> None:
         self._marks: list[tuple[str, int]] = []
-        self._writers: dict[int, tuple[int, float]] = {}  # mark index -> its writers' count and summed seconds
+        self._writes: dict[int, list[tuple[int, int, int]]] = {}  # mark index -> the fsyncs of that write
 
     def open(self, phase: Phase, at_ns: int) -> None:
         """Start an operation at `at_ns` (its start event's stamp) in `phase`; marks left over are dropped."""
         self._marks = [(phase.value, at_ns)]
-        self._writers = {}
+        self._writes = {}
 
     def begin(self, phase: Phase) -> None:
         """From now on the operation is in `phase` (nothing changes if it already is)."""
         if not self._marks or self._marks[-1][0] != phase.value:
             self._marks.append((phase.value, time.monotonic_ns()))
 
+    def wrote(self, fsyncs: list[tuple[int, int, int]]) -> None:
+        """The phase running is a write whose writers fsynced at `fsyncs` (writer, start ns, end ns): `close`
+        splits it into write and fsync (`_write_spans`; computed there, after the operation's end is stamped).
+        Nothing changes without fsyncs (a writer that does not fsync)."""
+        if fsyncs and self._marks:
+            self._writes[len(self._marks) - 1] = fsyncs
+
     def close(self, at_ns: int) -> tuple[PhaseSpan, ...]:
         """The phases from the first mark to `at_ns` (its end event's stamp), and a clean clock."""
         marks, self._marks = self._marks, []
-        writers, self._writers = self._writers, {}
+        writes, self._writes = self._writes, {}
         if not marks:
             return ()
         ends = [start for _, start in marks[1:]] + [at_ns]
-        return tuple(PhaseSpan(phase, start, end, *writers.get(index, (None, None)))
-                     for index, ((phase, start), end) in enumerate(zip(marks, ends, strict=True)))
-
-    def split_write(self, fsyncs: list[tuple[int, int, int]]) -> None:
-        """The phase running was a write whose writers fsynced at `fsyncs` (writer, start ns, end ns): it becomes
-        `write` until the first fsync began, then `fsync`. Each writer wrote from the write's start until its
-        first fsync and from each fsync's end to its next; with several writers both phases carry their count
-        and their summed seconds of that work. Nothing changes without fsyncs (a writer that does not fsync)."""
-        if not fsyncs or not self._marks:
-            return
-        _, start = self._marks[-1]
-        writing = fsyncing = 0
-        by_writer: dict[int, list[tuple[int, int]]] = {}
-        for writer, begun, ended in fsyncs:
-            by_writer.setdefault(writer, []).append((begun, ended))
-        for spans in by_writer.values():
-            previous = start
-            for begun, ended in sorted(spans):
-                writing, fsyncing, previous = writing + max(0, begun - previous), fsyncing + ended - begun, ended
-        self._marks[-1] = (Phase.WRITE.value, start)
-        self._marks.append((Phase.FSYNC.value, max(start, min(begun for _, begun, _ in fsyncs))))
-        if len(by_writer) > 1:
-            self._writers[len(self._marks) - 2] = (len(by_writer), round(writing / 1e9, 6))
-            self._writers[len(self._marks) - 1] = (len(by_writer), round(fsyncing / 1e9, 6))
+        spans: list[PhaseSpan] = []
+        for index, ((phase, start), end) in enumerate(zip(marks, ends, strict=True)):
+            spans += _write_spans(start, end, writes[index]) if index in writes else [PhaseSpan(phase, start, end)]
+        return tuple(spans)
 
     def marking(self, function: Callable, phase: Phase, then: Phase | None = None) -> Marked:
         """`function`, beginning `phase` when called and `then` (if given) when it returns."""
@@ -112,13 +100,14 @@ class Marked:
 
 class MarkedWrite(Marked):
     """A writing call (its writers fsync each file: `time_fsyncs`), marked as `write` then `fsync` from the
-    first fsync on (PhaseClock.split_write), or `phase` where none fsynced; `then` (if given) when it returns."""
+    moment no writer writes any more (PhaseClock.wrote), or `phase` where none fsynced; `then` (if given) when it
+    returns."""
 
     def __call__(self, *args, **kwargs):
         self.clock.begin(self.phase)
         with FsyncTimes() as fsyncs:
             result = self.function(*args, **kwargs)
-        self.clock.split_write(fsyncs.calls)
+        self.clock.wrote(fsyncs.calls)
         if self.then is not None:
             self.clock.begin(self.then)
         return result
@@ -132,6 +121,41 @@ def mark_calls(target: Target, clock: PhaseClock, calls: dict[str, Phase | tuple
         phase, then = phases if isinstance(phases, tuple) else (phases, None)
         setattr(target, name, clock.marking(getattr(target, name), phase, then))
     return target
+
+
+def _write_spans(start: int, end: int, fsyncs: list[tuple[int, int, int]]) -> list[PhaseSpan]:
+    """A write call from `start` to `end` whose writers (threads or processes, each writing from the call's start
+    and after each of its fsyncs until its next) fsynced at `fsyncs`: `write` while any writer writes, `fsync`
+    while they only fsync (and, after the last fsync, until the call returns). With one writer that is its own
+    sequence exactly. With several, the first `write` and `fsync` carry their count and their summed seconds of
+    writing and of fsyncing: what each writer spent on both, where the rank's wall time shows only the mix."""
+    writing: list[tuple[int, int]] = []
+    fsyncing = 0
+    writers: dict[int, int] = {}  # writer -> where its writing resumes
+    for writer, begun, ended in sorted(fsyncs, key=lambda call: call[1]):
+        writing.append((writers.get(writer, start), begun))
+        fsyncing += ended - begun
+        writers[writer] = ended
+    # A sweep over the writing intervals: at each moment, does any writer write?
+    changes = sorted([(a, 1) for a, b in writing if b > a] + [(b, -1) for a, b in writing if b > a])
+    cuts: list[tuple[str, int]] = [(Phase.WRITE.value, start)]
+    active = 0
+    for index, (at, change) in enumerate(changes):
+        active += change
+        if index + 1 < len(changes) and changes[index + 1][0] == at:
+            continue  # every change at this moment first
+        phase = Phase.WRITE.value if active > 0 else Phase.FSYNC.value
+        if cuts[-1][0] != phase:
+            cuts.append((phase, min(max(at, start), end)))
+    ends = [at for _, at in cuts[1:]] + [end]
+    spans = [PhaseSpan(phase, at, until) for (phase, at), until in zip(cuts, ends, strict=True) if until > at]
+    if len(writers) > 1:
+        sums = {Phase.WRITE.value: sum(b - a for a, b in writing), Phase.FSYNC.value: fsyncing}
+        for phase, total in sums.items():
+            first = next((i for i, span in enumerate(spans) if span.phase == phase), None)
+            if first is not None:
+                spans[first] = replace(spans[first], writers=len(writers), writer_seconds=round(total / 1e9, 6))
+    return spans
 
 
 _FSYNC_RECORD = struct.Struct("qqq")  # a forked writer's fsync through the pipe: its pid, start ns, end ns

@@ -5,19 +5,20 @@ and saves -- the same span as Megatron-LM's `save-checkpoint` timer. SAVE_BLOCK_
 when the save call hands control back to training; SAVE_END when this rank's data are on storage.
 For a synchronous save those are the same moment.
 
-For an async save SAVE_END is recorded by the writer itself: the request's `async_fn` (the
-function megatron-core runs in its forked or spawned writer process) is wrapped in
-`_RecordSaveEnd`, which records the event the moment the writing returns. Recording it when
-`maybe_finalize_async_calls` notices completion would add up to an iteration of training to the
-save time. Write errors reach megatron-core's finalize step (the writer passes them on through a
-queue rather than raising); if finalize raises, a second SAVE_END with `error` is recorded for
-that iteration, which the report merges into the first.
+For an async save the writer records SAVE_WRITTEN itself: the request's `async_fn` (the function
+megatron-core runs in its forked or spawned writer process) is wrapped in `RecordWritten`
+(megatron/phases.py), which records it the moment the writing returns, with the writer's phases
+(write | fsync). The checkpoint is complete, and SAVE_END recorded, only when its finalize functions
+(the .metadata file, metadata.json, the tracker) have run: megatron-core runs them in this process at
+the first `maybe_finalize` that finds every rank's writer done, as Megatron-LM does at its next
+iteration. The wait for that is the save's `awaiting_finalize`: until then the checkpoint cannot be
+loaded. Write errors reach megatron-core's finalize step (the writer passes them on through a queue
+rather than raising); if finalize raises, SAVE_END with `error` is recorded for that iteration.
 
 Phases (ckpt_bench.worker.phases): the format marks megatron-core's steps (formats.py). An async save's
 blocking part ends with handing the request over (`schedule`: megatron-core stages the state in this
 process, then forks its writer; or queues it to the persistent writer, which stages it while this process
-waits); its writer's part is one phase, write+fsync. Its finalize (the .metadata file, metadata.json, the
-tracker) runs later, at the next `maybe_finalize` after the write, outside the save's span.
+waits); its writer's part is write | fsync, its finalize's on this process `finalize`.
 
 Integrity: right before SAVE_START each rank digests the state it is about to hand to the save
 (the local data of every sharded tensor for torch_dist; the file's state dict for torch). An async
@@ -31,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 from collections import deque
 from functools import partial
 from pathlib import Path
@@ -45,6 +45,7 @@ from megatron.core.dist_checkpointing.strategies.async_utils import AsyncCallsQu
 from ckpt_bench.backends.megatron import megatron_log
 from ckpt_bench.backends.megatron.formats import TorchDistFormat, TorchFormat, rank_written_bytes
 from ckpt_bench.backends.megatron.global_checksums import global_checksums
+from ckpt_bench.backends.megatron.phases import RecordWritten, mark_finalize
 from ckpt_bench.core import progress
 from ckpt_bench.core.checkpoint_dir import TRACKER_FILE, iter_dir_name, latest_iteration
 from ckpt_bench.core.events import EventKind, EventRecorder, Phase
@@ -68,43 +69,6 @@ def local_state_digests(state_dict: dict) -> dict[str, str]:
     return integrity.state_digests(dict_list_map_outplace(local_data, state_dict))
 
 
-class _RecordSaveEnd:
-    """Wraps an AsyncRequest's `async_fn` to record SAVE_END in the writer when it returns.
-
-    A top-level class holding only picklable fields: the persistent writer is a spawned process
-    that receives the request through a queue."""
-
-    def __init__(self, async_fn, events_dir: str, rank: int, iteration: int, directory: str):
-        self.async_fn = async_fn
-        self.events_dir = events_dir
-        self.rank = rank
-        self.iteration = iteration
-        self.directory = directory
-
-    def __call__(self, *args, **kwargs):
-        recorder = EventRecorder(self.events_dir, self.rank)
-        phases = PhaseClock()  # the writer's: its processes write and fsync one file each
-        phases.open(Phase.WRITE_FSYNC, time.monotonic_ns())
-        try:
-            self.async_fn(*args, **kwargs)
-        except BaseException as error:
-            recorder.record(EventKind.SAVE_END, self.iteration, path=self.directory, error=error_text(error))
-            raise
-        else:
-            written = recorder.now()
-            recorder.record(
-                EventKind.SAVE_END,
-                self.iteration,
-                path=self.directory,
-                at=written,
-                phases=phases.close(written[0]),
-                bytes=rank_written_bytes(self.directory, self.rank),
-                extra={"recorded_by": "async writer"},
-            )
-        finally:
-            recorder.close()
-
-
 class Checkpointer:
     def __init__(
         self,
@@ -124,6 +88,7 @@ class Checkpointer:
         self.context = context
         self._async_queue = AsyncCallsQueue(persistent=args.use_persistent_ckpt_worker) if args.async_save else None
         self._in_flight: deque[int] = deque()  # iterations of scheduled, not yet finalized async saves
+        self._finalizing = PhaseClock()  # an async save's finalize, run here by `maybe_finalize`
         self._position = (
             (parallel_state.get_tensor_model_parallel_rank(), args.tensor_model_parallel_size),
             (parallel_state.get_pipeline_model_parallel_rank(), args.pipeline_model_parallel_size),
@@ -166,12 +131,15 @@ class Checkpointer:
             megatron_log.print_rank_0(megatron_log.scheduled_line(iteration, self.args.save))
 
     def _schedule(self, request: AsyncRequest, iteration: int, directory: str) -> None:
-        if request.async_fn is None:  # this rank has no shard to write: its part is complete now
-            self.events.record(EventKind.SAVE_END, iteration, path=directory, bytes=0)
+        rank = self.context.rank
+        if request.async_fn is None:  # this rank has no shard to write: its part is written now
+            self.events.record(EventKind.SAVE_WRITTEN, iteration, path=directory, bytes=0)
         else:
-            record = _RecordSaveEnd(request.async_fn, self.events.path.parent, self.context.rank, iteration, directory)
-            request = request._replace(async_fn=record)
-        request.add_finalize_fn(partial(self._finalize_iteration, iteration))
+            request = request._replace(async_fn=RecordWritten(request.async_fn, str(self.events.path.parent), rank,
+                                                              iteration, directory,
+                                                              partial(rank_written_bytes, directory, rank)))
+        request = mark_finalize(request, self._finalizing)
+        request.add_finalize_fn(partial(self._finalized, iteration, directory))
         self._in_flight.append(iteration)
         if self.args.use_persistent_ckpt_worker:
             # Queued to the writer process, which stages the state (after its previous save) while this
@@ -186,6 +154,14 @@ class Checkpointer:
         if self.context.rank == 0:
             Path(self.args.save, TRACKER_FILE).write_text(str(iteration))
         megatron_log.print_rank_0(megatron_log.saved_line(iteration, self.args.save, *self._position))
+
+    def _finalized(self, iteration: int, directory: str) -> None:
+        """An async save's last finalize function: the tracker names it, and it is complete (SAVE_END, with
+        the phases of its finalize)."""
+        self._finalize_iteration(iteration)
+        done = self.events.now()
+        self.events.record(EventKind.SAVE_END, iteration, path=directory, at=done,
+                           phases=self._finalizing.close(done[0]))
 
     def maybe_finalize(self, blocking: bool = False) -> None:
         """Megatron-LM's `maybe_finalize_async_save`; call on every rank every iteration."""
