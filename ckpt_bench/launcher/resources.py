@@ -9,6 +9,7 @@ import glob
 import os
 from typing import TYPE_CHECKING
 
+from ckpt_bench.core.environment import gpu_count
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.units import GIB, MIB
 
@@ -24,9 +25,7 @@ RANKS_PER_CPU = 4
 
 def default_dist_backend() -> str:
     """nccl where this host has CUDA GPUs, else gloo."""
-    import torch
-
-    return "nccl" if torch.cuda.is_available() else "gloo"
+    return "nccl" if gpu_count() else "gloo"
 
 
 def available_memory() -> int:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from ckpt_bench.backends.comms.launcher import PreflightOptions
 from ckpt_bench.backends.dcp import models
 from ckpt_bench.backends.dcp.spec import DcpSpec
+from ckpt_bench.core.environment import gpu_count
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.options import Flag
 from ckpt_bench.core.units import GIB
@@ -67,9 +68,7 @@ class DcpConfig(CheckpointOptions, PreflightOptions, StorageOptions):
 def check_dist_backend(name: str, nproc_per_node: int) -> None:
     if name != "nccl":
         return
-    import torch
-
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    gpus = gpu_count()
     if gpus == 0:
         raise ConfigError("--dist-backend nccl needs CUDA GPUs and none is visible here; use --dist-backend gloo")
     if nproc_per_node > gpus:

@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 from ckpt_bench.backends.comms.launcher import PreflightOptions
 from ckpt_bench.backends.dcp import models
 from ckpt_bench.backends.dcp.launcher import DcpConfig, check_dist_backend
-from ckpt_bench.backends.lightning.spec import MODEL_DEFAULTS, STRATEGY_CLASSES, LightningSpec
+from ckpt_bench.backends.lightning.spec import MODEL_DEFAULTS, STRATEGY_CLASSES, LightningSpec, parameter_count
+from ckpt_bench.core.environment import gpu_count
 from ckpt_bench.core.errors import ConfigError, did_you_mean
 from ckpt_bench.core.events import event_files, read_event_files
 from ckpt_bench.core.experiment import parse_assignment
@@ -195,9 +196,7 @@ def _auto_devices(accelerator: str) -> int:
     """Lightning's `devices="auto"`: every visible GPU unless the accelerator is the CPU, else one process."""
     if accelerator.strip().lower() == "cpu":
         return 1
-    import torch
-
-    return torch.cuda.device_count() or 1
+    return gpu_count() or 1
 
 
 def _same_place(a: str, b: str) -> bool:
@@ -266,11 +265,9 @@ def _accelerator(requested: str) -> str:
     requested = "gpu" if requested == "cuda" else requested
     if requested not in ACCELERATORS:
         raise ConfigError(f"accelerator {requested!r} is not supported: use one of {', '.join(ACCELERATORS)}")
-    import torch
-
     if requested == "auto":
-        return "gpu" if torch.cuda.is_available() else "cpu"
-    if requested == "gpu" and not torch.cuda.is_available():
+        return "gpu" if gpu_count() else "cpu"
+    if requested == "gpu" and not gpu_count():
         raise ConfigError("accelerator gpu: no CUDA GPU is visible here; use --accelerator cpu")
     return requested
 
@@ -302,10 +299,6 @@ class LightningRunInfo(RunInfo):
 
 
 def run_info(spec: LightningSpec, launch: LaunchConfig, env_options: dict) -> LightningRunInfo:
-    from ckpt_bench.backends.lightning.model import (
-        parameter_count,  # torch and lightning: only once a Lightning run is planned
-    )
-
     named = spec.named_model
     parameters = models.parameter_count(named) if named else parameter_count(spec.num_layers, **spec.model)
     scheme = spec.storage["scheme"]

@@ -77,13 +77,6 @@ class BenchTransformer(LightningTransformer):
         fully_shard(self.model, mesh=data_parallel)
 
 
-def parameter_count(num_layers: int, vocab_size: int, ninp: int, nhid: int, nhead: int, **_) -> int:
-    """Parameters of the model, counted on a meta-device copy (no memory, no init cost)."""
-    with torch.device("meta"):
-        model = Transformer(vocab_size=vocab_size, ninp=ninp, nhead=nhead, nhid=nhid, nlayers=num_layers)
-    return sum(p.numel() for p in model.parameters())
-
-
 class NamedShapes(LightningModule):
     """A named model's parameters (names and shapes as its Hugging Face state dict has them, under
     `model.`), seeded random values, Adam; FSDP2 shards it as one unit."""

@@ -46,6 +46,19 @@ MODEL_DEFAULTS = {
 }
 
 
+
+def parameter_count(num_layers: int, vocab_size: int, ninp: int, nhid: int, **_) -> int:
+    """Parameters of Lightning's demo Transformer (`lightning.pytorch.demos.Transformer`): the embedding, an
+    `nn.Transformer` of `num_layers` encoder and decoder layers, and the output projection. Counted here rather
+    than on the model, so that planning a run imports neither torch nor Lightning (tests compare the two)."""
+    d, hidden = ninp, nhid
+    attention = 4 * d * d + 4 * d  # in_proj (q, k, v) and out_proj, each with its bias
+    feed_forward = 2 * d * hidden + hidden + d
+    encoder_layer = attention + feed_forward + 2 * 2 * d  # two LayerNorms
+    decoder_layer = 2 * attention + feed_forward + 3 * 2 * d  # self- and cross-attention, three LayerNorms
+    norms = 2 * 2 * d  # the encoder's and the decoder's final LayerNorm
+    return vocab_size * d + num_layers * (encoder_layer + decoder_layer) + norms + d * vocab_size + vocab_size
+
 @dataclass(kw_only=True)
 class LightningSpec(WorkerSpec):
     """What every rank of a Lightning run trains, saves and loads: built by the launcher, read by the ranks."""
