@@ -7,6 +7,9 @@ through `dist_checkpointing.save` with `FullyParallelSaveStrategyWrapper` over t
 numbers are the tensor bytes each rank wrote (from the checkpoint's `.metadata`). In each of these runs every
 ShardedTensor (key, local and global shape, offset, fragmentations, replica id, prepended axes, dtype) and
 every ShardedObject but the optimizer's hyperparameters matched `rank_shards` exactly, rank by rank.
+With virtual pipeline stages each rank built one GPTModel per (pipeline rank, virtual stage) chunk, each
+wrapped in its own DDP (bucketing off after the first chunk, as Megatron-LM's `get_model`), one optimizer
+over all of them, the state dict keyed `model0`, `model1`, ... as Megatron-LM's `generate_state_dict`.
 """
 
 from __future__ import annotations
@@ -52,6 +55,24 @@ REAL_SAVES = {
     "mla_mtp_tp2": (dict(multi_latent_attention=True, q_lora_rank=32, kv_lora_rank=32, qk_head_dim=16,
                          qk_pos_emb_head_dim=8, v_head_dim=16, mtp_num_layers=1, tensor_model_parallel_size=2,
                          untie_embeddings_and_output_weights=False), 2, [1374464, 1373184]),
+    # virtual pipeline stages: PP 2 x VPP 2 x DP 2, 4 layers (chunks [0], [1], [2], [3] on ranks 0, 1, 0, 1);
+    # each chunk its own distributed-optimizer buffer (gbuf_idx 0, 1)
+    "pp2_vpp2_dp2": (dict(**GQA, num_layers=4, pipeline_model_parallel_size=2, num_virtual_stages_per_pipeline_rank=2,
+                          overlap_p2p_comm=True), 4, [976640, 976640, 977152, 977024]),
+    # the same split on 8 layers, tied embeddings (the loss chunk's output layer a replica), no distributed optimizer
+    "pp2_vpp2_tied_no_distopt": (dict(**GQA, num_layers=8, pipeline_model_parallel_size=2,
+                                      num_virtual_stages_per_pipeline_rank=2, overlap_p2p_comm=True,
+                                      untie_embeddings_and_output_weights=False, use_distributed_optimizer=False),
+                                 4, [1494528, 1494528, 1036288, 1036160]),
+    # an uneven layout of 4 stages on PP 2 (1, 2, 1, 1 layers), EP 2, tied: dense and expert buffers per chunk
+    "layout_uneven_ep2": (dict(**GQA, **MOE, num_layers=5, pipeline_model_parallel_size=2,
+                               pipeline_model_parallel_layout="Et|tt|t|tL", overlap_p2p_comm=True,
+                               expert_model_parallel_size=2, untie_embeddings_and_output_weights=False),
+                          4, [1708544, 1628160, 2205568, 2210560]),
+    # a layout with the MTP layer in a chunk of its own: the decoder's final norm goes with the last decoder
+    # layer (rank 0's second chunk), the MTP chunk keeps a copy of the word embeddings
+    "layout_mtp": (dict(**GQA, num_layers=4, mtp_num_layers=1, pipeline_model_parallel_size=2,
+                        pipeline_model_parallel_layout="Et|tt|t|mL", overlap_p2p_comm=True), 2, [1954176, 3374976]),
 }
 
 
@@ -149,6 +170,15 @@ REAL_LEGACY = {
                                    {"model_optim_rng.pt": 2305488}, {"model_optim_rng.pt": 2305488}],
     "mtp_pp2": [{"model_optim_rng.pt": 205056, "distrib_optim.pt": 1230336},
                 {"model_optim_rng.pt": 427008, "distrib_optim.pt": 2562048}],
+    "pp2_vpp2_dp2": [{"model_optim_rng.pt": 279040, "distrib_optim.pt": 1674240}, {},
+                     {"model_optim_rng.pt": 279168, "distrib_optim.pt": 1675008}, {}],
+    "pp2_vpp2_tied_no_distopt": [{"model_optim_rng.pt": 2989156}, {}, {"model_optim_rng.pt": 2990056}, {}],
+    "layout_uneven_ep2": [{"model_optim_rng.pt": 329216, "distrib_optim.pt": 1975296},
+                          {"model_optim_rng.pt": 329216, "distrib_optim.pt": 884736},
+                          {"model_optim_rng.pt": 428416, "distrib_optim.pt": 2570496},
+                          {"model_optim_rng.pt": 428416, "distrib_optim.pt": 1327104}],
+    "layout_mtp": [{"model_optim_rng.pt": 279168, "distrib_optim.pt": 1675008},
+                   {"model_optim_rng.pt": 500864, "distrib_optim.pt": 3005184}],
 }
 
 
@@ -160,3 +190,21 @@ def test_legacy_torch_files_hold_what_megatron_core_returns(case):
     shares = legacy_layout(workload(world, **args), world).ranks
     assert [{f.name.split("/")[1]: f.nbytes for f in share.files} for share in shares] == REAL_LEGACY[case]
     assert all(f.name.startswith("mp_rank_") for share in shares for f in share.files)
+
+
+def test_virtual_stages_keep_global_layers_in_torch_dist_and_local_ones_per_chunk_in_legacy_files():
+    from ckpt_bench.backends.workload.megatron_torch import rank_files
+
+    args, world, _ = REAL_SAVES["layout_mtp"]
+    gpt = MegatronGPT(workload(world, **args), world)
+    state = rank_shards(gpt, 0)  # chunks "Et" (layer 0) and "t" (layer 3, the decoder's final norm)
+    qkv = [s for s in state.model if s.key == "decoder.layers.self_attention.linear_qkv.weight"]
+    assert [s.global_offset[0] for s in qkv] == [0, 3] and {s.global_shape[0] for s in qkv} == {4}
+    assert any(s.key == "decoder.final_layernorm.weight" for s in state.model)
+    assert {s.key.split(".gbuf_idx_")[1][0] for s in state.optimizer} == {"0", "1"}
+    # megatron-core's state_dict_for_save_checkpoint keys of each chunk, as the real save returned them
+    names = [t.name for t in rank_files(gpt, gpt.coordinates(1))[0].tensors if t.name.startswith("model")]
+    assert [n for n in names if "layers.0.self_attention.linear_qkv.weight" in n or "mtp" in n and "enorm" in n] == [
+        "model0/decoder.layers.0.self_attention.linear_qkv.weight", "model1/mtp.layers.0.enorm.weight"]
+    assert "model1/embedding.word_embeddings.weight" in names and not any("final_layernorm.weight" in n and
+                                                                           "decoder" in n for n in names)

@@ -9,7 +9,9 @@ save   `dist_checkpointing.save` through `TorchDistSaveShardedStrategy` (`--thre
        replicated shard is written once, by the rank megatron assigns it to. With `--async-save`, megatron's
        async path: `async_sharded_save=True`, the request scheduled on a persistent `AsyncCallsQueue` (the
        spawned writer process Megatron-LM requires for async saves); the save is durable when the blocking
-       finalize returns (every rank's writes done, rank 0's `.metadata` and `metadata.json` written).
+       finalize returns (every rank's writes done, rank 0's `.metadata` and `metadata.json` written). Its
+       phases: the writer's write | fsync (SAVE_WRITTEN), awaiting_finalize (megatron's blocking wait polls
+       for the writer every 0.1 s, then waits for every rank's), the finalize on the waiting thread.
 load   `dist_checkpointing.load` into preallocated tensors through `FullyParallelLoadStrategyWrapper`: each
        rank reads part of the replicated shards and the data-parallel group exchanges the rest.
 
@@ -49,7 +51,13 @@ from megatron.core.dist_checkpointing.strategies.fully_parallel import (
 from megatron.core.dist_checkpointing.strategies.torch import TorchDistSaveShardedStrategy
 
 from ckpt_bench.backends.megatron import cpu_compat
-from ckpt_bench.backends.megatron.phases import common_check_hook, mark_load_strategy, mark_save_strategy
+from ckpt_bench.backends.megatron.phases import (
+    RecordWritten,
+    common_check_hook,
+    mark_finalize,
+    mark_load_strategy,
+    mark_save_strategy,
+)
 from ckpt_bench.backends.workload.checkpoint_layout import Layout
 from ckpt_bench.backends.workload.engines.base import Engine, Pending, RankState
 from ckpt_bench.backends.workload.megatron_shapes import (
@@ -122,6 +130,7 @@ class TorchDistEngine(Engine):
         self._async_queue = AsyncCallsQueue(persistent=True) if self.spec.async_save else None
         self._tensors: dict[str, torch.Tensor] = {}  # the allocated shards' tensors, by `Shard.name`
         self._state_dict: dict = {}  # the sharded state dict of the next save or load (dist_checkpointing edits it)
+        self._writes_nothing = False  # the async save in flight has no writer on this rank
 
     def _data_parallel_group(self) -> dist.ProcessGroup:
         """This rank's data-parallel group; every rank creates all of them, in the same order."""
@@ -212,10 +221,14 @@ class TorchDistEngine(Engine):
                                           preprocess_common_before_consistancy_check=common_check_hook(self.phases))
         if request is None:
             return None
-        # Phases: the persistent writer stages the state while this rank waits (schedule); the wait for its
-        # write (write+fsync) and the finalize functions run in `_finalize`.
-        request = request._replace(finalize_fns=[self.background.marking(fn, Phase.FINALIZE)
-                                                 for fn in request.finalize_fns])
+        # Phases: the persistent writer stages the state while this rank waits (schedule), then records its
+        # write | fsync; the finalize functions run in `_finalize`, on the thread that waits for them.
+        self._writes_nothing = request.async_fn is None
+        if not self._writes_nothing:
+            iteration = int(ITER_DIR.match(Path(location).name).group(1))
+            request = request._replace(async_fn=RecordWritten(request.async_fn, self.spec.events_dir,
+                                                              self.context.rank, iteration, location))
+        request = mark_finalize(request, self.background)
         self.phases.begin(Phase.SCHEDULE)
         self._async_queue.schedule_async_request(request)  # every rank, even one with nothing to write
         return self._finalize
@@ -223,7 +236,8 @@ class TorchDistEngine(Engine):
     def _finalize(self) -> None:
         """Wait for this save's writers on every rank and finalize it (collective). The worker calls it on a
         thread of its own, and megatron's finalize all-reduces on the current CUDA device, which is per thread."""
-        self.background.open(Phase.WRITE_FSYNC, time.monotonic_ns())
+        if self._writes_nothing:  # no writer records this rank's part: it awaits the finalize from now
+            self.background.open(Phase.AWAITING_FINALIZE, time.monotonic_ns())
         if self.context.device.type == "cuda":
             torch.cuda.set_device(self.context.device)
         self._async_queue.maybe_finalize_async_calls(blocking=True)
