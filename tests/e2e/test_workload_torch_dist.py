@@ -55,6 +55,11 @@ def test_an_async_moe_subset_writes_its_ranks_shares(tmp_path):
     assert report["verified"] is True and report["config"]["model"] == "MoE"
     assert report["async_save"] is True and report["config"]["subset"] == 2
     assert all(save["block_time"] <= save["total_time"] for save in report["saves"])
+    # The writer's write | fsync (its SAVE_WRITTEN), the wait for megatron's finalize, the finalize: to the total.
+    (save,) = report["saves"]
+    background = [p["phase"] for p in save["phases"] if not p["blocking"] and p["phase"] != "queued"]
+    assert background[:2] == ["write", "fsync"] and background[-2:] == ["awaiting_finalize", "finalize"]
+    assert abs(sum(p["seconds"] for p in save["phases"]) - save["total_time"]) <= 2e-3
     assert tensor_bytes_by_rank(folder) == {share.rank: share.bytes for share in expected.ranks}
     files = {f.name for share in expected.ranks for f in share.files}
     files |= {f"__{rank}_{thread}.distcp" for rank in (0, 1) for thread in (0, 1)}
