@@ -147,9 +147,9 @@ def _refuse_beyond_dlio(workload: Workload) -> None:
                                          ("MTP layers", arch.mtp_num_layers)) if present]
     if beyond:
         raise WorkloadError(
-            f"workload {workload.name!r} is a {arch.kind} model: DLIO's formulas (the torch-save and dcp engines) "
-            f"know one dense MLP and standard attention per block and cannot express its {' and '.join(beyond)}; "
-            "use --engine torch_dist or --engine torch (Megatron-LM's own formats)")
+            f"workload {workload.name!r} is a {arch.kind} model: DLIO's formulas (the torch-save engine) know one "
+            f"dense MLP and standard attention per block and cannot express its {' and '.join(beyond)}; use "
+            "--engine dcp (its sharded state through PyTorch DCP), torch_dist or torch (Megatron-LM's own formats)")
 
 
 def layout(workload: Workload, world_size: int | None = None, subset_ranks: int | None = None) -> Layout:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from ckpt_bench.backends.workload.checkpoint_layout import Layout
-from ckpt_bench.backends.workload.engines import ENGINES, EngineInfo, state_layout
+from ckpt_bench.backends.workload.engines import ENGINES, EngineInfo, saved_state, state_layout
 from ckpt_bench.backends.workload.sources import resolve_workload
 from ckpt_bench.backends.workload.spec import SECTION, WorkloadSpec
 from ckpt_bench.backends.workload.workload import DLIO_APPLIES_FSYNC, Workload
@@ -115,6 +115,8 @@ class WorkloadRun:
     engine: str
     """The engine that writes it: --engine, else a Megatron experiment's own ckpt_format, else torch-save."""
     info: EngineInfo
+    state: str
+    """Whose tensors the engine saves (`engines.saved_state`): "dlio" or "megatron"."""
     layout: Layout
     ranks: int
     save_calls: int
@@ -173,7 +175,8 @@ def resolve(config: WorkloadConfig, launch: LaunchConfig) -> WorkloadRun:
                           "written; use at most that")
     time_between = (config.time_between_checkpoints if config.time_between_checkpoints is not None
                     else abs(workload.time_between_checkpoints))  # DLIO sleeps the absolute value
-    return WorkloadRun(workload, engine, info, layout, ranks, save_calls, load_calls, time_between)
+    return WorkloadRun(workload, engine, info, saved_state(info, workload), layout, ranks, save_calls, load_calls,
+                       time_between)
 
 
 def host_memory_needed(run: WorkloadRun, info: EngineInfo, async_save: bool, nproc_per_node: int) -> int:
@@ -269,9 +272,9 @@ def run_info(config: WorkloadConfig, run: WorkloadRun, spec: WorkloadSpec, launc
     workload, layout = run.workload, run.layout
     # A Megatron GPT's state comes with Adam's (the distributed optimizer's unless the experiment says not),
     # torch_dist's saved fully parallel; DLIO's state has no such settings (None: null in the report).
-    megatron = run.info.state != "dlio"
+    megatron = run.state == "megatron"
     distributed = TrainingJob.from_dict(workload.megatron).distributed_optimizer if workload.megatron else True
-    fully_parallel = True if run.info.state == "megatron" else None
+    fully_parallel = True if run.info.fully_parallel else None
     facts, spread = model_facts(run), layout.spread
     return WorkloadRunInfo(
         backend="workload",
@@ -380,7 +383,7 @@ def _notes(config: WorkloadConfig, run: WorkloadRun, sync_files: bool, storage_k
     if storage_kind == "disk" and sync_files and run.workload.fsync and not DLIO_APPLIES_FSYNC:
         notes.append("fsync on: DLIO asks for it in the workload (checkpoint.fsync) but never calls it; run with "
                      "--no-sync-files to reproduce what DLIO does")
-    if run.info.state != "dlio":
+    if run.state == "megatron":
         notes.append(f"the {run.engine} engine saves a Megatron GPT's sharded state with its optimizer, not DLIO's "
                      "files: bytes and files per rank differ (docs/workloads.md); mlperf.dlio.checkpoint_size_GB is "
                      "that state's size")

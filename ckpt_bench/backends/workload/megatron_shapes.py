@@ -60,6 +60,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -87,7 +88,10 @@ __all__ = [
     "RankShards",
     "Shard",
     "distcp_file",
+    "fully_parallel_bytes",
     "layout",
+    "megatron_job",
+    "rank_layout",
     "rank_shards",
     "training_job",
 ]
@@ -188,7 +192,7 @@ def training_job(workload: Workload) -> TrainingJob:
     if workload.megatron is not None:
         return TrainingJob.from_dict(workload.megatron)
     w = workload
-    refuse = f"workload {w.name!r} as a Megatron GPT (--engine torch_dist)"
+    refuse = f"workload {w.name!r} as a Megatron GPT"
     if w.num_layers <= 0:
         raise WorkloadError(f"{refuse}: it has no transformer layers (model.num_layers)")
     for what, dtype in (("model_datatype", w.model_datatype), ("optimizer_datatype", w.optimizer_datatype)):
@@ -260,7 +264,7 @@ class MegatronGPT:
         self._check()
 
     def _refuse(self, why: str) -> WorkloadError:
-        return WorkloadError(f"workload {self.workload.name!r} as a Megatron GPT (--engine torch_dist): {why}")
+        return WorkloadError(f"workload {self.workload.name!r} as a Megatron GPT: {why}")
 
     def _check(self) -> None:
         arch, par = self.arch, self.parallel
@@ -711,21 +715,21 @@ def rank_shards(gpt: MegatronGPT, rank: int) -> RankShards:
     return _rank_shards(gpt, c, gpt.save_distribution(c.tp_rank, c.pp_rank))
 
 
-def layout(workload: Workload, world_size: int | None = None, subset_ranks: int | None = None) -> Layout:
-    """Every rank's bytes and files for one `torch_dist` save of `workload` as a Megatron GPT.
-
-    `RankShare.bytes`: the tensor bytes the rank writes under the fully-parallel save; `resident_bytes`: the
-    tensor bytes it holds (its model shards and its optimizer shards). `Layout.total_bytes`: the whole job's
-    (each replicated shard once); `dlio_reported_bytes`: the state held by the ranks that run, as DLIO's
-    `checkpoint_size_GB` counts its own. Raises `WorkloadError`.
-    """
+def megatron_job(workload: Workload, world_size: int | None, subset_ranks: int | None) -> tuple[MegatronGPT, int]:
+    """The Megatron GPT of `workload` on its job of `world_size` ranks (default: the workload's), and how many
+    of them run (`subset_ranks`, default all). Raises `WorkloadError`."""
     world = workload.world_size if world_size is None else world_size
     if world is None:
         raise WorkloadError(f"workload {workload.name!r} has no world size: pass world_size=")
     count = world if subset_ranks is None else subset_ranks
     if not 1 <= count <= world:
         raise WorkloadError(f"subset_ranks = {subset_ranks!r} is not valid for a job of {world} ranks")
-    gpt = MegatronGPT(workload, world)
+    return MegatronGPT(workload, world), count
+
+
+def fully_parallel_bytes(gpt: MegatronGPT) -> tuple[dict[int, int], dict[int, int]]:
+    """Tensor bytes each rank of the job writes under megatron's fully-parallel save, and the tensor bytes it
+    holds (its model shards and its optimizer's), by rank."""
     written: dict[int, int] = {}
     resident: dict[int, int] = {}
     for pp_rank in range(gpt.pp):
@@ -733,6 +737,14 @@ def layout(workload: Workload, world_size: int | None = None, subset_ranks: int 
             distribution = gpt.save_distribution(tp_rank, pp_rank)
             written |= distribution.written
             resident |= distribution.resident
+    return written, resident
+
+
+def rank_layout(gpt: MegatronGPT, count: int, written: Sequence[int] | Mapping[int, int],
+                resident: Mapping[int, int]) -> Layout:
+    """The layout of ranks 0..count-1 of `gpt`'s job, given the tensor bytes each rank of the job writes and
+    holds: a rank that writes has its shard file, rank 0 the files of the whole checkpoint besides."""
+    world = gpt.world_size
     ranks = []
     for rank in range(count):
         c = gpt.coordinates(rank)
@@ -744,6 +756,19 @@ def layout(workload: Workload, world_size: int | None = None, subset_ranks: int 
             rank=rank, files=tuple(files), bytes=written[rank], resident_bytes=resident[rank], tp_rank=c.tp_rank,
             pp_rank=c.pp_rank, dp_rank=c.dp_rank, mp_rank=gpt.parallel.model_parallel_rank(c.tp_rank, c.pp_rank),
             ep_rank=c.ep_rank))
-    return Layout(workload=workload, world_size=world, data_parallelism=gpt.dp, ranks=tuple(ranks),
-                  total_bytes=sum(written.values()), dlio_reported_bytes=sum(r.resident_bytes for r in ranks),
-                  parameters=gpt.parameters, job_rank_bytes=tuple(written[r] for r in range(world)))
+    return Layout(workload=gpt.workload, world_size=world, data_parallelism=gpt.dp, ranks=tuple(ranks),
+                  total_bytes=sum(written[r] for r in range(world)),
+                  dlio_reported_bytes=sum(r.resident_bytes for r in ranks), parameters=gpt.parameters,
+                  job_rank_bytes=tuple(written[r] for r in range(world)))
+
+
+def layout(workload: Workload, world_size: int | None = None, subset_ranks: int | None = None) -> Layout:
+    """Every rank's bytes and files for one `torch_dist` save of `workload` as a Megatron GPT.
+
+    `RankShare.bytes`: the tensor bytes the rank writes under the fully-parallel save; `resident_bytes`: the
+    tensor bytes it holds (its model shards and its optimizer shards). `Layout.total_bytes`: the whole job's
+    (each replicated shard once); `dlio_reported_bytes`: the state held by the ranks that run, as DLIO's
+    `checkpoint_size_GB` counts its own. Raises `WorkloadError`.
+    """
+    gpt, count = megatron_job(workload, world_size, subset_ranks)
+    return rank_layout(gpt, count, *fully_parallel_bytes(gpt))

@@ -143,8 +143,8 @@ class Workload:
     megatron: dict | None = None
     """The Megatron job an experiment describes (``ckpt_bench.model.job.TrainingJob.as_dict()``: its model,
     MoE, MLA and MTP included, and its parallel layout), which the Megatron engines save; None: the dense GPT
-    of the fields above. DLIO's formulas describe a dense model only, so the DLIO engines refuse a job whose
-    model is not one (see :func:`layout`)."""
+    of the fields above. DLIO's formulas describe a dense model only, so the torch-save engine refuses a job
+    whose model is not one (``dlio_layout.layout``); dcp saves this job's sharded state (:attr:`state`)."""
 
     def __post_init__(self) -> None:
         def bad(what: str, value: object, valid: str) -> WorkloadError:
@@ -231,6 +231,13 @@ class Workload:
     def model_parallelism(self) -> int:
         """tensor × pipeline parallelism: the ranks of one model replica."""
         return self.tensor_parallelism * self.pipeline_parallelism
+
+    @property
+    def state(self) -> str:
+        """Whose checkpoint state the workload describes: "megatron", the sharded state of the Megatron job it
+        holds (`megatron`: an experiment's), or "dlio", DLIO's per-rank tensors (a DLIO YAML, the catalog).
+        An engine that can save either saves this one (`engines.saved_state`)."""
+        return "dlio" if self.megatron is None else "megatron"
 
     @property
     def _writes_model_states(self) -> bool:

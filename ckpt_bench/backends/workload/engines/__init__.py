@@ -5,15 +5,23 @@
                  fully-parallel save and load, async, the persistent writer
     torch        Megatron-LM's legacy format: `model_optim_rng.pt` (and `distrib_optim.pt`) per model-parallel
                  rank folder, `torch.save`d (the torch-save engine's code over Megatron's files)
-    dcp          PyTorch Distributed Checkpoint: writer threads, async, disk, S3 and fsspec
+    dcp          PyTorch Distributed Checkpoint: writer threads, async, disk, S3 and fsspec; DLIO's tensors
+                 or a Megatron GPT's sharded state, whichever the workload describes
 
-This module is the launcher's view (no torch): what each engine reads and supports. The worker side of
-`NAME` is the module `ENGINES[NAME].module`, whose `ENGINE` class (an `engines.base.Engine`) the ranks use.
+This module is the launcher's view (no torch): what each engine reads and supports, and which state it saves
+for a workload (`saved_state`, the one place that decides it). The worker side of `NAME` is the module
+`ENGINES[NAME].module`, whose `ENGINE` class (an `engines.base.Engine`) the ranks use.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
+
+from ckpt_bench.backends.workload.checkpoint_layout import Layout
+from ckpt_bench.backends.workload.workload import Workload
+
+_WORKLOAD = "ckpt_bench.backends.workload"
 
 
 @dataclass(frozen=True)
@@ -26,9 +34,10 @@ class EngineInfo:
     """The worker-side module; its `ENGINE` is the engine's class."""
     writes: str
     """What it writes, in a few words, for --help and the report."""
-    state: str
-    """Whose tensors it saves: "dlio" (DLIO's per-rank tensors, DLIO's bytes), "megatron" (the sharded tensors
-    of a Megatron GPT and its optimizer) or "megatron-torch" (the same model in Megatron-LM's legacy files)."""
+    layouts: dict[str, str]
+    """The states it saves (`Workload.state`: "dlio", DLIO's per-rank tensors; "megatron", a Megatron GPT's
+    sharded state with its optimizer), each with the module whose `layout` gives what every rank writes of it
+    through this engine. The first is the one it saves of a workload whose own state it cannot save."""
     async_save: bool
     """Whether it has an asynchronous save (`--async-save`)."""
     default_threads: int | None
@@ -39,6 +48,9 @@ class EngineInfo:
     """Extra copies of a rank's state an async save holds while it writes (for the memory check)."""
     always_fsyncs: bool = False
     """Whether its writer fsyncs whatever --sync-files says (megatron-core's has no switch)."""
+    fully_parallel: bool = False
+    """Whether it saves and loads fully parallel (megatron-core's strategy wrappers: Megatron-LM's
+    --ckpt-fully-parallel-save and -load)."""
     rank_files: str | None = None
     """The names of the files a rank writes, one per writer thread (`{rank}`, `{thread}`); None: the state's
     own file names (DLIO's, or megatron-core's as `state_layout` gives them)."""
@@ -53,21 +65,27 @@ class EngineInfo:
         return own + list(self.coordinator_files) if rank == 0 else own
 
 
+_DLIO = {"dlio": f"{_WORKLOAD}.dlio_layout"}
+
 ENGINES: dict[str, EngineInfo] = {
     info.name: info for info in (
-        EngineInfo("torch-save", "ckpt_bench.backends.workload.engines.torch_save",
-                   "torch.save of each rank's files with DLIO's names (MLPerf Storage's way)", "dlio",
+        EngineInfo("torch-save", f"{_WORKLOAD}.engines.torch_save",
+                   "torch.save of each rank's files with DLIO's names (MLPerf Storage's way)", _DLIO,
                    async_save=False, default_threads=None, storage_kinds=("disk", "s3", "fsspec")),
-        EngineInfo("torch_dist", "ckpt_bench.backends.workload.engines.torch_dist",
-                   "megatron-core dist_checkpointing, torch_dist format, fully-parallel save and load", "megatron",
+        EngineInfo("torch_dist", f"{_WORKLOAD}.engines.torch_dist",
+                   "megatron-core dist_checkpointing, torch_dist format, fully-parallel save and load",
+                   {"megatron": f"{_WORKLOAD}.megatron_shapes"},
                    # 2 writer threads a rank: Megatron-LM's default (--ckpt-fully-parallel-save's torch_dist strategy)
                    async_save=True, default_threads=2, storage_kinds=("disk",), async_staging_copies=1,
-                   always_fsyncs=True),
-        EngineInfo("torch", "ckpt_bench.backends.workload.engines.torch_save",
+                   always_fsyncs=True, fully_parallel=True),
+        EngineInfo("torch", f"{_WORKLOAD}.engines.torch_save",
                    "Megatron-LM's legacy torch format: mp_rank_* folders of model_optim_rng.pt and distrib_optim.pt",
-                   "megatron-torch", async_save=False, default_threads=None, storage_kinds=("disk", "s3", "fsspec")),
-        EngineInfo("dcp", "ckpt_bench.backends.workload.engines.dcp",
-                   "torch.distributed.checkpoint with writer threads", "dlio",
+                   {"megatron": f"{_WORKLOAD}.megatron_torch"}, async_save=False, default_threads=None,
+                   storage_kinds=("disk", "s3", "fsspec")),
+        EngineInfo("dcp", f"{_WORKLOAD}.engines.dcp",
+                   "torch.distributed.checkpoint with writer threads, of DLIO's tensors or a Megatron GPT's sharded "
+                   "state (whichever the workload describes)",
+                   {**_DLIO, "megatron": f"{_WORKLOAD}.megatron_dcp"},
                    async_save=True, default_threads=1, storage_kinds=("disk", "s3", "fsspec"), async_staging_copies=1,
                    # DCP's writer: one file per writer thread a rank (single_file_per_rank), the coordinator's
                    # .metadata beside rank 0's.
@@ -76,16 +94,16 @@ ENGINES: dict[str, EngineInfo] = {
 }
 
 
-def state_layout(info: EngineInfo, workload, world_size: int, subset_ranks: int | None):
-    """The `checkpoint_layout.Layout` of what `info`'s engine saves: DLIO's tensors, or a Megatron GPT's."""
-    if info.state == "megatron":
-        from ckpt_bench.backends.workload.megatron_shapes import layout as megatron_layout
+def saved_state(info: EngineInfo, workload: Workload) -> str:
+    """Whose tensors `info`'s engine saves of `workload`: the workload's own state where the engine saves it
+    (a Megatron experiment's sharded state through dcp), else the engine's first (torch_dist lays a DLIO
+    workload out as the llama GPT DLIO counts; torch-save lays a dense Megatron experiment out with DLIO's
+    formulas, which refuse a MoE)."""
+    return workload.state if workload.state in info.layouts else next(iter(info.layouts))
 
-        return megatron_layout(workload, world_size, subset_ranks)
-    if info.state == "megatron-torch":
-        from ckpt_bench.backends.workload.megatron_torch import layout as megatron_torch_layout
 
-        return megatron_torch_layout(workload, world_size, subset_ranks)
-    from ckpt_bench.backends.workload.dlio_layout import layout
-
-    return layout(workload, world_size, subset_ranks)
+def state_layout(info: EngineInfo, workload: Workload, world_size: int, subset_ranks: int | None) -> Layout:
+    """What every rank writes when `info`'s engine saves `workload` on a job of `world_size` ranks (the first
+    `subset_ranks` of them running)."""
+    module = importlib.import_module(info.layouts[saved_state(info, workload)])
+    return module.layout(workload, world_size, subset_ranks)

@@ -1,4 +1,4 @@
-"""What every engine is on a rank, and the state most of them save: DLIO's tensors.
+"""What every engine is on a rank, and the states they save: DLIO's tensors, a Megatron GPT's shards.
 
 An `Engine` gets a rank's state (a flat dict of named tensors it allocated once, `allocate`) and saves it
 to, or loads it from, one location per checkpoint. The worker around it (`workload.worker`) does the
@@ -7,14 +7,17 @@ rest the same way for every engine: barriers, timing, the wait between checkpoin
 
 from __future__ import annotations
 
+import zlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
 
 from ckpt_bench.backends.workload.checkpoint_layout import FileShare, Layout, RankShare
+from ckpt_bench.backends.workload.megatron_shapes import Shard
 from ckpt_bench.backends.workload.spec import WorkloadSpec
+from ckpt_bench.backends.workload.workload import TORCH_DTYPE
 from ckpt_bench.core.events import Phase
 from ckpt_bench.storage.base import WorkerStorage
 from ckpt_bench.worker.entry import WorkerContext
@@ -70,6 +73,26 @@ def allocate_dlio(share: RankShare, seed: int, randomize: bool, device: torch.de
 
     files = [(file, build(file, file.state_tree())) for file in share.files]
     return RankState(tensors, files)
+
+
+def allocate_shards(shards: Iterable[Shard], seed: int, randomize: bool, device: torch.device,
+                    fill: bool = True) -> dict[str, torch.Tensor]:
+    """A Megatron GPT's shards (`megatron_shapes.Shard`) by `Shard.name`, each its local shape: random (or
+    ones, as the workload says), or uninitialized for a load to overwrite (`fill` False). A shard's values are
+    seeded by its name, not the rank: its replicas hold the same values, as they do in training, so that a
+    replica loaded from another rank's write verifies."""
+    tensors: dict[str, torch.Tensor] = {}
+    for shard in shards:
+        dtype = getattr(torch, TORCH_DTYPE[shard.dtype])
+        if not fill:
+            tensor = torch.empty(shard.local_shape, dtype=dtype, device=device)
+        elif randomize:
+            generator = torch.Generator(device=device).manual_seed(seed + zlib.crc32(shard.name.encode()))
+            tensor = torch.rand(shard.local_shape, dtype=dtype, device=device, generator=generator)
+        else:
+            tensor = torch.ones(shard.local_shape, dtype=dtype, device=device)
+        tensors[shard.name] = tensor
+    return tensors
 
 
 class Engine(ABC):

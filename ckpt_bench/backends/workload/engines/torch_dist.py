@@ -35,7 +35,6 @@ The same code runs on GPUs with nccl: the tensors live on the rank's device and 
 from __future__ import annotations
 
 import time
-import zlib
 from pathlib import Path
 
 import torch
@@ -59,7 +58,7 @@ from ckpt_bench.backends.megatron.phases import (
     mark_save_strategy,
 )
 from ckpt_bench.backends.workload.checkpoint_layout import Layout
-from ckpt_bench.backends.workload.engines.base import Engine, Pending, RankState
+from ckpt_bench.backends.workload.engines.base import Engine, Pending, RankState, allocate_shards
 from ckpt_bench.backends.workload.megatron_shapes import (
     OPTIMIZER_SHARDING,
     MegatronGPT,
@@ -152,21 +151,8 @@ class TorchDistEngine(Engine):
     def _allocate(self, fill: bool) -> RankState:
         """All the rank's shards, random (or ones, as the workload says), or for a load the checkpointed ones,
         uninitialized."""
-        device = self.context.device
-        randomize = self.layout.workload.randomize_tensor
-        for shard in self.shards.shards if fill else self._checkpointed:
-            dtype = _torch_dtype(shard.dtype)
-            if not fill:
-                tensor = torch.empty(shard.local_shape, dtype=dtype, device=device)
-            elif randomize:
-                # Seeded by the shard, not the rank: the replicas of a shard hold the same values, as they do
-                # in training, so that a replica loaded from another rank's write verifies.
-                seed = self.spec.seed + zlib.crc32(shard.name.encode())
-                generator = torch.Generator(device=device).manual_seed(seed)
-                tensor = torch.rand(shard.local_shape, dtype=dtype, device=device, generator=generator)
-            else:
-                tensor = torch.ones(shard.local_shape, dtype=dtype, device=device)
-            self._tensors[shard.name] = tensor
+        self._tensors = allocate_shards(self.shards.shards if fill else self._checkpointed, self.spec.seed,
+                                        self.layout.workload.randomize_tensor, self.context.device, fill)
         return RankState({shard.name: self._tensors[shard.name] for shard in self._checkpointed}, [],
                          perturbed=self.shards.perturbed)
 
