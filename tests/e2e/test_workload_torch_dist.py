@@ -1,6 +1,7 @@
-"""`--workload ... --engine torch_dist` end to end: real torchrun ranks hold a Megatron GPT's sharded state (model
-replicated over data-parallel ranks, DistributedOptimizer shards) and save and load it through megatron-core's
-dist_checkpointing; what each rank wrote is read back from the checkpoint's own index (`.metadata`)."""
+"""`--workload ... --engine torch_dist` (and `dcp`, `torch`) end to end: real torchrun ranks hold a Megatron GPT's
+sharded state (model replicated over data-parallel ranks, DistributedOptimizer shards) and save and load it
+through megatron-core's dist_checkpointing (or PyTorch DCP, or Megatron's legacy files); what each rank wrote is
+read back from the checkpoint's own index (`.metadata`)."""
 
 from __future__ import annotations
 
@@ -27,19 +28,22 @@ def tensor_bytes_by_rank(folder: Path) -> Counter:
 
 
 # The default experiment made a small MoE: 4 experts, EP 2, the distributed optimizer, bf16; a 4-rank job of
-# which ranks 0 and 1 run (their expert-parallel ranks differ: experts 0-1 and 2-3).
-MOE = ("--workload", ROOT / "ckpt_bench" / "configs" / "tiny_gpt.yaml", "--set", "num_experts=4", "--set",
-       "moe_router_topk=2", "--set", "expert_model_parallel_size=2", "--set", "use_distributed_optimizer=true",
-       "--set", "bf16=true", "--job-ranks", "4")
+# which ranks 0 and 1 run (their expert-parallel ranks differ: experts 0-1 and 2-3), or (TWO_RANKS) the job
+# of 2 ranks, whose dense state both hold.
+TWO_RANKS = ("--workload", ROOT / "ckpt_bench" / "configs" / "tiny_gpt.yaml", "--set", "num_experts=4", "--set",
+             "moe_router_topk=2", "--set", "expert_model_parallel_size=2", "--set", "use_distributed_optimizer=true",
+             "--set", "bf16=true")
+MOE = (*TWO_RANKS, "--job-ranks", "4")
 
 
-def moe_plan(engine: str):
+def moe_plan(engine: str, job_ranks: int = 4):
     from ckpt_bench.backends.workload.engines import ENGINES, state_layout
     from ckpt_bench.backends.workload.sources import resolve_workload
 
     overrides = dict(num_experts=4, moe_router_topk=2, expert_model_parallel_size=2, use_distributed_optimizer=True,
                      bf16=True)
-    return state_layout(ENGINES[engine], resolve_workload(str(MOE[1]), overrides), 4, 2)
+    return state_layout(ENGINES[engine], resolve_workload(str(MOE[1]), overrides), job_ranks,
+                        2 if job_ranks > 2 else None)
 
 
 def test_an_async_moe_subset_writes_its_ranks_shares(tmp_path):
@@ -77,3 +81,21 @@ def test_a_moe_subset_in_megatrons_legacy_torch_format(tmp_path):
     assert written == ["mp_rank_00_000/distrib_optim.pt", "mp_rank_00_000/model_optim_rng.pt",
                        "mp_rank_00_001/distrib_optim.pt", "mp_rank_00_001/model_optim_rng.pt"]
     assert sorted(f"{f.name}" for share in moe_plan("torch").ranks for f in share.files) == written
+
+
+def test_a_moe_through_dcp_writes_each_shard_once_as_planned(tmp_path):
+    """The 2-rank MoE through DCP, asynchronously: each rank hands DCP its shards at megatron's global offsets,
+    DCP writes the replicated dense state once (its planner picks the writer; the plan replays it) and each
+    rank's experts; every rank's tensor bytes are the plan's, and the load reads back every shard each rank
+    holds, replicas included."""
+    report = launch_ok(*TWO_RANKS, "--engine", "dcp", "--nproc-per-node", "2", "--save-calls", "1",
+                       "--load-calls", "1", "--time-between-checkpoints", "0", "--async-save",
+                       "--save-dir", tmp_path / "ckpt", "--keep-checkpoints", "--format", "json",
+                       runs_dir=tmp_path / "runs")
+    folder = tmp_path / "ckpt" / report["run"]["dir"].rsplit("/", 1)[1] / "iter_0000001"
+    expected = moe_plan("dcp", job_ranks=2)
+    assert report["verified"] is True and report["config"]["model"] == "MoE" and report["config"]["subset"] is None
+    written = tensor_bytes_by_rank(folder)
+    assert written == {share.rank: share.bytes for share in expected.ranks} and len(set(written.values())) == 2
+    assert sum(written.values()) == moe_plan("torch_dist", job_ranks=2).total_bytes  # the same state, once
+    assert {path.name for path in folder.iterdir()} == {"__0_0.distcp", "__1_0.distcp", ".metadata"}
