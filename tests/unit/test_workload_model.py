@@ -59,8 +59,9 @@ def test_families_we_cannot_size_are_refused_by_name(args, family):
         Architecture.from_megatron_args({**LLAMA, "vocab_size": 32000, **args})
 
 
-def test_layouts_we_do_not_read_yet_are_refused():
-    with pytest.raises(ArchitectureError, match="pipeline_model_parallel_layout"):
+def test_layouts_and_formats_megatron_lm_refuses_are_refused():
+    # two stages on one pipeline rank: virtual stages, which Megatron-LM's interleaved schedule refuses below PP 2
+    with pytest.raises(ArchitectureError, match="pipeline_model_parallel_layout makes 2 virtual pipeline stages"):
         TrainingJob.from_megatron_args({**LLAMA, "vocab_size": 32000, "pipeline_model_parallel_layout": "Et|tL"})
     with pytest.raises(ArchitectureError, match="ckpt_format 'fsdp_dtensor'"):
         TrainingJob.from_megatron_args({**LLAMA, "vocab_size": 32000, "ckpt_format": "fsdp_dtensor"})
