@@ -25,7 +25,7 @@ class WorkloadSpec(WorkerSpec):
     subset_ranks: int | None
     """Ranks that run when only the first N of the job run (`--subset`); None: all of them."""
     engine: str
-    """`torch-save`, `torch_dist` or `dcp` (`engines.ENGINES`)."""
+    """`torch-save`, `torch_dist`, `torch` or `dcp` (`engines.ENGINES`)."""
     save_calls: int
     """Saves per run; each goes to its own iteration folder (`iter_0000001`, ...)."""
     load_calls: int
@@ -47,5 +47,5 @@ class WorkloadSpec(WorkerSpec):
     section: ClassVar[str] = SECTION
 
     def layout(self) -> Layout:
-        """The layout of what the engine saves (DLIO's tensors, or a Megatron GPT's for torch_dist)."""
+        """The layout of what the engine saves (`engines.state_layout`: DLIO's tensors, or a Megatron GPT's)."""
         return state_layout(ENGINES[self.engine], Workload(**self.workload), self.world_size, self.subset_ranks)

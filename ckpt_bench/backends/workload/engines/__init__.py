@@ -10,7 +10,8 @@
 
 This module is the launcher's view (no torch): what each engine reads and supports, and which state it saves
 for a workload (`saved_state`, the one place that decides it). The worker side of `NAME` is the module
-`ENGINES[NAME].module`, whose `ENGINE` class (an `engines.base.Engine`) the ranks use.
+`ENGINES[NAME].module`, whose `ENGINE` (an `engines.base.Engine` class, or a function of the same arguments that
+returns one) the ranks use.
 """
 
 from __future__ import annotations
