@@ -160,8 +160,9 @@ class Checkpointer:
         the phases of its finalize)."""
         self._finalize_iteration(iteration)
         done = self.events.now()
+        # Its peak memory stays the one up to the block end: the training iterations since are not the save's.
         self.events.record(EventKind.SAVE_END, iteration, path=directory, at=done,
-                           phases=self._finalizing.close(done[0]))
+                           phases=self._finalizing.close(done[0]), peak_rss_bytes=None, peak_device_bytes=None)
 
     def maybe_finalize(self, blocking: bool = False) -> None:
         """Megatron-LM's `maybe_finalize_async_save`; call on every rank every iteration."""
