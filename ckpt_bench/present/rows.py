@@ -416,10 +416,11 @@ def phase_table(report: Report) -> tuple[list[str], list[list[str]]] | None:
 
 def dominant_words(record: SaveRecord | LoadRecord) -> str:
     """Which phase a save or load spent most of its time in, and its share: of the whole (a load, a synchronous
-    save), or of the block time and of the background write apart (an async save)."""
+    save), or of the block time and of the background part apart (an async save: its write, and where the engine
+    finalizes later, the wait for the finalize and the finalize)."""
     background = isinstance(record, SaveRecord) and bool(record.phase_seconds(blocking=False))
     parts = []
-    for blocking, of in (((True, "of the block time"), (False, "of the background write")) if background
+    for blocking, of in (((True, "of the block time"), (False, "of the background part")) if background
                          else ((None, ""),)):
         dominant = record.dominant_phase(blocking)
         total = sum(record.phase_seconds(blocking).values())
