@@ -39,8 +39,9 @@ from ckpt_bench.backends.workload.megatron_shapes import (
     rank_layout,
 )
 from ckpt_bench.backends.workload.workload import DTYPE_BYTES, Workload
+from ckpt_bench.model.parallel import RankCoordinates
 
-__all__ = ["DcpWriters", "dcp_state_order", "dcp_writers", "layout"]
+__all__ = ["DcpWriters", "dcp_state_order", "dcp_writers", "layout", "plan_items"]
 
 
 def dcp_state_order(shards: list[Shard]) -> dict[str, list[Shard]]:
@@ -52,11 +53,11 @@ def dcp_state_order(shards: list[Shard]) -> dict[str, list[Shard]]:
     return by_key
 
 
-def _job_shards(gpt: MegatronGPT) -> Iterator[list[Shard]]:
-    """Every rank's shards, rank by rank (model and optimizer, megatron's order). Ranks at the same tensor,
-    pipeline, expert and expert-tensor coordinates hold the same model shards (only their replica ids, which
-    DCP does not see, differ): built once per such class."""
-    model_by_class: dict[tuple, list[Shard]] = {}
+def plan_items(gpt: MegatronGPT) -> Iterator[list[Shard]]:
+    """Every rank's shards (model and optimizer), rank by rank, each rank's in the order DCP plans them
+    (`dcp_state_order`). Ranks at the same tensor, pipeline, expert and expert-tensor coordinates hold the
+    same model shards (only their replica ids, which DCP does not see, differ): built once per such class."""
+    model_by_class: dict[RankCoordinates, list[Shard]] = {}
     for rank in range(gpt.world_size):
         c = gpt.coordinates(rank)
         probe = dataclasses.replace(c, rank=0, cp_rank=0, dp_rank=0, edp_rank=0)
@@ -82,7 +83,7 @@ def dcp_writers(gpt: MegatronGPT, rank: int | None = None) -> DcpWriters:
     `save_to_lowest_rank=False`), replayed: per-rank bytes, and the shards `rank` writes."""
     holders: dict[str, set[int]] = {}  # insertion order: each chunk where it first appears
     chunks: dict[str, Shard] = {}
-    for holder, shards in enumerate(_job_shards(gpt)):
+    for holder, shards in enumerate(plan_items(gpt)):
         for shard in shards:
             ranks = holders.get(shard.name)
             if ranks is None:
