@@ -265,22 +265,27 @@ def _line_stamp(lines: Counted, at: int) -> str | None:
 def _cut(text: Counted, bound: str, after_bound: bool) -> int:
     """Where the counted lines of `text` that go after a line of time `bound` start (a line start; len(text)
     when none does): those of a later time, or of the same time when their stream comes after the bound's.
-    By bisection over the bytes: prefix times in a file do not go back."""
+    By bisection over the bytes: prefix times in a file do not go back. A probe is the few searches of
+    `_line_stamp` on the reader's buffer itself (positions in it), tens of them a cut."""
+    data, start, stop = text.data, text.start, text.stop
+    later = bound.encode()
+
     def goes_after(at: int) -> bool:  # the first counted line from `at` on (true past the last)
-        found = text.find(ITERATION_TIME, at)
+        found = data.find(ITERATION_TIME, at, stop)
         if found < 0:
             return True
-        stamp = _line_stamp(text, found)
-        return stamp is not None and (stamp > bound or (after_bound and stamp == bound))
+        match = _PREFIX_TIME_BYTES.match(data, data.rfind(b"\n", start, found) + 1 or start, stop)
+        return match is not None and (match[1] > later or (after_bound and match[1] == later))
 
-    if text.find(ITERATION_TIME) < 0 or not goes_after(text.rfind(ITERATION_TIME)):
+    last = data.rfind(ITERATION_TIME, start, stop)
+    if last < 0 or not goes_after(last):
         return len(text)
-    low, high = 0, len(text)
+    low, high = start, stop
     while low < high:
         middle = (low + high) // 2
         if goes_after(middle):
             high = middle
         else:
             low = middle + 1
-    found = text.find(ITERATION_TIME, low)
-    return text.rfind(b"\n", found) + 1
+    found = data.find(ITERATION_TIME, low, stop)
+    return (data.rfind(b"\n", start, found) + 1 or start) - start
