@@ -159,12 +159,26 @@ def _write_spans(start: int, end: int, fsyncs: list[tuple[int, int, int]]) -> li
 
 
 _FSYNC_RECORD = struct.Struct("qqq")  # a forked writer's fsync through the pipe: its pid, start ns, end ns
+_PIPES: dict[int, tuple[int, int]] = {}  # pid -> that process's pipe (read end, write end)
+
+
+def _own_pipe() -> tuple[int, int]:
+    """This process's pipe for its forked writers' fsyncs, made once (its read end never blocks). A forked
+    process makes its own: the one it inherited is its parent's to read."""
+    pid = os.getpid()
+    if pid not in _PIPES:
+        _PIPES.clear()
+        read, write = os.pipe()
+        os.set_blocking(read, False)
+        _PIPES[pid] = (read, write)
+    return _PIPES[pid]
 
 
 class FsyncTimes:
     """The fsyncs made during one write by the modules `time_fsyncs` covers, on any thread of this process or in
-    a process it forks (megatron-core forks one per file): those report through a pipe (a record of 24 bytes
-    is written whole). A context manager; one write at a time per process, a nested one keeps its own."""
+    a process it forks (megatron-core forks one per file): those report through this process's pipe (a
+    record of 24 bytes is written whole), read when the write is over. A context manager; one write at a
+    time per process, a nested one keeps its own."""
 
     _current: FsyncTimes | None = None
 
@@ -173,22 +187,18 @@ class FsyncTimes:
 
     def __enter__(self) -> FsyncTimes:
         self._owner = os.getpid()
-        self._pipe = os.pipe()
+        self._read, self._write = _own_pipe()
         self._outer, FsyncTimes._current = FsyncTimes._current, self
         return self
 
     def __exit__(self, *exc_info) -> None:
         FsyncTimes._current = self._outer
-        read, write = self._pipe
-        os.close(write)
-        os.set_blocking(read, False)  # a forked writer still alive holds the pipe open: take what is there
         data = bytearray()
-        try:
-            while chunk := os.read(read, 1 << 16):
+        try:  # the forked writers are done: what they reported is in the pipe
+            while chunk := os.read(self._read, 1 << 16):
                 data += chunk
         except BlockingIOError:
             pass
-        os.close(read)
         whole = len(data) - len(data) % _FSYNC_RECORD.size
         self.calls += [tuple(record) for record in _FSYNC_RECORD.iter_unpack(bytes(data[:whole]))]
 
@@ -196,7 +206,7 @@ class FsyncTimes:
         if os.getpid() == self._owner:
             self.calls.append((threading.get_ident(), start_ns, end_ns))
         else:
-            os.write(self._pipe[1], _FSYNC_RECORD.pack(os.getpid(), start_ns, end_ns))
+            os.write(self._write, _FSYNC_RECORD.pack(os.getpid(), start_ns, end_ns))
 
 
 class _TimedFsync:

@@ -249,3 +249,33 @@ def test_async_save_finalized_later_waits_for_it_in_its_phases():
     assert sum(p["seconds"] for p in save["phases"]) == save["total_time"]
     assert save["phases_per_rank"][1]["phases"][4] == {"phase": "awaiting_finalize", "seconds": 6,
                                                         "blocking": False, "start": 4}
+
+
+def test_fsyncs_of_threads_and_forked_writers_are_timed(tmp_path):
+    """A writer module's `os.fsync`, timed: on a thread of this process, and in a forked process (megatron-core
+    forks one writer per file), which reports through the pipe; outside a write nothing is collected."""
+    import os
+    import threading
+    import types
+
+    from ckpt_bench.worker.phases import FsyncTimes, time_fsyncs
+
+    writer = types.ModuleType("writer")
+    writer.os = os
+    time_fsyncs(writer)
+    time_fsyncs(writer)  # once: the second call changes nothing
+    fd = os.open(tmp_path / "file", os.O_CREAT | os.O_WRONLY)
+    writer.os.fsync(fd)  # no write watched
+    with FsyncTimes() as fsyncs:
+        thread = threading.Thread(target=writer.os.fsync, args=(fd,))
+        thread.start()
+        thread.join()
+        child = os.fork()
+        if child == 0:
+            writer.os.fsync(fd)
+            os._exit(0)
+        os.waitpid(child, 0)
+    os.close(fd)
+    assert [writer_id for writer_id, _, _ in fsyncs.calls] == [thread.ident, child]
+    assert all(0 < start <= end for _, start, end in fsyncs.calls)
+    assert writer.os.path is os.path
