@@ -10,6 +10,8 @@ every ShardedObject but the optimizer's hyperparameters matched `rank_shards` ex
 With virtual pipeline stages each rank built one GPTModel per (pipeline rank, virtual stage) chunk, each
 wrapped in its own DDP (bucketing off after the first chunk, as Megatron-LM's `get_model`), one optimizer
 over all of them, the state dict keyed `model0`, `model1`, ... as Megatron-LM's `generate_state_dict`.
+`tools/megatron_core_reference.py` repeats any case (`{**TINY, **args}` as its JSON, under torchrun with the
+case's world size) and prints what matches; it matched every case below but the built-in worker's.
 """
 
 from __future__ import annotations
