@@ -7,6 +7,8 @@
                       shape and how it is split (TP, EP/ETP); total and active parameter counts
     parallel.py       `Parallelism`: TP, PP (with its stage layout), EP, ETP, CP and DP of a job, each rank's
                       coordinates in megatron's orders, and the layouts megatron-core refuses
+    pipeline_layout.py  `PipelineLayout`: each (pipeline rank, virtual stage) model chunk's layers, embedding,
+                      output layer and MTP layers (even splits, first/last stage sizes, layout strings)
     families.py       the model families we can size, and one line for each we cannot (Mamba, hybrids,
                       diffusion, ...), registered in one place
     tokenizers.py     the vocabulary of a named tokenizer, with where each size comes from
