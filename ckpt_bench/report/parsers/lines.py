@@ -70,6 +70,7 @@ MAX_LINE = BLOCK  # a longer line is cut to its first MAX_LINE bytes, the rest s
 MAX_TEXT = 64 << 10  # a parser reads at most the first MAX_TEXT bytes of a line
 HEAD_BYTES = 1 << 20  # a file's first lines (sniffing) come from at most its first MiB
 _MAX_CARRY = 1 << 20  # how far a timer header is looked for, or carried over a block boundary
+_NEAR = 4 << 10  # how far `_holds` looks with `find` before the SIMD search, which lists every occurrence
 _COLON_END = re.compile(rb":[ \t\r\x0b\x0c]*(?:\n|\Z)")  # a line whose last non-blank character is `:`
 
 
@@ -549,7 +550,7 @@ class _Block:
     def counted(self, stop: int) -> Iterator[tuple[Position, Counted]]:
         """The lines not handed over up to `stop` (a line start), when they hold the counted keyword."""
         keyword, start = self.grammar.counted, self._gap
-        if keyword is not None and start < stop and self.buf.find(keyword, start, stop) >= 0:
+        if keyword is not None and start < stop and _holds(self.buf, keyword, start, stop):
             yield self.where(start), Counted(self.buf, start, stop)
         self._gap = max(start, stop)
 
@@ -666,6 +667,18 @@ class _Block:
                 and self.run_end(self.line_end(line), self.end) == self.end):
             return line
         return self.end
+
+
+def _holds(buf: bytes | bytearray, keyword: bytes, start: int, stop: int) -> bool:
+    """Whether `buf[start:stop]` holds `keyword`: its first `_NEAR` bytes with `find`, where a run of training
+    lines has it at once, then the rest with the SIMD search, through lines that may have none."""
+    near = min(stop, start + _NEAR)
+    if buf.find(keyword, start, near) >= 0:
+        return True
+    if near == stop:
+        return False
+    with memoryview(buf) as view, view[near - len(keyword) + 1:stop] as rest:
+        return bool(_searcher(keyword).find_matches_as_indexes(rest))
 
 
 @cache
