@@ -249,6 +249,12 @@ def test_async_save_finalized_later_waits_for_it_in_its_phases():
     assert sum(p["seconds"] for p in save["phases"]) == save["total_time"]
     assert save["phases_per_rank"][1]["phases"][4] == {"phase": "awaiting_finalize", "seconds": 6,
                                                         "blocking": False, "start": 4}
+    # A rank with nothing to write is written when it schedules (before the call returns): it awaits the
+    # finalize from the return.
+    events = [*rank(0, 17, ("write", 12, 15), ("fsync", 15, 17)), *rank(1, 11)]
+    nothing = build_report(events)["saves"][0]["phases_per_rank"][1]["phases"]
+    assert [(p["phase"], p["start"], p["seconds"]) for p in nothing[2:]] == [
+        ("awaiting_finalize", 2, 8), ("finalize", 10, 1)]
 
 
 def test_fsyncs_of_threads_and_forked_writers_are_timed(tmp_path):
