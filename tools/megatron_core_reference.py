@@ -164,8 +164,11 @@ def save(args: dict, job: TrainingJob, out: Path) -> None:
     optimizer.step()
 
     data_parallel = parallel_state.get_data_parallel_group(with_context_parallel=True)
-    metadata = {"singleton_local_shards": False, "chained_optim_avoid_prefix": True, "dp_cp_group": data_parallel,
-                "distrib_optim_sharding_type": "dp_reshardable"}
+    # Megatron-LM's `_build_sharded_state_dict_metadata`: the sharding type only with the distributed optimizer
+    # (with it, a ChainedOptimizer prefixes its optimizers' keys `chained_<i>.`)
+    metadata = {"singleton_local_shards": False, "chained_optim_avoid_prefix": True, "dp_cp_group": data_parallel}
+    if job.distributed_optimizer:
+        metadata["distrib_optim_sharding_type"] = "dp_reshardable"
     names = ["model"] if len(chunks) == 1 else [f"model{i}" for i in range(len(chunks))]
     state = {name: chunk.sharded_state_dict(metadata=metadata) for name, chunk in zip(names, chunks, strict=True)}
     state["optimizer"] = optimizer.sharded_state_dict(state, metadata=metadata)
