@@ -11,7 +11,9 @@ With virtual pipeline stages each rank built one GPTModel per (pipeline rank, vi
 wrapped in its own DDP (bucketing off after the first chunk, as Megatron-LM's `get_model`), one optimizer
 over all of them, the state dict keyed `model0`, `model1`, ... as Megatron-LM's `generate_state_dict`.
 `tools/megatron_core_reference.py` repeats any case (`{**TINY, **args}` as its JSON, under torchrun with the
-case's world size) and prints what matches; it matched every case below but the built-in worker's.
+case's world size; tp2_ep2_etp1 with `moe_router_score_function="sigmoid"` and `sequence_parallel=True` besides,
+which megatron-core's TransformerConfig asks of an expert bias and of TP with EP) and prints what matches; it
+matched every case below but the built-in worker's.
 """
 
 from __future__ import annotations
