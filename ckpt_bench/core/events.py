@@ -92,6 +92,9 @@ class Phase(str, Enum):
     WRITE = "write"  # serializing and writing this rank's files (into the page cache)
     WRITE_FSYNC = "write+fsync"  # the same, each file fsynced as it is written
     FSYNC = "fsync"  # flushing this rank's files to storage, apart from writing them
+    # A write call after its writers' last fsync: gathering their results, joining them (megatron-core's forked
+    # writer processes exiting).
+    COLLECT = "collect"
     PLAN_WRITE = "plan+write"  # a whole sharded save inside one call we cannot enter (Lightning's FSDP2)
     # An async save written, its finalize not started yet: megatron-core finalizes at the training loop's next
     # check (maybe_finalize_async_calls), once every rank's writer is done. The checkpoint is not loadable yet.

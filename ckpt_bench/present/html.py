@@ -53,7 +53,8 @@ PHASE_COLORS = {
     Phase.STATE_DICT: "#7f8c8d", Phase.VALIDATE_COMMON: "#8e44ad", Phase.PLAN: "#2980b9",
     Phase.EXCHANGE: "#5dade2", Phase.PLAN_EXCHANGE: "#2e86c1", Phase.STAGE: "#f39c12", Phase.SCHEDULE: "#d35400",
     Phase.QUEUED: "#d5d8dc", Phase.WRITE: "#c0392b", Phase.WRITE_FSYNC: "#c0392b", Phase.PLAN_WRITE: "#a93226",
-    Phase.FSYNC: "#78281f", Phase.WRITE_FINALIZE: "#cd6155", Phase.AWAITING_FINALIZE: "#eaeded",
+    Phase.FSYNC: "#78281f", Phase.COLLECT: "#e59866", Phase.WRITE_FINALIZE: "#cd6155",
+    Phase.AWAITING_FINALIZE: "#eaeded",
     Phase.FINALIZE: "#27ae60", Phase.METADATA: "#76d7c4",
     Phase.READ: "#2471a3", Phase.COPY_IN: "#1abc9c",
 }

@@ -16,10 +16,10 @@ A mark is one `time.monotonic_ns()` and a list append: nothing of the save's own
 
 Writing and fsyncing happen inside one engine call, in writer threads (DCP) or forked writer processes
 (megatron-core), each fsyncing its file right after writing it. `time_fsyncs` times the `os.fsync` a writer's
-module calls, and `MarkedWrite` splits its write call at the first fsync: `write` until one writer starts
-fsyncing, `fsync` from there until the call returns. Where writers overlap, a rank's `write` and `fsync` are
-its wall time; each carries beside it how many writers there were and their own seconds of writing and of
-fsyncing, summed (`PhaseSpan.writers`, `writer_seconds`).
+module calls, and `MarkedWrite` splits its write call by them: `write` while any writer writes, `fsync` while
+they only fsync, `collect` after the last fsync until the call returns. Where writers overlap, a rank's
+`write` and `fsync` are its wall time; the first of each carries how many writers there were and their own
+seconds of writing and of fsyncing, summed (`PhaseSpan.writers`, `writer_seconds`).
 """
 
 from __future__ import annotations
@@ -99,9 +99,8 @@ class Marked:
 
 
 class MarkedWrite(Marked):
-    """A writing call (its writers fsync each file: `time_fsyncs`), marked as `write` then `fsync` from the
-    moment no writer writes any more (PhaseClock.wrote), or `phase` where none fsynced; `then` (if given) when it
-    returns."""
+    """A writing call (its writers fsync each file: `time_fsyncs`), marked as write | fsync | collect by its
+    writers' fsyncs (PhaseClock.wrote), or `phase` where none fsynced; `then` (if given) when it returns."""
 
     def __call__(self, *args, **kwargs):
         self.clock.begin(self.phase)
@@ -126,8 +125,8 @@ def mark_calls(target: Target, clock: PhaseClock, calls: dict[str, Phase | tuple
 def _write_spans(start: int, end: int, fsyncs: list[tuple[int, int, int]]) -> list[PhaseSpan]:
     """A write call from `start` to `end` whose writers (threads or processes, each writing from the call's start
     and after each of its fsyncs until its next) fsynced at `fsyncs`: `write` while any writer writes, `fsync`
-    while they only fsync (and, after the last fsync, until the call returns). With one writer that is its own
-    sequence exactly. With several, the first `write` and `fsync` carry their count and their summed seconds of
+    while they only fsync, `collect` from the last fsync's end until the call returns. With one writer that is
+    its own sequence exactly. With several, the first `write` and `fsync` carry their count and their summed seconds of
     writing and of fsyncing: what each writer spent on both, where the rank's wall time shows only the mix."""
     writing: list[tuple[int, int]] = []
     fsyncing = 0
@@ -147,6 +146,7 @@ def _write_spans(start: int, end: int, fsyncs: list[tuple[int, int, int]]) -> li
         phase = Phase.WRITE.value if active > 0 else Phase.FSYNC.value
         if cuts[-1][0] != phase:
             cuts.append((phase, min(max(at, start), end)))
+    cuts.append((Phase.COLLECT.value, min(max(ended for _, _, ended in fsyncs), end)))
     ends = [at for _, at in cuts[1:]] + [end]
     spans = [PhaseSpan(phase, at, until) for (phase, at), until in zip(cuts, ends, strict=True) if until > at]
     if len(writers) > 1:

@@ -85,14 +85,14 @@ def test_async_persistent_distributed_optimizer_kept_in_save_dir(tmp_path):
         if event.kind == EventKind.SAVE_WRITTEN:  # recorded by megatron-core's writer process as it finished
             assert event.extra.get("recorded_by") == "async writer" and event.bytes > 0
     assert all(s["total_time"] >= s["block_time"] for s in report["saves"])
-    # Complete once finalized on the training process: the writer's write | fsync, the wait for the training
-    # loop's next check, the finalize; every rank's phases sum to its total.
+    # Complete once finalized on the training process: the writer's write | fsync (| collect), the wait for the
+    # training loop's next check, the finalize; every rank's phases sum to its total.
     for save in report["saves"]:
         for rank in save["phases_per_rank"]:
             names = [phase["phase"] for phase in rank["phases"] if not phase["blocking"]]
             names = names[1:] if names[0] == "queued" else names  # the writer picked it up a moment later
             assert names[:2] == ["write", "fsync"] and names[-1] == "finalize", names
-            assert set(names[2:-1]) <= {"awaiting_finalize"}, names
+            assert set(names[2:-1]) <= {"collect", "awaiting_finalize"}, names
         assert sum(phase["seconds"] for phase in save["phases"]) == pytest.approx(save["total_time"], abs=2e-3)
     checkpoints = save_dir / run_dir.name
     assert report["save"] == str(checkpoints)

@@ -50,8 +50,9 @@ def test_clock_phases_are_consecutive_and_repeats_merge():
 
 
 def test_a_write_splits_at_its_writers_fsyncs():
-    """One writer, two files: its own write | fsync | write | fsync. Two writers overlapping: `write` while either
-    writes, `fsync` once both only fsync, each with the writers' summed seconds on its first span."""
+    """One writer, two files: its own write | fsync | write | fsync, then `collect` until the call returned. Two
+    writers overlapping: `write` while either writes, `fsync` once both only fsync, each with the writers'
+    summed seconds on its first span."""
     ms = 1_000_000
 
     def spans_of(fsyncs):
@@ -65,10 +66,11 @@ def test_a_write_splits_at_its_writers_fsyncs():
 
     assert spans_of([(1, 30, 40), (1, 70, 95)]) == [
         ("write", 0, 30, None, None), ("fsync", 30, 40, None, None), ("write", 40, 70, None, None),
-        ("fsync", 70, 100, None, None), ("finalize", 100, 120, None, None)]
+        ("fsync", 70, 95, None, None), ("collect", 95, 100, None, None), ("finalize", 100, 120, None, None)]
     # writer 1 writes 0-30, fsyncs 30-50; writer 2 writes 0-60, fsyncs 60-90
     assert spans_of([(1, 30, 50), (2, 60, 90)]) == [
-        ("write", 0, 60, 2, 0.09), ("fsync", 60, 100, 2, 0.05), ("finalize", 100, 120, None, None)]
+        ("write", 0, 60, 2, 0.09), ("fsync", 60, 90, 2, 0.05), ("collect", 90, 100, None, None),
+        ("finalize", 100, 120, None, None)]
     assert spans_of([]) == [("write+fsync", 0, 100, None, None), ("finalize", 100, 120, None, None)]
 
 
@@ -82,7 +84,7 @@ def test_dcp_sync_save_phases_sum_to_its_time(group, tmp_path, sync_files):
     timed_save(state, writer, recorder, 1, str(tmp_path / "ckpt"), async_save=False, sync_files=sync_files)
     events = events_of(recorder)
     spans = events[EventKind.SAVE_BLOCK_END].phases
-    write = ["write", "fsync"] if sync_files else ["write"]
+    write = ["write", "fsync", "collect"] if sync_files else ["write"]
     assert names(spans) == ["state_dict", "plan", "exchange", *write, "finalize"]
     assert_contiguous(spans, events[EventKind.SAVE_START].mono_ns, events[EventKind.SAVE_BLOCK_END].mono_ns)
     assert all(span.writers is None for span in spans)  # one writer thread: its phases are its own
@@ -100,7 +102,8 @@ def test_dcp_writer_threads_split_write_from_fsync(group, tmp_path):
     timed_save(state, writer, recorder, 1, str(tmp_path / "ckpt"), async_save=False, sync_files=True)
     spans = events_of(recorder)[EventKind.SAVE_BLOCK_END].phases
     assert names(spans)[:3] == ["state_dict", "plan", "exchange"] and names(spans)[-1] == "finalize"
-    writing = spans[3:-1]
+    writing, collect = spans[3:-2], spans[-2]
+    assert collect.phase == "collect"
     if len(writing) == 4:  # one thread wrote both files
         assert names(writing) == ["write", "fsync", "write", "fsync"]
         assert all(span.writers is None for span in writing)
@@ -123,7 +126,7 @@ def test_dcp_async_save_phases_block_then_background(group, tmp_path):
     assert names(block) == ["state_dict", "stage", "schedule"]
     assert_contiguous(block, events[EventKind.SAVE_START].mono_ns, events[EventKind.SAVE_BLOCK_END].mono_ns)
     background = events[EventKind.SAVE_END].phases
-    assert names(background) == ["plan", "exchange", "write", "fsync", "finalize"]  # the writer fsyncs by default
+    assert names(background) == ["plan", "exchange", "write", "fsync", "collect", "finalize"]  # fsync: the default
     assert background[-1].end_ns == events[EventKind.SAVE_END].mono_ns
 
 
