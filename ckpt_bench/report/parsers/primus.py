@@ -103,9 +103,13 @@ class PrimusParser(LogFormat):
         self.torchtitan = TorchtitanMessages()
         self._stamp: tuple[str, str] | None = None
         self._prefix_ns: int | None = None
+        self._last_counted: bytes | None = None  # the last counted line, its prefix not read yet
 
     def feed_line(self, message: str, seq: int, rank: int | None) -> list[CheckpointEvent]:
         match = PREFIX.match(message)
+        if match is None or match["role"] != "rank":  # it takes the last time, or gives no world size
+            self._read_counted()
+        self._last_counted = None
         if match is None:  # a continuation line: same record, same time
             return self.megatron.feed_message(message, seq, self._prefix_ns)
         self._read_prefix(match)
@@ -125,15 +129,21 @@ class PrimusParser(LogFormat):
             self.megatron.observed["world_size"] = (int(match["world"]), "the Primus line prefix")
 
     def count(self, lines: Counted) -> None:
-        """Training lines in bulk; the prefix of the last one is read, as if each had been fed."""
+        """Training lines in bulk; the prefix of the last one is read as if each had been fed, once a line
+        needs it (most do not: a line with its own rank prefix says again all it says)."""
         self.megatron.count(lines)
         last = lines.rfind(ITERATION_TIME)
-        if last < 0:
-            return
-        if match := PREFIX.match(split(lines.line(last).decode("utf-8", "replace"))[1]):
-            self._read_prefix(match)
+        if last >= 0:
+            self._last_counted = lines.line(last)
+
+    def _read_counted(self) -> None:
+        if self._last_counted is not None:
+            if match := PREFIX.match(split(self._last_counted.decode("utf-8", "replace"))[1]):
+                self._read_prefix(match)
+            self._last_counted = None
 
     def finish(self) -> list[CheckpointEvent]:
+        self._read_counted()
         return self.megatron.finish() + self.torchtitan.finish(self.megatron._seq)
 
     @property
