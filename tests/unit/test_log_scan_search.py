@@ -78,3 +78,27 @@ def test_holds_finds_the_keyword_anywhere_in_the_range(where):
     if where is not None:  # a range that stops short of it, or starts past its first byte
         assert not _holds(buf, keyword, 0, where + len(keyword) - 1)
         assert not _holds(buf, keyword, where + 1, len(buf))
+
+
+def _primus(clock: str, message: str, rank: int = 0, role: str = "rank") -> str:
+    return f"[20260514 {clock}][job][pre_trainer][{role}-{rank}/8][INFO]     [----utils.py:425] : {message}\n"
+
+
+def _training(clock: str, iteration: int) -> str:
+    return _primus(clock, f"iteration {iteration:8d}/ 1000 | consumed samples: {iteration * 8:12d} | elapsed time per "
+                          "iteration (ms): 2031.4 |")
+
+
+@pytest.mark.parametrize("role", ["rank", "node"])
+def test_primus_line_without_prefix_after_training_lines_takes_the_last_ones_time(tmp_path, role):
+    """The last counted line's prefix is read when a line needs it: a save's end line without the Primus prefix
+    (a continuation) has the time of the training line before it, whatever the line before that was."""
+    from ckpt_bench.report.assembly import log_report
+
+    log = tmp_path / "primus.log"
+    log.write_text(_primus("10:00:00", "saving checkpoint at iteration       2 to /ckpt", role=role)
+                   + _training("10:00:05", 3) + _training("10:00:09", 4)
+                   + "  successfully saved checkpoint from iteration       2 to /ckpt\n")
+    (save,) = log_report([log])["saves"]
+    assert save["total_time"] == 9.0
+    assert save["time_source"] == "primus-prefix"
