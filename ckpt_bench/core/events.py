@@ -78,8 +78,8 @@ RESOLUTION_S = {
 
 class Phase(str, Enum):
     """What a phase of a save or a load holds (docs/report.md, "Phases"). An engine step that cannot be
-    split further is one phase named for all it holds (`WRITE_FSYNC`: DCP's writer threads fsync each file
-    right after writing it)."""
+    split further is one phase named for all it holds (`WRITE_FSYNC`: a writer that fsyncs where we cannot
+    time it, an fsspec stream)."""
 
     STATE_DICT = "state_dict"  # building the (sharded) state dict the engine saves or loads into
     VALIDATE_COMMON = "validate+common"  # megatron-core: the sharding check (all_gather) and common.pt
@@ -90,7 +90,7 @@ class Phase(str, Enum):
     SCHEDULE = "schedule"  # handing an async save to its background writer (a thread, a fork, a queue)
     QUEUED = "queued"  # an async save handed over, its writer not started yet (busy with the previous one)
     WRITE = "write"  # serializing and writing this rank's files (into the page cache)
-    WRITE_FSYNC = "write+fsync"  # the same, each file fsynced as it is written
+    WRITE_FSYNC = "write+fsync"  # the same, each file fsynced as it is written, the two not told apart
     FSYNC = "fsync"  # flushing this rank's files to storage, apart from writing them
     # A write call after its writers' last fsync: gathering their results, joining them (megatron-core's forked
     # writer processes exiting).
