@@ -1,14 +1,15 @@
 """The phases of PyTorch DCP's saves and loads, marked on its own steps: the planners DCP makes when given
 none, and the storage writer (its stager too) and reader, wrapped in place (ckpt_bench.worker.phases).
 
-    save   state_dict | plan | exchange | write | fsync (with sync_files) | finalize
-    async  state_dict | stage | schedule, then in the writer's thread plan | exchange | write | fsync | finalize
+    save   state_dict | plan | exchange | write | fsync | collect (with sync_files) | finalize
+    async  state_dict | stage | schedule, then in the writer's thread plan | exchange | write | fsync | collect |
+           finalize
     load   state_dict | metadata | plan | exchange | read (read, deserialize, copy into the state) | finalize
 
 DCP's file writer threads each fsync a file right after writing it (`os.fsync` in
-torch.distributed.checkpoint.filesystem, timed here: ckpt_bench.worker.phases.time_fsyncs): `write` lasts
-until the first fsync begins, `fsync` from there until the last thread is done. A writer that fsyncs
-elsewhere (an fsspec stream) keeps one phase, write+fsync.
+torch.distributed.checkpoint.filesystem, timed here: ckpt_bench.worker.phases.time_fsyncs): `write` while
+any thread writes, `fsync` while they only fsync, `collect` after the last fsync until write_data returns.
+A writer that fsyncs elsewhere (an fsspec stream) keeps one phase, write+fsync.
 
 Used by the DCP worker and the workload's dcp engine.
 """

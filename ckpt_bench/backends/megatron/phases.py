@@ -3,8 +3,9 @@
     save   state_dict (factories applied, common state split from sharded) | validate+common (the sharding
            check's all_gather, rank 0's common.pt) | plan+exchange (a fully-parallel wrapper's distribution,
            the DCP planner megatron-core makes inside its strategy, the plans' collectives) | stage (the
-           request's preload_fn: the device-to-host copy) | write | fsync (its writer processes, one file
-           each, fsynced right after it is written) | finalize (the barrier after every rank's write, its
+           request's preload_fn: the device-to-host copy) | write | fsync | collect (its writer processes,
+           one file each, fsynced right after it is written; then their results gathered, the processes
+           joined) | finalize (the barrier after every rank's write, its
            finalize functions: .metadata, metadata.json, the last barrier)
     async  the strategy returns its request after plan+exchange; whoever schedules it marks the rest
            (stage runs in this process before a forked writer starts; schedule). The writer records its
