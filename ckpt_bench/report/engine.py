@@ -153,11 +153,13 @@ class Operation:
 
     def phases(self) -> list[dict] | None:
         """This rank's phases in order, each `{phase, start, seconds, blocking}` (`start`: seconds from the
-        operation's start; `blocking`: whether training waited for it, None for a load). None when its end
-        events carry none (a log's async save: its two parts, `_log_phases`), or it did not complete."""
+        operation's start; `blocking`: whether it ran inside the save call, before training could go on; None for
+        a load). None when its end events carry none (a log's async save: its two parts, `_log_phases`), or it
+        did not complete."""
         if not self.complete or self.start is None:
             return None
-        if self.start.mono_ns is None or not (self.end.phases or (self.block_end and self.block_end.phases)):
+        recorded = self.end.phases or any(e is not None and e.phases for e in (self.block_end, self.written))
+        if self.start.mono_ns is None or not recorded:
             return self._log_phases()
         if self.kind == "load":
             return _phase_records(self.start.mono_ns, [(span, None) for span in self.end.phases]) or None

@@ -90,7 +90,7 @@ class PhaseTime:
 
     phase: str
     seconds: float
-    blocking: bool | None = None  # training waited for it (a save's); None for a load
+    blocking: bool | None = None  # inside the save call, before training could go on (a save's); None for a load
     start: float | None = None  # seconds from the operation's start on its rank (in `phases_per_rank`)
     # Where writer threads or processes did the work side by side (write, fsync): how many, and their own
     # seconds in this work summed over them (more than `seconds` where they overlapped).
