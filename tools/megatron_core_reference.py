@@ -150,13 +150,15 @@ def save(args: dict, job: TrainingJob, out: Path) -> None:
                          position_embedding_type="rope", mtp_block_spec=mtp, vp_stage=stage)
         chunks.append(model)
         wrapped.append(DistributedDataParallel(
-            config=config, module=Float16Module(config, model), disable_bucketing=index > 0,
+            config=config, module=Float16Module(config, model),
+            disable_bucketing=index > 0 or job.overlap_param_gather_with_optimizer_step,
             ddp_config=DistributedDataParallelConfig(
                 grad_reduce_in_fp32=True, use_distributed_optimizer=job.distributed_optimizer,
                 overlap_grad_reduce=job.overlap_grad_reduce, bucket_size=bucket)))
     optimizer = get_megatron_optimizer(OptimizerConfig(
         optimizer="adam", lr=1e-4, bf16=True, params_dtype=torch.bfloat16,
-        use_distributed_optimizer=job.distributed_optimizer), wrapped)
+        use_distributed_optimizer=job.distributed_optimizer,
+        overlap_param_gather_with_optimizer_step=job.overlap_param_gather_with_optimizer_step), wrapped)
     for module in wrapped:  # Adam's state exists after a step
         for param in module.parameters():
             if hasattr(param, "main_grad"):

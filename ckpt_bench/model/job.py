@@ -41,6 +41,9 @@ class TrainingJob:
     account_for_embedding: bool = False
     account_for_loss: bool = False
     distributed_optimizer: bool = True
+    overlap_param_gather_with_optimizer_step: bool = False
+    """Megatron-LM's `--overlap-param-gather-with-optimizer-step` (virtual stages, legacy format only): the first
+    model chunk's dense parameters get a distributed optimizer of their own, and no chunk is bucketed."""
     overlap_grad_reduce: bool = False
     """DDP splits each gradient buffer into buckets (`--overlap-grad-reduce`): the optimizer saves per bucket."""
     ddp_bucket_size: int | None = None
@@ -86,7 +89,14 @@ class TrainingJob:
         except ParallelError as error:
             raise ArchitectureError(str(error)) from None
         sizes.pop("mtp_num_layers")  # the architecture's
+        overlap_with_step = bool(args.get("overlap_param_gather_with_optimizer_step"))
+        if overlap_with_step and not (args.get("use_distributed_optimizer") and args.get("overlap_param_gather")
+                                      and sizes["virtual_stages"] and fmt == "torch"):
+            raise ArchitectureError("overlap_param_gather_with_optimizer_step: Megatron-LM takes it only with "
+                                    "use_distributed_optimizer, overlap_param_gather, virtual pipeline stages and "
+                                    "ckpt_format torch")
         return cls(architecture=architecture, **sizes,
                    distributed_optimizer=bool(args.get("use_distributed_optimizer")),
+                   overlap_param_gather_with_optimizer_step=overlap_with_step,
                    overlap_grad_reduce=bool(args.get("overlap_grad_reduce")),
                    ddp_bucket_size=None if bucket is None else int(bucket), ckpt_format=fmt)

@@ -22,6 +22,7 @@ import pytest
 
 from ckpt_bench.backends.workload.megatron_shapes import MegatronGPT, layout, rank_shards
 from ckpt_bench.backends.workload.workload import Workload, WorkloadError
+from ckpt_bench.model.architecture import ArchitectureError
 from ckpt_bench.model.job import TrainingJob
 
 TINY = dict(num_layers=2, hidden_size=64, ffn_hidden_size=128, num_attention_heads=4, padded_vocab_size=1024,
@@ -77,6 +78,14 @@ REAL_SAVES = {
     # layer (rank 0's second chunk), the MTP chunk keeps a copy of the word embeddings
     "layout_mtp": (dict(**GQA, num_layers=4, mtp_num_layers=1, pipeline_model_parallel_size=2,
                         pipeline_model_parallel_layout="Et|tt|t|mL", overlap_p2p_comm=True), 2, [1954176, 3374976]),
+    # overlap_param_gather_with_optimizer_step (legacy format only in Megatron-LM): the first chunk's dense
+    # parameters in a distributed optimizer of their own (chained_0, later chunks chained_1, experts chained_2),
+    # no chunk bucketed though overlap_grad_reduce asks for 20,000-element buckets; EP 2
+    "vpp2_optimizer_step_overlap": (dict(**GQA, **MOE, num_layers=4, pipeline_model_parallel_size=2,
+                                         num_virtual_stages_per_pipeline_rank=2, overlap_p2p_comm=True,
+                                         expert_model_parallel_size=2, overlap_param_gather_with_optimizer_step=True,
+                                         overlap_param_gather=True, overlap_grad_reduce=True, ddp_bucket_size=20000,
+                                         ckpt_format="torch"), 4, [1708544, 1628160, 1629056, 1708544]),
 }
 
 
@@ -183,6 +192,10 @@ REAL_LEGACY = {
                           {"model_optim_rng.pt": 428416, "distrib_optim.pt": 1327104}],
     "layout_mtp": [{"model_optim_rng.pt": 279168, "distrib_optim.pt": 1675008},
                    {"model_optim_rng.pt": 500864, "distrib_optim.pt": 3005184}],
+    "vpp2_optimizer_step_overlap": [{"model_optim_rng.pt": 329216, "distrib_optim.pt": 1975296},
+                                    {"model_optim_rng.pt": 329216, "distrib_optim.pt": 884736},
+                                    {"model_optim_rng.pt": 329344, "distrib_optim.pt": 1976064},
+                                    {"model_optim_rng.pt": 329344, "distrib_optim.pt": 884736}],
 }
 
 
@@ -212,3 +225,14 @@ def test_virtual_stages_keep_global_layers_in_torch_dist_and_local_ones_per_chun
         "model0/decoder.layers.0.self_attention.linear_qkv.weight", "model1/mtp.layers.0.enorm.weight"]
     assert "model1/embedding.word_embeddings.weight" in names and not any("final_layernorm.weight" in n and
                                                                            "decoder" in n for n in names)
+
+
+def test_the_first_chunk_gets_its_own_optimizer_with_overlap_param_gather_with_optimizer_step():
+    args, world, _ = REAL_SAVES["vpp2_optimizer_step_overlap"]
+    state = rank_shards(MegatronGPT(workload(world, **args), world), 0)
+    prefixes = {s.key.split(".optimizer.distributed.")[0] + "." + s.key.split(".")[4] for s in state.optimizer}
+    assert prefixes == {"chained_0.gbuf_idx_0", "chained_1.gbuf_idx_0", "chained_2.gbuf_idx_0",
+                        "chained_2.gbuf_idx_1"}
+    assert {s.key.split("bucket_idx_")[1].split(".")[0] for s in state.optimizer} == {"0"}  # no chunk bucketed
+    with pytest.raises(ArchitectureError, match="overlap_param_gather_with_optimizer_step: Megatron-LM takes it"):
+        TrainingJob.from_megatron_args({**TINY, **args, "ckpt_format": "torch_dist"})

@@ -230,8 +230,11 @@ class _Buffer:
 
     kind: str
     """"dense", or "expert" (the expert optimizer's, over the expert data-parallel group)."""
+    optimizer: int
+    """Its optimizer's place in megatron's ChainedOptimizer: the dense one (two with
+    `overlap_param_gather_with_optimizer_step`: the first chunk's, the other chunks'), then the expert one."""
     index: int
-    """Its `gbuf_idx`: the optimizer's buffers are its chunks' buffers, chunk after chunk."""
+    """Its `gbuf_idx`: an optimizer's buffers are its chunks' buffers, chunk after chunk."""
     buckets: tuple[_Bucket, ...]
     group_size: int
 
@@ -465,40 +468,43 @@ class MegatronGPT:
     def _bucket_size(self, chunk: ModelChunk) -> int | None:
         """Elements after which megatron-core's DDP closes a bucket: with --overlap-grad-reduce,
         --ddp-bucket-size or max(40 M, 1 M x data-parallel size), on the first pipeline rank's first chunk only
-        (Megatron-LM disables bucketing on later chunks); else one bucket."""
-        if not self.job.overlap_grad_reduce or chunk.pp_rank > 0 or chunk.vp_stage > 0:
+        (Megatron-LM disables bucketing on later chunks, and on all with
+        `overlap_param_gather_with_optimizer_step`); else one bucket."""
+        if (not self.job.overlap_grad_reduce or chunk.pp_rank > 0 or chunk.vp_stage > 0
+                or self.job.overlap_param_gather_with_optimizer_step):
             return None
         return self.job.ddp_bucket_size or max(40_000_000, 1_000_000 * self.parallel.dp_cp)
 
     @cached_property
     def _buffers(self) -> list[tuple[_Buffer, ...]]:
         """Per pipeline rank, its distributed-optimizer buffers, bucketed as megatron-core's
-        `_ParamAndGradBuffer` does: each model chunk's dense buffer, then (a MoE) each chunk's expert buffer --
-        the dense optimizer's and the expert optimizer's `gbuf_idx` order."""
+        `_ParamAndGradBuffer` does, in `get_megatron_optimizer`'s order: the dense optimizer's (each model chunk's
+        dense buffer; with `overlap_param_gather_with_optimizer_step` the first chunk's apart, in an optimizer of
+        its own), then the expert optimizer's (each chunk's expert buffer)."""
         stages = []
         for pp_rank in range(self.pp):
-            buffers = []
-            for kind, group in (("dense", self.parallel.dp_cp), ("expert", self.parallel.edp)):
-                index = 0
-                for chunk in self.parallel.chunks(pp_rank):
+            chunks = self.parallel.chunks(pp_rank)
+            dense = [chunks[:1], chunks[1:]] if self.job.overlap_param_gather_with_optimizer_step else [chunks]
+            groups = [("dense", group) for group in dense] + [("expert", chunks)]
+            buffers: list[_Buffer] = []
+            for kind, group in groups:
+                size = self.parallel.dp_cp if kind == "dense" else self.parallel.edp
+                optimizer = len({buffer.optimizer for buffer in buffers})
+                for chunk in group:
                     params = self._local_params(chunk, kind == "expert")
                     if params:
-                        buckets = _bucketize(params, self._bucket_size(chunk), math.lcm(group, _BUCKET_ALIGNMENT))
-                        buffers.append(_Buffer(kind, index, tuple(buckets), group))
-                        index += 1
+                        buckets = _bucketize(params, self._bucket_size(chunk), math.lcm(size, _BUCKET_ALIGNMENT))
+                        index = sum(buffer.optimizer == optimizer for buffer in buffers)
+                        buffers.append(_Buffer(kind, optimizer, index, tuple(buckets), size))
             stages.append(tuple(buffers))
         return stages
 
-    def _optimizers(self, pp_rank: int) -> list[str]:
-        """The kinds of the rank's optimizers, in the ChainedOptimizer's order ("dense", and "expert")."""
-        return list(dict.fromkeys(buffer.kind for buffer in self._buffers[pp_rank]))
-
-    def _optimizer_prefix(self, c: RankCoordinates, kind: str) -> str:
-        kinds = self._optimizers(c.pp_rank)
-        chained = f"chained_{kinds.index(kind)}." if len(kinds) > 1 else ""
-        mp = (self.parallel.model_parallel_rank(c.tp_rank, c.pp_rank) if kind == "dense" else
+    def _optimizer_prefix(self, c: RankCoordinates, buffer: _Buffer) -> str:
+        """The key prefix of `buffer`'s optimizer: `chained_<i>.` where the rank has several."""
+        chained = len({b.optimizer for b in self._buffers[c.pp_rank]}) > 1
+        mp = (self.parallel.model_parallel_rank(c.tp_rank, c.pp_rank) if buffer.kind == "dense" else
               c.etp_rank + self.parallel.expert_tp * (c.ep_rank + self.parallel.ep * c.pp_rank))
-        return f"{chained}optimizer.distributed.dp_group_idx_{mp}"
+        return f"{f'chained_{buffer.optimizer}.' if chained else ''}optimizer.distributed.dp_group_idx_{mp}"
 
     def optimizer_shards(self, c: RankCoordinates, model: list[Shard] | None = None) -> list[Shard]:
         """The optimizer's `ShardedTensor`s on the rank at `c` (`model`: its model shards, for the optimizer
@@ -517,7 +523,7 @@ class MegatronGPT:
         for buffer in self._buffers[c.pp_rank]:
             group_rank = c.dp_rank if buffer.kind == "dense" else c.edp_rank
             for index, bucket in enumerate(buffer.buckets):
-                prefix = (f"{self._optimizer_prefix(c, buffer.kind)}.gbuf_idx_{buffer.index}.{self.buffer_dtype_key}"
+                prefix = (f"{self._optimizer_prefix(c, buffer)}.gbuf_idx_{buffer.index}.{self.buffer_dtype_key}"
                           f".bucket_idx_{index}")
                 shards += [Shard(f"{prefix}.{state}", (stop - start,), (bucket.unpadded,), (start,), None,
                                  (0, 0, 0), 0, dtype)
@@ -530,10 +536,10 @@ class MegatronGPT:
         optimizer's bucket sizes."""
         objects = self._extra_states(c)
         if self.job.distributed_optimizer:
-            for kind in self._optimizers(c.pp_rank):
-                buffers = [buffer for buffer in self._buffers[c.pp_rank] if buffer.kind == kind]
-                group_rank = c.dp_rank if kind == "dense" else c.edp_rank
-                prefix = self._optimizer_prefix(c, kind)
+            for optimizer in sorted({buffer.optimizer for buffer in self._buffers[c.pp_rank]}):
+                buffers = [buffer for buffer in self._buffers[c.pp_rank] if buffer.optimizer == optimizer]
+                group_rank = c.dp_rank if buffers[0].kind == "dense" else c.edp_rank
+                prefix = self._optimizer_prefix(c, buffers[0])
                 padded = tuple(tuple(b.padded for b in buffer.buckets) for buffer in buffers)
                 unpadded = tuple(tuple(b.unpadded for b in buffer.buckets) for buffer in buffers)
                 for name, numels in (("per_bucket_numel", padded), ("per_bucket_numel_unpadded", unpadded)):

@@ -115,12 +115,12 @@ def rank_files(gpt: MegatronGPT, c: RankCoordinates) -> list[FileShare]:
     if job.distributed_optimizer:
         param, grad = gpt.buffer_dtypes
         key = f"(torch.{TORCH_DTYPE[param]}, torch.{TORCH_DTYPE[grad]})"
-        kinds = gpt._optimizers(c.pp_rank)
+        chained = len({buffer.optimizer for buffer in gpt._buffers[c.pp_rank]}) > 1
         tensors = []
         for buffer in gpt._buffers[c.pp_rank]:
             if (c.dp_rank if buffer.kind == "dense" else c.edp_rank) != 0:
                 continue
-            base = f"{kinds.index(buffer.kind)}/" if len(kinds) > 1 else ""
+            base = f"{buffer.optimizer}/" if chained else ""
             unpadded = sum(bucket.unpadded for bucket in buffer.buckets)
             tensors += [TensorSpec(f"{base}{buffer.index}/{key}/{state}", unpadded, dtype)
                         for state in ("param", "exp_avg", "exp_avg_sq")]
