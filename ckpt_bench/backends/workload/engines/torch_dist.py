@@ -172,8 +172,9 @@ class TorchDistEngine(Engine):
 
     def _sharded_object(self, obj: ObjectShard) -> ShardedObject:
         value = None
-        if obj.bucket_numels is not None:  # megatron keys them by the buffer's (param, grad) torch dtypes
-            value = [{tuple(map(_torch_dtype, self.gpt.buffer_dtypes)): list(obj.bucket_numels)}]
+        if obj.bucket_numels is not None:  # per buffer, keyed by its (param, grad) torch dtypes, as megatron does
+            dtypes = tuple(map(_torch_dtype, self.gpt.buffer_dtypes))
+            value = [{dtypes: list(numels)} for numels in obj.bucket_numels]
         if self.subset:
             return ShardedObject(obj.name, value, (1,), (0,), 0)
         return ShardedObject(obj.key, value, obj.global_shape, obj.global_offset, obj.replica_id)
