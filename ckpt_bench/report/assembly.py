@@ -30,13 +30,14 @@ from ckpt_bench.report.mlperf import comparability, mlperf_section
 from ckpt_bench.report.parsers.session import DUMP, LogSession
 from ckpt_bench.report.parsers.sources import LogFolder, LogSource, NoEvents, RunSource, cannot_read, resolve
 from ckpt_bench.report.schema import SCHEMA_VERSION
-from ckpt_bench.worker import integrity
 
 
 def run_report(run_dir: str | os.PathLike, ckpt_dir: str | os.PathLike | None = None,
                facts: RunFacts | None = None) -> dict:
     """The report of one of our runs, from its run directory alone (or with `ckpt_dir` re-measured). The
     launcher gives the run `facts` it holds (its disk may have refused run.json)."""
+    from ckpt_bench.worker import integrity  # hashlib: not for a report of logs
+
     run = RunDir(run_dir)
     if facts is None:
         try:
