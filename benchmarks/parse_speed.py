@@ -18,7 +18,8 @@ at DEBUG, unread): the worst case, the tree of issue 30; per-rank debug/info cha
   turns, `--repeat` times each, and prints the ratio of their medians and ckpt_report.py's peak RSS;
   on a machine shared with other work, also the median of the ratios of each turn (the two runs of a
   turn see about the same load) and the ratio of their CPU times (user + system, from wait4); and, in
-  the same turns, `python ckpt_report.py --help`: the start-up (interpreter and imports) in those times;
+  the same turns, `python ckpt_report.py --help`: the start-up (interpreter and imports) in those times,
+  and the load average before and after the turns;
   grep writes its matching lines to a file, as a user keeping them would (with its output on
   /dev/null GNU grep stops reading a file at its first match; that time is printed too);
 * prints the SHA-256 of the report's JSON (`--output` keeps it), to compare the numbers of two
@@ -188,6 +189,7 @@ def against_grep(root: Path, repeat: int, output: Path) -> dict:
     grep = ["grep", "-rE", GREP_PATTERN, str(root)]
     times: dict[str, list[float]] = {"report": [], "grep": [], "grep_null": [], "report_cpu": [], "grep_cpu": [],
                                      "startup": [], "startup_cpu": []}
+    load = [os.getloadavg()[0]]
     rss = []
     with tempfile.TemporaryDirectory(prefix="ckpt-bench-grep-") as scratch:
         # ckpt_report.py as an installed package runs: its modules' bytecode cached (here outside the
@@ -214,9 +216,10 @@ def against_grep(root: Path, repeat: int, output: Path) -> dict:
                 sys.exit(f"ckpt_report.py --help exited {status}")
             times["startup"].append(seconds)
             times["startup_cpu"].append(cpu)
+    load.append(os.getloadavg()[0])
     median = {name: statistics.median(values) for name, values in times.items()}
     per_turn = [ours / theirs for ours, theirs in zip(times["report"], times["grep"], strict=True)]
-    return {"median": median, "times": times, "peak_rss_mib": max(rss),
+    return {"median": median, "times": times, "peak_rss_mib": max(rss), "load": load,
             "ratio": median["report"] / median["grep"], "ratio_null": median["report"] / median["grep_null"],
             "ratio_per_turn": statistics.median(per_turn), "ratio_cpu": median["report_cpu"] / median["grep_cpu"]}
 
@@ -267,6 +270,7 @@ def main() -> None:
               f"against {median['grep_cpu']:.2f} s, ratio {result['ratio_cpu']:.2f}")
         print(f"of which start-up (ckpt_report.py --help): median {median['startup']:.2f} s, CPU time "
               f"{median['startup_cpu']:.2f} s")
+        print(f"load average (1 min) before and after the turns: {result['load'][0]:.2f}, {result['load'][1]:.2f}")
         print(f"report sha256 {digest}")
     finally:
         if args.dir is None and not args.keep:
