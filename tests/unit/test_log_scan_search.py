@@ -102,3 +102,12 @@ def test_primus_line_without_prefix_after_training_lines_takes_the_last_ones_tim
     (save,) = log_report([log])["saves"]
     assert save["total_time"] == 9.0
     assert save["time_source"] == "primus-prefix"
+
+
+def test_rising_compares_printed_iterations_as_their_numbers():
+    rng = random.Random(7)
+    for _ in range(2000):
+        width = rng.choice([None, 3])  # zero-padded to one length, or as printed
+        numbers = [rng.randrange(0, 1200) for _ in range(rng.randrange(1, 6))]
+        printed = [(f"{n:0{width}d}" if width else str(n)).encode() for n in numbers]
+        assert iterations._rising(printed) == all(a < b for a, b in zip(numbers, numbers[1:])), printed

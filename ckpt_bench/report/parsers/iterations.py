@@ -37,6 +37,14 @@ TIMING = ("the log's 'elapsed time per iteration' lines (each an average over it
           "over the intervals in which no save started; the first interval of each process left out")
 
 
+def _rising(printed: list[bytes]) -> bool:
+    """Whether the iterations printed (ASCII digits) rise strictly: compared as bytes when all have one length
+    (then digits compare as their numbers do, leading zeros too: half the time of making ints), else as ints."""
+    if len(set(map(len, printed))) > 1:
+        printed = list(map(int, printed))
+    return all(map(operator.lt, printed, islice(printed, 1, None)))
+
+
 class IterationTimes:
     """The kept intervals' seconds an iteration, counted by value, as the log's lines come."""
 
@@ -58,17 +66,18 @@ class IterationTimes:
     def _add(self, matches: list[tuple[bytes, bytes]]) -> None:
         if not matches:
             return
-        numbers = list(map(int, map(_NUMBER, matches)))
-        self.lines += len(numbers)
-        if not all(map(operator.lt, numbers, islice(numbers, 1, None))):  # a new process among them
-            for number, (_, value) in zip(numbers, matches, strict=True):
+        printed = list(map(_NUMBER, matches))
+        self.lines += len(printed)
+        if not _rising(printed):  # a new process among them
+            for number, (_, value) in zip(map(int, printed), matches, strict=True):
                 self._add_one(number, value)
             return
         # One process: every line after the first times its interval; the first, as `_add_one` says.
-        first_kept = self._previous is not None and self._previous < numbers[0] and not self._saving
+        first, last = int(printed[0]), int(printed[-1])
+        first_kept = self._previous is not None and self._previous < first and not self._saving
         self._values.update(map(_VALUE, islice(matches, 0 if first_kept else 1, None)))
-        self.iterations += numbers[-1] - (self._previous if first_kept else numbers[0])
-        self._previous, self._saving = numbers[-1], False
+        self.iterations += last - (self._previous if first_kept else first)
+        self._previous, self._saving = last, False
 
     def _add_one(self, number: int, value: bytes) -> None:
         if self._previous is not None and self._previous < number and not self._saving:
