@@ -110,4 +110,4 @@ def test_rising_compares_printed_iterations_as_their_numbers():
         width = rng.choice([None, 3])  # zero-padded to one length, or as printed
         numbers = [rng.randrange(0, 1200) for _ in range(rng.randrange(1, 6))]
         printed = [(f"{n:0{width}d}" if width else str(n)).encode() for n in numbers]
-        assert iterations._rising(printed) == all(a < b for a, b in zip(numbers, numbers[1:])), printed
+        assert iterations._rising(printed) == all(map(int.__lt__, numbers, numbers[1:])), printed
