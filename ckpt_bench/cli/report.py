@@ -33,7 +33,7 @@ from ckpt_bench.report.schema import LogRuns, Report, SchemaError
 
 def _advice_options(command):
     for name, flag in reversed(AdviceOptions.flags().items()):
-        command = click_option(name, flag)(command)
+        command = click_option(name, flag, option=click.option)(command)
     return command
 
 
