@@ -29,7 +29,6 @@ from __future__ import annotations
 import sys
 import threading
 
-import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
 from ckpt_bench.backends.dcp.models import build_state
@@ -39,7 +38,15 @@ from ckpt_bench.core import progress
 from ckpt_bench.core.events import EventKind, EventRecorder
 from ckpt_bench.storage import worker_storage
 from ckpt_bench.worker import integrity
-from ckpt_bench.worker.entry import WorkerContext, error_text, load_returned, save_returned, timed, worker_main
+from ckpt_bench.worker.entry import (
+    WorkerContext,
+    error_text,
+    load_returned,
+    save_returned,
+    start_together,
+    timed,
+    worker_main,
+)
 from ckpt_bench.worker.phases import PhaseClock
 
 
@@ -103,7 +110,7 @@ def save_pass(spec: DcpSpec, events: EventRecorder, context: WorkerContext) -> N
         path = spec.iteration_dir(call)
         # Not timed: building the writer creates the S3 client (as s3torchbenchmarking).
         writer = storage.dcp_writer(path, spec.thread_count, spec.sync_files)
-        dist.barrier()
+        start_together()
         _log(context.rank, f"saving checkpoint {call}/{spec.save_calls} to {path}")
         progress.say_once(progress.FIRST_SAVE)
         timed_save(state, writer, events, call, path, spec.async_save, spec.sync_files)
@@ -121,7 +128,7 @@ def load_pass(spec: DcpSpec, events: EventRecorder, context: WorkerContext) -> d
             tensor.zero_()
         context.evict(storage.local_path(path), spec.warm_load)
         reader = storage.dcp_reader(path)
-        dist.barrier()
+        start_together()
         _log(context.rank, f"loading checkpoint {call}/{spec.save_calls} from {path}")
         phases = PhaseClock()
         planner = mark_load(reader, phases)

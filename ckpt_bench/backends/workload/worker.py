@@ -34,7 +34,15 @@ from ckpt_bench.core import progress
 from ckpt_bench.core.events import EventKind, EventRecorder, Phase
 from ckpt_bench.storage import worker_storage
 from ckpt_bench.worker import integrity
-from ckpt_bench.worker.entry import WorkerContext, error_text, load_returned, save_returned, timed, worker_main
+from ckpt_bench.worker.entry import (
+    WorkerContext,
+    error_text,
+    load_returned,
+    save_returned,
+    start_together,
+    timed,
+    worker_main,
+)
 from ckpt_bench.worker.phases import PhaseClock
 
 
@@ -91,7 +99,7 @@ def save_pass(spec: WorkloadSpec, engine: Engine, events: EventRecorder, context
         path = spec.iteration_dir(call)
         engine.prepare(state, path)
         time.sleep(spec.time_between_checkpoints)
-        dist.barrier()
+        start_together()
         _log(context.rank, f"saving checkpoint {call}/{spec.save_calls} to {path}")
         progress.say_once(progress.FIRST_SAVE)
         with timed(events, EventKind.SAVE_START, EventKind.SAVE_END, call, path=path, phases=engine.phases,
@@ -116,7 +124,7 @@ def load_pass(spec: WorkloadSpec, engine: Engine, events: EventRecorder, context
         engine.prepare(state, path)
         context.evict(engine.storage.local_path(path), spec.warm_load)
         time.sleep(spec.time_between_checkpoints)
-        dist.barrier()
+        start_together()
         _log(context.rank, f"loading checkpoint {call}/{spec.load_calls} from {path}")
         with timed(events, EventKind.LOAD_START, EventKind.LOAD_END, call, path=path, phases=engine.phases,
                    first=engine.first_load_phase):
