@@ -18,10 +18,10 @@ its writer's helper process then); `steady` is the median of the later saves ove
 
 Two questions, two ratios. ours / bare: does anything of ckpt-bench's stand in the saves' way? ours /
 bare+step: what does a training job's save cost against what ckpt-bench reports? The DCP worker, which
-does not train, reads its whole state between saves (the integrity digests); the Megatron and Lightning
-workers train between saves. A bare script that saves back to back on a state nobody touches is a
-process no training job runs: on a host whose memory and page cache slow down once a few GB have been
-written, touching the state between saves moves every later save (docs/report.md).
+does not train, reads its whole state between saves (the integrity digests) and collects Python's cyclic
+garbage before each save's barrier (a full collection inside a save paused one rank 0.1 s: issue 30.2,
+docs/report.md); the Megatron and Lightning workers train between saves. A bare script that saves back to
+back on a state nobody touches is a process no training job runs.
 
 The ratio is paired by round: each round's ratio of medians (ours / bare, steady saves), which a disk
 that drifts between rounds moves alike on both sides, and their geometric mean over the rounds (a

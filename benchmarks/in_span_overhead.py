@@ -4,11 +4,10 @@
     python benchmarks/in_span_overhead.py [--model gpt2] [--pairs 16] [--nproc-per-node 2] [--dir DIR]
 
 harness_overhead.py compares whole processes, ckpt-bench against a bare script. On this host memory
-and the host-cached disk have two speeds, and which one a save gets depends on what ran before it and
-when: the DCP worker digests the state between saves (untimed) and the bare script does not, so the
-worker's saves reach the slow speed a save or two earlier and that ratio measures the spacing of the
-saves, not the harness. This isolates what the harness can add to a save time it reports: what runs
-inside its timed span. Under torchrun each rank builds the DCP worker's state once and makes one
+and the host-cached disk have two speeds, and which one a save gets depends on what ran before it (the
+memory freed recently: docs/report.md), so whole processes answer only over many rounds. This isolates
+what the harness can add to a save time it reports: what runs inside its timed span. Under torchrun
+each rank builds the DCP worker's state once and makes one
 untimed warm-up save; then, for each pair of saves, in alternating order (bare first, then ours
 first, ...), both arms do the worker's untimed preparation (`prepare_save`: perturb, digests,
 manifest; a FileSystemWriter with fsync; a barrier) and then
