@@ -10,7 +10,7 @@ what the harness can add to a save time it reports: what runs inside its timed s
 each rank builds the DCP worker's state once and makes one
 untimed warm-up save; then, for each pair of saves, in alternating order (bare first, then ours
 first, ...), both arms do the worker's untimed preparation (`prepare_save`: perturb, digests,
-manifest; a FileSystemWriter with fsync; a barrier) and then
+manifest; a FileSystemWriter with fsync; `start_together`: the garbage collected, a barrier) and then
   bare  `dcp.save` alone between two `time.monotonic()` reads, as benchmarks/bare/dcp_save.py times it;
   ours  the worker's own `timed_save` (its events, with the peak-memory marks), its duration read back
         from the events through the report engine's pairing, as report.json gets it.
@@ -49,7 +49,7 @@ def rank_main(options: argparse.Namespace) -> None:
     from ckpt_bench.backends.dcp.worker import prepare_save, timed_save
     from ckpt_bench.core.events import event_files, read_event_files
     from ckpt_bench.report.engine import pair
-    from ckpt_bench.worker.entry import WorkerContext
+    from ckpt_bench.worker.entry import WorkerContext, start_together
 
     context = WorkerContext.join("gloo")
     work = Path(options.dir)
@@ -59,7 +59,7 @@ def rank_main(options: argparse.Namespace) -> None:
         prepare_save(state, call, str(work / "integrity"), context.rank)
         path = str(work / "saves" / f"iter_{call:07d}")
         writer = FileSystemWriter(path, thread_count=options.thread_count, sync_files=True)
-        dist.barrier()
+        start_together()  # the worker's: the cyclic garbage collected untimed, then the barrier
         elapsed = None
         if arm == "ours":
             timed_save(state, writer, events, call, path, async_save=False, sync_files=True)
