@@ -34,7 +34,9 @@ The optimizer:
   group) and, for a MoE, one of the experts' (sharded over the expert data-parallel group), each the stage's
   parameters in reverse module order, each parameter at a multiple of 64 elements, the end padded to
   lcm(group size, 128), one bucket; group rank d owns the d-th slice, and saves per parameter fragment and
-  per alignment gap inside the unpadded buffer three 1-D shards (fp32 `param`, `exp_avg`, `exp_avg_sq`) of
+  per alignment gap inside the unpadded buffer three 1-D shards (fp32 `param`, `exp_avg`, `exp_avg_sq`; with
+  the precision-aware optimizer the dtypes of `TrainingJob.distributed_states`, e.g. bf16 weights' main
+  parameters as int16 remainders) of
   `optimizer.distributed.dp_group_idx_<mp>.gbuf_idx_0.dtype_(<param>, <grad>).bucket_idx_0.<state>`, mp the
   rank in the (expert-)tensor × (expert ×) pipeline group; with both buffers (a MoE stage) megatron's
   ChainedOptimizer prefixes the keys `chained_0.` and `chained_1.`; plus `per_bucket_numel[_unpadded]`;
@@ -110,7 +112,6 @@ _BUCKET_ALIGNMENT = 128
 # The gradient dtype Megatron-LM pairs with each weight dtype: bf16 accumulates and reduces gradients in fp32
 # (`--accumulate-allreduce-grads-in-fp32`), fp16 and fp32 in their own. The pair names the optimizer's buffer.
 _GRAD_DTYPE = {"bf16": "fp32", "fp16": "fp16", "fp32": "fp32"}
-_DISTRIBUTED_STATES = ("param", "exp_avg", "exp_avg_sq")
 
 ReplicaId = tuple[int, int, int]
 
@@ -336,7 +337,7 @@ class MegatronGPT:
     @property
     def buffer_dtypes(self) -> tuple[str, str]:
         """(param, grad) datatypes of the buffers the optimizer's state follows."""
-        return self.arch.params_dtype, _GRAD_DTYPE[self.arch.params_dtype]
+        return self.arch.params_dtype, self.job.grad_dtype or _GRAD_DTYPE[self.arch.params_dtype]
 
     @property
     def buffer_dtype_key(self) -> str:
@@ -509,8 +510,8 @@ class MegatronGPT:
     def optimizer_shards(self, c: RankCoordinates, model: list[Shard] | None = None) -> list[Shard]:
         """The optimizer's `ShardedTensor`s on the rank at `c` (`model`: its model shards, for the optimizer
         without distribution, whose state mirrors them)."""
-        dtype = self.job.optimizer_dtype
         if not self.job.distributed_optimizer:
+            dtype = self.job.optimizer_dtype
             states = ("exp_avg", "exp_avg_sq") + (("fp32_param",) if self.arch.params_dtype != "fp32" else ())
             trained = {module.prefix + p.name for module in self._stage_modules(c.pp_rank) for p in module.params
                        if p.trained}
@@ -519,7 +520,7 @@ class MegatronGPT:
                           s.axis_fragmentations, s.replica_id, s.prepend_axis_num, dtype, s.expert)
                     for state in states for s in (model if model is not None else self.model_shards(c))
                     if s.key in trained]
-        shards = []
+        shards, distributed = [], self.job.distributed_states
         for buffer in self._buffers[c.pp_rank]:
             group_rank = c.dp_rank if buffer.kind == "dense" else c.edp_rank
             for index, bucket in enumerate(buffer.buckets):
@@ -528,7 +529,7 @@ class MegatronGPT:
                 shards += [Shard(f"{prefix}.{state}", (stop - start,), (bucket.unpadded,), (start,), None,
                                  (0, 0, 0), 0, dtype)
                            for start, stop in _owned_pieces(bucket, group_rank, buffer.group_size)
-                           for state in _DISTRIBUTED_STATES]
+                           for state, dtype in distributed]
         return shards
 
     def objects(self, c: RankCoordinates) -> list[ObjectShard]:
@@ -555,7 +556,7 @@ class MegatronGPT:
             group_rank = c.dp_rank if buffer.kind == "dense" else c.edp_rank
             elements += sum(stop - start for bucket in buffer.buckets
                             for start, stop in _owned_pieces(bucket, group_rank, buffer.group_size))
-        return elements * len(_DISTRIBUTED_STATES) * DTYPE_BYTES[self.job.optimizer_dtype]
+        return elements * sum(DTYPE_BYTES[dtype] for _, dtype in self.job.distributed_states)
 
     def save_distribution(self, tp_rank: int, pp_rank: int) -> Distribution:
         """Who writes what in one data-parallel × context-parallel group under megatron-core's

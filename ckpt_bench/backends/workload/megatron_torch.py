@@ -15,7 +15,9 @@ Megatron-LM's `save_checkpoint` with `--ckpt-format torch` (megatron/training/ch
 * `distrib_optim.pt`, with the distributed optimizer, written by rank 0 of each optimizer's data-parallel
   group (`save_parameter_state`: the group's state gathered to it): per buffer, fp32 `param`, `exp_avg`,
   `exp_avg_sq` of the buffer's unpadded length (a MoE's expert buffer by expert-data-parallel rank 0; a
-  ChainedOptimizer saves the list of both).
+  ChainedOptimizer saves the list of both). fp32 with the precision-aware optimizer too:
+  `get_parameter_state_dp_zero` copies each state into fp32 buffers (core_v0.16.1 distrib_optimizer.py
+  1027-1070), so only the buffer's `(param, grad)` key follows its dtypes (bf16 main gradients).
 
 So every expert-data-parallel replica group writes the dense model once per EP rank, and with the
 distributed optimizer the optimizer state lands on the data-parallel rank 0s. The model, its buffers and its

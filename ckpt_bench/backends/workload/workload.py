@@ -15,6 +15,7 @@ from typing import Any
 
 __all__ = [
     "DLIO_APPLIES_FSYNC",
+    "DLIO_DATATYPES",
     "DTYPE_BYTES",
     "TORCH_DTYPE",
     "TRANSFORMER",
@@ -24,10 +25,13 @@ __all__ = [
     "num_parameters",
 ]
 
-#: Bytes per element of each datatype name DLIO accepts (``model.model_datatype``, ``model.optimizer_datatype``).
-DTYPE_BYTES: dict[str, int] = {"int8": 1, "uint8": 1, "fp16": 2, "bf16": 2, "fp32": 4, "fp64": 8}
+#: The datatype names DLIO accepts (``model.model_datatype``, ``model.optimizer_datatype``).
+DLIO_DATATYPES = ("int8", "uint8", "fp16", "bf16", "fp32", "fp64")
 
-#: The torch dtype attribute for each DLIO datatype name (``getattr(torch, TORCH_DTYPE[name])``).
+#: Bytes per element of each datatype name: DLIO's, and int16 (megatron-core's bf16 main-parameter remainders).
+DTYPE_BYTES: dict[str, int] = {"int8": 1, "uint8": 1, "fp16": 2, "bf16": 2, "fp32": 4, "fp64": 8, "int16": 2}
+
+#: The torch dtype attribute for each datatype name (``getattr(torch, TORCH_DTYPE[name])``).
 TORCH_DTYPE: dict[str, str] = {
     "int8": "int8",
     "uint8": "uint8",
@@ -35,6 +39,7 @@ TORCH_DTYPE: dict[str, str] = {
     "bf16": "bfloat16",
     "fp32": "float32",
     "fp64": "float64",
+    "int16": "int16",
 }
 
 #: Whether DLIO (commit e1919d7) fsyncs its checkpoint files when a workload asks for it: it does not. Its config
@@ -90,10 +95,10 @@ class Workload:
     """``model.transformer.vocab_size``: embedding and lm_head are each ``vocab_size * hidden_size``."""
 
     model_datatype: str = "fp16"
-    """Datatype of the model tensors (``model.model_datatype``): one of :data:`DTYPE_BYTES`."""
+    """Datatype of the model tensors (``model.model_datatype``): one of :data:`DLIO_DATATYPES`."""
 
     optimizer_datatype: str = "fp32"
-    """Datatype of the optimizer tensors (``model.optimizer_datatype``): one of :data:`DTYPE_BYTES`."""
+    """Datatype of the optimizer tensors (``model.optimizer_datatype``): one of :data:`DLIO_DATATYPES`."""
 
     model_size_bytes: int = 10240
     """``model.model_size_bytes``: size of the single int8 tensor of a non-transformer model (DLIO default 10240).
@@ -167,8 +172,8 @@ class Workload:
             if not is_int(getattr(self, attr)):
                 raise bad(attr, getattr(self, attr), "it must be an integer")
         for attr in ("model_datatype", "optimizer_datatype"):
-            if getattr(self, attr) not in DTYPE_BYTES:
-                raise bad(attr, getattr(self, attr), f"use one of {', '.join(DTYPE_BYTES)}")
+            if getattr(self, attr) not in DLIO_DATATYPES:
+                raise bad(attr, getattr(self, attr), f"use one of {', '.join(DLIO_DATATYPES)}")
         for attr in ("fsync", "rank_sync", "randomize_tensor", "subset"):
             if not isinstance(getattr(self, attr), bool):
                 raise bad(attr, getattr(self, attr), "it must be true or false")

@@ -88,7 +88,9 @@ def allocate_shards(shards: Iterable[Shard], seed: int, randomize: bool, device:
             tensor = torch.empty(shard.local_shape, dtype=dtype, device=device)
         elif randomize:
             generator = torch.Generator(device=device).manual_seed(seed + zlib.crc32(shard.name.encode()))
-            tensor = torch.rand(shard.local_shape, dtype=dtype, device=device, generator=generator)
+            tensor = (torch.rand(shard.local_shape, dtype=dtype, device=device, generator=generator)
+                      if dtype.is_floating_point else  # int16 main-parameter remainders
+                      torch.randint(0, 127, shard.local_shape, dtype=dtype, device=device, generator=generator))
         else:
             tensor = torch.ones(shard.local_shape, dtype=dtype, device=device)
         tensors[shard.name] = tensor
