@@ -80,6 +80,15 @@ def test_the_job_keeps_the_precision_aware_optimizer_through_its_dict():
     assert job.grad_dtype == "bf16" and TrainingJob.from_megatron_args(TINY).grad_dtype == "fp32"
 
 
+@pytest.mark.parametrize(("args", "grad_dtype"), [
+    (dict(grad_reduce_in_bf16=True), "bf16"),  # validate_args turns fp32 accumulation off
+    (dict(bf16=False, fp16=True), "fp16"),
+    (dict(bf16=False, fp16=True, accumulate_allreduce_grads_in_fp32=True), "fp32"),  # DDP's grad_reduce_in_fp32
+])
+def test_the_gradient_buffers_dtype_is_megatron_lms(args, grad_dtype):
+    assert TrainingJob.from_megatron_args({**TINY, **args}).grad_dtype == grad_dtype
+
+
 def test_int16_remainders_are_allocated_as_integers():
     gpt = MegatronGPT(workload(WORLD, **ARGS, **PRIMUS), WORLD)
     shards = [s for s in rank_shards(gpt, 0).optimizer if s.dtype == "int16"][:2]
