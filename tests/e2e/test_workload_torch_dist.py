@@ -63,7 +63,10 @@ def test_an_async_moe_subset_writes_its_ranks_shares(tmp_path):
     (save,) = report["saves"]
     background = [p["phase"] for p in save["phases"] if not p["blocking"] and p["phase"] != "queued"]
     assert background[:2] == ["write", "fsync"] and background[-2:] == ["awaiting_finalize", "finalize"]
-    assert abs(sum(p["seconds"] for p in save["phases"]) - save["total_time"]) <= 2e-3
+    # The rank shown is the one the others waited for: its total lies among the ranks' totals (ms), not
+    # necessarily the longest (a rank that started a few ms earlier).
+    spread = save["total_time_per_rank"]
+    assert spread["min"] - 1e-3 <= sum(p["seconds"] for p in save["phases"]) <= spread["max"] + 1e-3
     assert tensor_bytes_by_rank(folder) == {share.rank: share.bytes for share in expected.ranks}
     files = {f.name for share in expected.ranks for f in share.files}
     files |= {f"__{rank}_{thread}.distcp" for rank in (0, 1) for thread in (0, 1)}
