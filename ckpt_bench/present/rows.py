@@ -128,6 +128,15 @@ def _slower_than_steady(report: Report, save: SaveRecord | FirstSave) -> bool:
                for value, stat in ((save.block_time, steady.block_time), (save.total_time, steady.total_time)))
 
 
+def _against_steady(report: Report, save: FirstSave) -> str:
+    """A first save under 1.5x the steady median, in words: how much slower it was, if at all."""
+    steady = report.steady.total_time
+    if number(save.total_time) and steady is not None and number(steady.median) and \
+            save.total_time > 1.05 * steady.median:
+        return f"{save.total_time / steady.median:.2f}x the later saves' median here"
+    return "no slower than the later ones here"
+
+
 def save_remarks(report: Report, save: SaveRecord) -> list[str]:
     """What we know about a save's figures that a reader would otherwise misread, in a few words each."""
     remarks = []
@@ -176,7 +185,7 @@ def headline_rows(report: Report) -> list[tuple[str, str]]:
     first = report.first_save_apart
     if first is not None:
         slow = _slower_than_steady(report, first)
-        why = first_save_reason(report)[1] if slow else "no slower than the later ones here"
+        why = first_save_reason(report)[1] if slow else _against_steady(report, first)
         rows.append(("first save", f"iteration {fmt(first.iteration)}: block {seconds(first.block_time)}, total "
                                    f"{seconds(first.total_time)}, {mibps(first.bandwidth)} -- counted apart: {why}"))
     steady = report.steady
