@@ -2,9 +2,10 @@
 
     python -m torch.distributed.run ... -m bench.<backend>.worker --spec worker.json --phase save|load
 
-* `worker_main`: arguments and exit codes. 0 ok; 3 the checkpoint loaded but differs from what was
-  saved (ckpt_bench.worker.integrity.VerificationFailed); 1 anything else, with the traceback and a last line
-  `[rank R] <phase> failed: ...` on stderr, which the launcher shows with the rank's log tail.
+* `worker_main`: arguments and exit codes (`exit_process` ends the rank's process with one). 0 ok; 3 the
+  checkpoint loaded but differs from what was saved (ckpt_bench.worker.integrity.VerificationFailed); 1
+  anything else, with the traceback and a last line `[rank R] <phase> failed: ...` on stderr, which the
+  launcher shows with the rank's log tail.
 * `WorkerContext`: this rank as torchrun started it -- its ranks, its device and process group (nccl
   with one GPU per local rank, gloo on the CPU), its event `recorder` (each operation's peak memory
   included: ckpt_bench.worker.memory), and the cold-load rule (`evict`).
@@ -21,13 +22,14 @@ from __future__ import annotations
 
 import argparse
 import gc
+import logging
 import os
 import sys
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -146,6 +148,23 @@ def start_together() -> None:
     gc.collect()
     gc.freeze()
     dist.barrier()
+
+
+def exit_process(code: int) -> NoReturn:
+    """End a rank's process with `code` once its work is recorded and closed, without Python's finalization.
+    A process group that a framework keeps past `destroy_process_group` (megatron-core's groups, a device
+    mesh) still has gloo worker threads at finalization; one that is freeing a finished collective needs the
+    GIL for its tensors, the finalizing interpreter ends that thread, and the C++ runtime aborts the process
+    ("terminate called without an active exception", SIGABRT) after a verified load -- 4 times in ~10 suite
+    runs on this loaded 2-core VM; gdb on the core: ProcessGroupGloo::runLoop, ~AsyncBarrierWork, decref,
+    take_gil, pthread_exit. Our files are closed by then; the standard streams and logging are flushed here."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def worker_main(

@@ -30,7 +30,7 @@ from ckpt_bench.backends.comms.measure import (
     sweep,
     table_row,
 )
-from ckpt_bench.worker.entry import WorkerContext
+from ckpt_bench.worker.entry import WorkerContext, exit_process
 
 # Rank 0's table lines, for the launcher to show as they come.
 PROGRESS = re.compile(r"^(?:collective|" + "|".join(COLLECTIVES) + r")\b")
@@ -88,4 +88,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_process(main())

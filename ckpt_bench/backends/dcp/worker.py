@@ -26,7 +26,6 @@ Exit codes (ckpt_bench.worker.entry): 0 ok, 3 a checkpoint loaded with different
 
 from __future__ import annotations
 
-import sys
 import threading
 
 import torch.distributed.checkpoint as dcp
@@ -41,6 +40,7 @@ from ckpt_bench.worker import integrity
 from ckpt_bench.worker.entry import (
     WorkerContext,
     error_text,
+    exit_process,
     load_returned,
     save_returned,
     start_together,
@@ -156,4 +156,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -28,7 +28,6 @@ end with 0 bytes. Exit codes: 0 ok, 3 loaded but different, 1 anything else.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import torch
@@ -42,7 +41,7 @@ from ckpt_bench.core.events import EventKind, EventRecorder, Phase
 from ckpt_bench.core.rundir import MEASUREMENTS_FILE
 from ckpt_bench.storage import worker_storage
 from ckpt_bench.worker import integrity
-from ckpt_bench.worker.entry import WorkerContext, load_returned, save_returned, timed, worker_main
+from ckpt_bench.worker.entry import WorkerContext, exit_process, load_returned, save_returned, timed, worker_main
 from ckpt_bench.worker.phases import Marked, PhaseClock, mark_calls
 
 
@@ -215,4 +214,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

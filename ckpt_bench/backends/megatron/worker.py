@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -38,7 +37,7 @@ from ckpt_bench.backends.megatron.spec import MegatronSpec
 from ckpt_bench.backends.megatron.training import Trainer
 from ckpt_bench.backends.megatron.worker_args import megatron_args
 from ckpt_bench.core.rundir import MEASUREMENTS_FILE
-from ckpt_bench.worker.entry import WorkerContext, worker_main
+from ckpt_bench.worker.entry import WorkerContext, exit_process, worker_main
 
 # megatron-core's persistent async writer is a spawned process that re-imports this module as
 # `__mp_main__`; it needs the CPU redirections too (no-op where CUDA is available).
@@ -153,4 +152,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

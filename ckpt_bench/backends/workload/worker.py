@@ -20,7 +20,6 @@ mlpstorage's figures from the same events. Exit codes as every worker (ckpt_benc
 from __future__ import annotations
 
 import importlib
-import sys
 import threading
 import time
 
@@ -37,6 +36,7 @@ from ckpt_bench.worker import integrity
 from ckpt_bench.worker.entry import (
     WorkerContext,
     error_text,
+    exit_process,
     load_returned,
     save_returned,
     start_together,
@@ -161,4 +161,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())
