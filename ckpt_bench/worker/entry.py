@@ -151,13 +151,17 @@ def start_together() -> None:
 
 
 def exit_process(code: int) -> NoReturn:
-    """End a rank's process with `code` once its work is recorded and closed, without Python's finalization.
-    A process group that a framework keeps past `destroy_process_group` (megatron-core's groups, a device
-    mesh) still has gloo worker threads at finalization; one that is freeing a finished collective needs the
-    GIL for its tensors, the finalizing interpreter ends that thread, and the C++ runtime aborts the process
+    """End a rank's process with `code`. A rank that succeeded ends without Python's finalization, its work
+    recorded and closed: a process group that a framework keeps past `destroy_process_group` (megatron-core's
+    groups, a device mesh) still has gloo worker threads then; one that is freeing a finished collective needs
+    the GIL for its tensors, the finalizing interpreter ends that thread, and the C++ runtime aborts the process
     ("terminate called without an active exception", SIGABRT) after a verified load -- 4 times in ~10 suite
     runs on this loaded 2-core VM; gdb on the core: ProcessGroupGloo::runLoop, ~AsyncBarrierWork, decref,
-    take_gil, pthread_exit. Our files are closed by then; the standard streams and logging are flushed here."""
+    take_gil, pthread_exit. A rank that failed exits the usual way: torchrun names the first failure by when it
+    sees each rank end (in whole seconds, ties to the lowest rank), and a rank that failed because a peer died
+    must not end before that peer is seen."""
+    if code != 0:
+        sys.exit(code)
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:
