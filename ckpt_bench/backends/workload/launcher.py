@@ -203,6 +203,16 @@ def model_facts(run: WorkloadRun) -> dict:
                                "cp": parallel.cp, "dp": parallel.dp, "expert_dp": parallel.edp,
                                "layers_per_stage": list(parallel.layers_per_stage)},
                   "distributed_optimizer": job.distributed_optimizer}
+        # The precision-aware optimizer's saved dtypes: torch_dist's (and dcp's, the same shards) per state;
+        # Megatron-LM's legacy distrib_optim.pt gathers them all into fp32.
+        if job.precision_aware_optimizer is not None and run.state == "megatron" and run.engine != "torch":
+            saved = dict(job.distributed_states)
+            facts["optimizer_states_saved"] = saved
+            if saved["param"] == "int16":
+                facts["optimizer_states_assumed"] = (
+                    "main parameters saved as int16 remainders: megatron-core's store_param_remainders, its default "
+                    "with Transformer Engine 2.1 or later (not checked here: no Transformer Engine); with an older "
+                    "one they are fp32, 2 bytes more a parameter")
     return facts
 
 
