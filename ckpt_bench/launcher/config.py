@@ -11,6 +11,7 @@ from typing import ClassVar, Generic, TypeVar
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.options import Flag, Options
 from ckpt_bench.core.rundir import check_run_id
+from ckpt_bench.launcher.resources import visible_gpus
 from ckpt_bench.launcher.torchrun import Topology
 from ckpt_bench.report.advice import AdviceOptions
 
@@ -27,8 +28,8 @@ class CommonOptions(Options):
 
     nnodes: int = Flag(("--nnodes",), "Nodes; world size = nodes x ranks per node.", type=int, min=1, default=1,
                        show_default=True).field()
-    nproc_per_node: int = Flag(("--nproc-per-node",), "Ranks per node (GPUs per node on a GPU machine).", type=int,
-                               min=1, default=2, show_default=True).field()
+    nproc_per_node: int | None = Flag(("--nproc-per-node",), "Ranks per node (default: one per visible GPU on a "
+                                      "GPU host, else 2).", type=int, min=1).field()
     node_rank: int = Flag(("--node-rank",), "This node's rank.", type=int, min=0, default=0,
                           show_default=True).field()
     master_addr: str = Flag(("--master-addr",), "Rendezvous host.", default="127.0.0.1",
@@ -67,6 +68,8 @@ class LaunchConfig(CommonOptions, AdviceOptions, Generic[OptionsT_co]):
             raise ConfigError(f"--node-rank {self.node_rank}: must be below --nnodes {self.nnodes}")
         if self.run_id is not None:
             check_run_id(self.run_id)
+        if self.nproc_per_node is None:  # one rank per GPU, as torchrun users give it; two gloo ranks on a CPU host
+            self.nproc_per_node = visible_gpus() or 2
         self.topology = Topology(nnodes=self.nnodes, nproc_per_node=self.nproc_per_node, node_rank=self.node_rank,
                                  master_addr=self.master_addr, master_port=self.master_port,
                                  rdzv_endpoint=self.rdzv_endpoint)

@@ -126,3 +126,11 @@ def test_plan_is_read_by_every_backend_and_starts_nothing(argv, world, tmp_path)
     preview = registry.runner_for(launch_config).preview(launch_config)
     assert preview["world_size"] == world and json.dumps(preview)
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("gpus,argv,ranks", [(0, [], 2), (4, [], 4), (4, ["--nproc-per-node", "2"], 2)])
+def test_ranks_per_node_default_to_one_per_visible_gpu(monkeypatch, gpus, argv, ranks):
+    """A GPU host runs one rank per visible GPU unless told otherwise (nccl needs one each); a CPU host two."""
+    monkeypatch.setattr("ckpt_bench.launcher.config.visible_gpus", lambda: gpus)
+    values, given = parse_argv([*argv, "--plan"])
+    assert registry.build_launch(values, given, {})[0].topology.nproc_per_node == ranks

@@ -47,7 +47,8 @@ def test_jobs_are_cli_invocations_in_declaration_order():
         {"model": "small", "async_save": False}, {"model": "small", "async_save": True}]
     job = sweep.jobs[1]
     assert job.argv == ["--backend", "dcp", "--save-calls", "2", "--model", "tiny", "--async-save"]
-    assert job.options["nproc_per_node"] == 2 and job.options["save_calls"] == 2  # click's defaults and types
+    assert job.options["save_calls"] == 2 and job.options["nnodes"] == 1  # click's defaults and types
+    assert job.options["nproc_per_node"] is None  # one rank per GPU on a GPU host, else 2: resolved by the launch
     assert job.report_name == "results_tiny_async_save.json"
 
 
