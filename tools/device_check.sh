@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU machine check (the device tool), one call: the default run, a DCP run, an MoE --workload subset, the
-# real Megatron-LM pretrain_gpt.py and the built-in worker's ~1 GB GPT saved async, each on CUDA/NCCL with no change to the code. Run from the repository root
-# with the missing wheels in .whl/ and the Megatron-LM snapshot in .gpu/ (carried: .whl, .gpu). Every step's
+# real Megatron-LM pretrain_gpt.py and the built-in worker's ~1 GB GPT saved async, each on CUDA/NCCL with no
+# change to the code. Run from the repository root with the missing wheels in .whl/ and the Megatron-LM snapshot
+# in .gpu/ (carried: .whl, .gpu). Every step's
 # JSON report, stderr and run directory go into $OUT/steps.tar.gz; $OUT/summary.txt says how each step ended.
 set -u
 OUT=${OUT:-/tmp/device-check}
@@ -31,6 +32,7 @@ load = r.get("load") or {}
 print("  load", load.get("time"), load.get("cache"), "phases", load.get("phases"))
 print("  notes:", *(r.get("notes") or [])[:6], sep="\n    ")
 PY
+    tar -czf "$OUT/steps.tar.gz" -C /tmp steps  # after each step: what finished comes back if the call runs out
 }
 
 {
@@ -47,4 +49,3 @@ step megatron-lm 200 --framework megatron-lm --megatron-path /tmp/mlm/Megatron-L
     --set gradient_accumulation_fusion=false --set no_persist_layer_norm=true --async-save --use-persistent-ckpt-worker
 step megatron-1GB 150 --config configs/gpt_1GB.yaml --async-save
 } 2>&1 | tee "$OUT/summary.txt"
-tar -czf "$OUT/steps.tar.gz" -C /tmp steps
