@@ -15,6 +15,7 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 step() {  # step NAME SECONDS ARGS...: one launch, its JSON report and stderr kept, its status summarised
     local name=$1 limit=$2 start=$SECONDS
     shift 2
+    [ -z "${STEPS:-}" ] || [[ " $STEPS " == *" $name "* ]] || return 0  # STEPS="a b": only those steps
     timeout "$limit" python3 ckpt_launch.py --format json --runs-dir "/tmp/steps/$name" "$@" \
         > "/tmp/steps/$name.json" 2> "/tmp/steps/$name.err"
     local rc=$?
@@ -47,5 +48,12 @@ step megatron-lm 200 --framework megatron-lm --megatron-path /tmp/mlm/Megatron-L
     --set seq_length=64 --set max_position_embeddings=64 --set vocab_size=1024 --set micro_batch_size=1 \
     --set global_batch_size=2 --train-iters 4 --save-interval 2 --set transformer_impl=local \
     --set gradient_accumulation_fusion=false --set no_persist_layer_norm=true --async-save --use-persistent-ckpt-worker
+# One rank's MoE (EP 1, local experts: no fused bias-GELU), to tell megatron-core's own behaviour from the CPU layer's.
+step megatron-lm-moe 200 --framework megatron-lm --megatron-path /tmp/mlm/Megatron-LM \
+    --set num_layers=2 --set hidden_size=64 --set ffn_hidden_size=128 --set num_attention_heads=4 \
+    --set seq_length=64 --set max_position_embeddings=64 --set vocab_size=1024 --set micro_batch_size=1 \
+    --set global_batch_size=2 --train-iters 4 --save-interval 2 --set transformer_impl=local \
+    --set gradient_accumulation_fusion=false --set no_persist_layer_norm=true --set bias_gelu_fusion=false \
+    --set num_experts=4 --set moe_router_topk=2
 step megatron-1GB 150 --config configs/gpt_1GB.yaml --async-save
 } 2>&1 | tee "$OUT/summary.txt"

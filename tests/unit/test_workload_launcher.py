@@ -139,3 +139,19 @@ def test_a_workload_report_shows_mlperf_figures_in_the_summary_and_the_html():
     assert "save, mlpstorage (slowest rank) 15.400 s mean of max, 1.200 GB/s from strict times" in text
     assert "load, DLIO" not in text  # no load measured
     assert 'id="mlperf-table"' in render_report(report)
+
+
+@pytest.mark.parametrize(("argv", "noted"), [(["--workload", "llama3-8b"], True),
+                                            (["--workload", "llama3-8b", "--engine", "torch_dist"], False),
+                                            (["--workload", str(ROOT / "configs" / "llama2_7B.yaml"),
+                                              "--engine", "dcp"], False)])
+def test_the_dlio_fsync_note_is_for_dlio_workloads_that_can_write_without_it(argv, noted):
+    """DLIO asks for fsync and never calls it: said where --no-sync-files reproduces DLIO, not of an experiment's
+    state or an engine that always fsyncs."""
+    from ckpt_bench.backends.workload.launcher import _notes, resolve
+
+    values, given = parse_argv([*argv, "--nproc-per-node", "8", "--plan"])
+    launch_config, _ = registry.build_launch(values, given, {})
+    run = resolve(launch_config.options, launch_config)
+    notes = _notes(launch_config.options, run, sync_files=True, storage_kind="disk")
+    assert any("DLIO asks for it" in note for note in notes) == noted

@@ -390,7 +390,10 @@ def _notes(config: WorkloadConfig, run: WorkloadRun, sync_files: bool, storage_k
     if run.layout.is_subset:
         notes.append(f"subset: ranks 0..{run.ranks - 1} of a {run.layout.world_size}-rank job, each with its real "
                      f"share ({run.layout.run_bytes / GIB:.2f} of {run.layout.total_bytes / GIB:.2f} GiB per save)")
-    if storage_kind == "disk" and sync_files and run.workload.fsync and not DLIO_APPLIES_FSYNC:
+    # DLIO's workloads only: an experiment's checkpoint.fsync is ours, and an engine that always fsyncs has no
+    # --no-sync-files to offer.
+    dlio_asks = run.workload.megatron is None and run.workload.fsync and not run.info.always_fsyncs
+    if storage_kind == "disk" and sync_files and dlio_asks and not DLIO_APPLIES_FSYNC:
         notes.append("fsync on: DLIO asks for it in the workload (checkpoint.fsync) but never calls it; run with "
                      "--no-sync-files to reproduce what DLIO does")
     if run.state == "megatron":
