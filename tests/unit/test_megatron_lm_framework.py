@@ -3,10 +3,17 @@ torchrun's interleaved console, the saved iterations against the checkpoint fold
 
 import sys
 
+import pytest
 import torch
 
-from ckpt_bench.backends.frameworks import megatron_lm_bootstrap
-from ckpt_bench.backends.frameworks.megatron_lm import ParserFlags, megatron_stdout, saved_iterations_check
+from ckpt_bench.backends.frameworks import megatron_lm, megatron_lm_bootstrap
+from ckpt_bench.backends.frameworks.megatron_lm import (
+    ParserFlags,
+    check_gpu_extensions,
+    megatron_stdout,
+    saved_iterations_check,
+)
+from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.events import CheckpointEvent, EventKind
 from ckpt_bench.report.parsers.megatron import MegatronParser
 
@@ -27,6 +34,8 @@ DESCRIBED = [
      "default": False},
     {"dest": "layernorm_epsilon", "flags": ["--norm-epsilon"], "takes_value": True, "sets": [], "default": None},
     {"dest": "eval_iters", "flags": ["--eval-iters"], "takes_value": True, "sets": [], "default": None},
+    {"dest": "transformer_impl", "flags": ["--transformer-impl"], "takes_value": True, "sets": [],
+     "default": "transformer_engine"},
 ]
 
 
@@ -136,3 +145,25 @@ def test_async_save_timer_after_its_schedule_line():
     order = [stdout.index(text) for text in ("saving checkpoint", "scheduled an async", "time across ranks",
                                              "save-checkpoint ....", "successfully saved")]
     assert order == sorted(order)
+
+
+def test_a_gpu_run_is_refused_up_front_where_its_settings_need_what_is_not_installed(monkeypatch,
+                                                                                    upstream_megatron_lm):
+    """On GPUs the checkout runs as it is (no CPU layer): Megatron-LM's defaults need Transformer Engine and Apex,
+    and core_v0.16.1's MoE router names te_general_gemm only when TE imports (seen on an H200 without TE: NameError
+    at the first step). Neither is installed here."""
+    defaults = ParserFlags.of(DESCRIBED).default
+    assert defaults["transformer_impl"] == "transformer_engine"
+    monkeypatch.setattr(megatron_lm, "gpu_count", lambda: 1)
+    with pytest.raises(ConfigError) as refused:
+        check_gpu_extensions({**defaults, "gradient_accumulation_fusion": True, "num_experts": 4}, upstream_megatron_lm)
+    message = str(refused.value)
+    assert message.startswith("--framework megatron-lm on GPUs: transformer_impl is transformer_engine")
+    for remedy in ("--set transformer_impl=local", "--set gradient_accumulation_fusion=false", "te_general_gemm"):
+        assert remedy in message
+    local = {"transformer_impl": "local", "gradient_accumulation_fusion": False}
+    check_gpu_extensions(local, upstream_megatron_lm)  # what the H200 ran, dense
+    with pytest.raises(ConfigError, match=r"num_experts: this checkout's MoE router \(megatron/core/transformer/moe/"):
+        check_gpu_extensions({**local, "num_experts": 4}, upstream_megatron_lm)
+    monkeypatch.setattr(megatron_lm, "gpu_count", lambda: 0)  # CPU ranks: the bootstrap's layer sees to all three
+    check_gpu_extensions({**defaults, "gradient_accumulation_fusion": True, "num_experts": 4}, upstream_megatron_lm)

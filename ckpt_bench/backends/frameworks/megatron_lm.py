@@ -30,6 +30,7 @@ from ckpt_bench.backends.frameworks.common import (
 )
 from ckpt_bench.backends.megatron.launcher import preview
 from ckpt_bench.core.checkpoint_dir import iteration_folder_sizes, latest_iteration
+from ckpt_bench.core.environment import gpu_count
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.events import EventKind, event_files, read_event_files
 from ckpt_bench.core.options import Flag
@@ -84,7 +85,7 @@ class ParserFlags:
 
     value_flag: dict[str, str] = field(default_factory=dict)  # name -> the flag that takes its value
     switch: dict[tuple[str, bool], str] = field(default_factory=dict)  # (name, value) -> the flag setting it
-    default: dict[str, bool] = field(default_factory=dict)  # a switch's value when no flag is given
+    default: dict[str, bool | str] = field(default_factory=dict)  # a switch's or a string's value when not given
 
     @classmethod
     def of(cls, described: list[dict]) -> ParserFlags:
@@ -159,6 +160,40 @@ def check_dataset_helpers(root: Path) -> None:
     if missing:
         raise ConfigError(f"--megatron-path {root}: Megatron-LM builds its dataset helpers in {datasets} when it "
                           f"starts, which needs {', '.join(missing)} (pip install pybind11; apt-get install make g++)")
+
+
+def check_gpu_extensions(settings: dict, root: Path) -> None:
+    """On GPUs the script runs as it is: what its settings need of Transformer Engine and Apex's CUDA extensions
+    must be installed, or every rank stops at its first step. `settings`: the experiment's arguments over the
+    checkout's defaults. Said before anything starts, with what would do instead."""
+    if not gpu_count():
+        return
+    has_te = importlib.util.find_spec("transformer_engine") is not None
+    missing = []
+    if settings.get("transformer_impl") == "transformer_engine" and not has_te:
+        missing.append("transformer_impl is transformer_engine (Megatron-LM's default) and Transformer Engine is "
+                       "not installed: install it, or --set transformer_impl=local")
+    apex_fusion = importlib.util.find_spec("fused_weight_gradient_mlp_cuda") is not None
+    if settings.get("gradient_accumulation_fusion") and not apex_fusion:
+        missing.append("gradient_accumulation_fusion is on (Megatron-LM's default) and Apex's CUDA extension "
+                       "fused_weight_gradient_mlp_cuda is not installed: install Apex with --cuda_ext, or --set "
+                       "gradient_accumulation_fusion=false")
+    router = root / "megatron" / "core" / "transformer" / "moe" / "moe_utils.py"
+    if settings.get("num_experts") and not has_te and _names_te_gemm_only_with_te(router):
+        missing.append(f"num_experts: this checkout's MoE router ({router.relative_to(root)}) calls te_general_gemm, "
+                       "a name bound only when Transformer Engine imports (a NameError at the first step "
+                       "without it, megatron-core 0.16.1): install Transformer Engine")
+    if missing:
+        raise ConfigError(f"--framework megatron-lm on GPUs: {'; '.join(missing)}")
+
+
+def _names_te_gemm_only_with_te(module: Path) -> bool:
+    """Whether megatron-core's MoE utilities test `te_general_gemm` without binding it when TE is absent."""
+    try:
+        source = module.read_text()
+    except OSError:
+        return False
+    return "te_general_gemm is not None" in source and not re.search(r"^\s*te_general_gemm\s*=\s*None", source, re.M)
 
 
 def saved_iterations_check(log_events_dir: Path, checkpoint_dir: str | None) -> list[str]:
@@ -268,6 +303,7 @@ class MegatronLMBackend(Backend[MegatronLMConfig]):
         args.setdefault("eval_interval", args["train_iters"])
         check_dataset_helpers(root)
         parser = parser_flags(root)
+        check_gpu_extensions({**parser.default, **args}, root)
         script = str(root / "pretrain_gpt.py")
         # The load reads a cold checkpoint, as ours do: the lifecycle evicts it first.
         passes = [WorkerPass(phase, [], spec=False, evict_before=phase == "load", env=_rank_env(root))

@@ -122,7 +122,7 @@ def _run_as_main_of_this_module(script: str) -> None:
 def describe_parser() -> list[dict]:
     """Megatron-LM's own parser (`add_megatron_arguments`, with the arguments it generates from megatron-core's
     config dataclasses), one entry an argument: its `dest`, its long `flags`, whether it `takes_value`, the
-    boolean each switch flag `sets` ([flag, value] pairs) and a switch's `default`."""
+    boolean each switch flag `sets` ([flag, value] pairs) and its `default` where that is a switch's or a string."""
     install([])  # megatron.training's package imports the triton user
     from megatron.training.arguments import add_megatron_arguments
 
@@ -139,7 +139,7 @@ def describe_parser() -> list[dict]:
         else:
             sets = []
         described.append({"dest": action.dest, "flags": flags, "takes_value": action.nargs != 0, "sets": sets,
-                          "default": action.default if isinstance(action.default, bool) else None})
+                          "default": action.default if isinstance(action.default, (bool, str)) else None})
     return described
 
 
