@@ -43,6 +43,9 @@ TOKENIZERS: dict[str, KnownTokenizer] = {
         "meta-llama/Meta-Llama-3-8B", "meta-llama/Meta-Llama-3-70B", "meta-llama/Llama-3.1-8B",
         "meta-llama/Llama-3.1-70B", "meta-llama/Llama-3.1-405B", "meta-llama/Llama-3.2-1B",
         "meta-llama/Meta-Llama-3.2-1B", "meta-llama/Meta-Llama-3.2-3B", "meta-llama/Llama-3.3-70B-Instruct")},
+    # NousResearch's ungated copies of Meta's repositories: the same tokenizer files.
+    "NousResearch/Meta-Llama-3-8B": _LLAMA3,
+    **{f"NousResearch/Llama-2-{size}-hf": _LLAMA2 for size in ("7b", "13b", "70b")},
     "mistralai/Mixtral-8x7B-v0.1": _MIXTRAL,
     "mistralai/Mixtral-8x22B-v0.1": _MIXTRAL,
     **{f"Qwen/Qwen2.5-{size}": _QWEN25 for size in ("3B", "7B", "14B", "32B", "72B")},

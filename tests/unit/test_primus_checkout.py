@@ -124,3 +124,23 @@ def test_a_model_that_cannot_be_sized_is_one_line(upstream_primus):
                     "--primus-path", upstream_primus, "--plan")
     assert result.returncode == 2 and "Mamba model" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_the_primus_table_plans_each_example_at_the_fewest_nodes_its_layout_fits(upstream_primus):
+    """tools/primus_table.py: grok1 (EP 8 x PP 4) needs 4 nodes of 8, Mixtral 8x7B (EP 8) one; a model we cannot
+    size is its one-line refusal; a LoRA SFT config (`extends:` only) is an experiment."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    import primus_table
+
+    folder = upstream_primus / "examples" / "megatron" / "configs"
+    grok = primus_table.smallest_plan(folder / "MI300X" / "grok1-BF16-pretrain.yaml", upstream_primus, 128)
+    assert grok["world_size"] == 32 and grok["model"] == "MoE" and grok["engine"] == "torch"
+    assert grok["rank_bytes"]["largest_rank"] == 24  # the last pipeline stage's first rank: output layer + experts
+    mixtral = primus_table.smallest_plan(folder / "MI300X" / "mixtral_8x7B_v0.1-BF16-pretrain.yaml",
+                                         upstream_primus, 128)
+    assert mixtral["world_size"] == 8 and mixtral["parameters"] == 46_702_792_704
+    mamba = primus_table.smallest_plan(folder / "MI300X" / "mamba_370M-pretrain.yaml", upstream_primus, 128)
+    assert mamba.startswith("--workload mamba_370M-pretrain.yaml: a Mamba model")
+    lora = primus_table.smallest_plan(folder / "MI355X" / "llama3_8B-BF16-lora-sft.yaml", upstream_primus, 128)
+    assert lora["model"] == "dense" and lora["parameters"] == 8_030_261_248
+    assert primus_table.row(folder / "x.yaml", mixtral).startswith("| x | MoE | 46.7 B | 12.9 B | torch | 8 |")

@@ -155,3 +155,14 @@ def test_the_dlio_fsync_note_is_for_dlio_workloads_that_can_write_without_it(arg
     run = resolve(launch_config.options, launch_config)
     notes = _notes(launch_config.options, run, sync_files=True, storage_kind="disk")
     assert any("DLIO asks for it" in note for note in notes) == noted
+
+
+def test_an_experiment_that_only_extends_one_is_an_experiment(tmp_path):
+    """Primus's LoRA SFT examples are `extends: [the SFT experiment]` plus overrides, no `modules:` of their own:
+    Primus reads them as experiments, so do we (they were read as DLIO workloads and refused)."""
+    child = tmp_path / "child.yaml"
+    child.write_text(f"extends:\n  - {ROOT / 'ckpt_bench' / 'configs' / 'tiny_gpt.yaml'}\nlora:\n  enabled: true\n")
+    plan = json.loads(launch("--workload", str(child), "--plan", "--format", "json").stdout)
+    parent = json.loads(launch("--workload", str(ROOT / "ckpt_bench" / "configs" / "tiny_gpt.yaml"), "--plan",
+                               "--format", "json").stdout)
+    assert plan["total_bytes"] == parent["total_bytes"] > 0

@@ -21,7 +21,7 @@ from ckpt_bench.backends.workload.catalog import CATALOG
 from ckpt_bench.backends.workload.dlio_yaml import load_dlio_yaml
 from ckpt_bench.backends.workload.workload import TRANSFORMER, Workload, WorkloadError
 from ckpt_bench.core.errors import ConfigError
-from ckpt_bench.core.experiment import deep_merge, load_experiment
+from ckpt_bench.core.experiment import deep_merge, load_experiment, load_yaml
 from ckpt_bench.model.architecture import ArchitectureError
 from ckpt_bench.model.job import TrainingJob
 
@@ -57,10 +57,14 @@ def _refuse_overrides(text: str, overrides: Mapping[str, object] | None) -> None
 
 
 def _is_experiment(path: Path) -> bool:
+    """An experiment has `modules:`, its own or its `extends:` parents' (Primus's LoRA SFT configs extend the
+    SFT experiment and add only overrides)."""
     try:
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as error:
         raise ConfigError(f"--workload {path}: cannot be read as YAML ({error})") from None
+    if isinstance(data, dict) and "extends" in data:
+        data = load_yaml(path)
     return isinstance(data, dict) and "modules" in data
 
 
