@@ -170,14 +170,30 @@ def print_comparison(comparison: Comparison, file: TextIO | None = None) -> None
 
 
 PREVIEW_RANKS_SHOWN = 16
+# The mappings of a plan shown on a terminal, one line each (the JSON has every one): the layout, the spread of
+# bytes over the ranks, the optimizer states' saved dtypes.
+PREVIEW_MAPPINGS_SHOWN = ("parallel", "rank_bytes", "optimizer_states_saved")
+
+
+def _plan_fact(key: str, value: object) -> str:
+    """A plan's value as text: a size where `key` counts bytes (not where it names a rank), a mapping as its
+    items, a list as its items (a list of lists as its lists joined by '+': a pipeline rank's model chunks)."""
+    if isinstance(value, dict):
+        return ", ".join(f"{name.replace('_', ' ')} {_plan_fact(name if 'rank' in name else key, item)}"
+                         for name, item in value.items())
+    if isinstance(value, list):
+        return " ".join("+".join(map(str, item)) if isinstance(item, list) else _plan_fact(key, item)
+                        for item in value)
+    return p.size(value) if key.endswith("bytes") and isinstance(value, int) else p.fmt(value)
 
 
 def print_preview(preview: dict, file: TextIO | None = None) -> None:
     """What a run would do (`--plan`): its scalar facts, then per rank its bytes and files (the first
     ranks and the largest one, when there are many)."""
     out = console(file)
-    facts = [(key.removesuffix("_bytes").replace("_", " "), p.size(value) if key.endswith("bytes") else p.fmt(value))
-             for key, value in preview.items() if not isinstance(value, (list, dict))]
+    facts = [("bytes a rank" if key == "rank_bytes" else key.removesuffix("_bytes").replace("_", " "),
+              _plan_fact(key, value)) for key, value in preview.items()
+             if not isinstance(value, (list, dict)) or key in PREVIEW_MAPPINGS_SHOWN]
     out.print(_pairs("plan (nothing was run)", facts))
     layout = preview.get("layout") or []
     if layout:

@@ -136,6 +136,8 @@ def test_the_primus_table_plans_each_example_at_the_fewest_nodes_its_layout_fits
     grok = primus_table.smallest_plan(folder / "MI300X" / "grok1-BF16-pretrain.yaml", upstream_primus, 128)
     assert grok["world_size"] == 32 and grok["model"] == "MoE" and grok["engine"] == "torch"
     assert grok["rank_bytes"]["largest_rank"] == 24  # the last pipeline stage's first rank: output layer + experts
+    assert grok["parallel"]["virtual_stages"] == 4  # num_virtual_stages_per_pipeline_rank: 4 chunks of 4 layers
+    assert grok["parallel"]["layers_per_chunk"] == [[4, 4, 4, 4]] * 4
     mixtral = primus_table.smallest_plan(folder / "MI300X" / "mixtral_8x7B_v0.1-BF16-pretrain.yaml",
                                          upstream_primus, 128)
     assert mixtral["world_size"] == 8 and mixtral["parameters"] == 46_702_792_704

@@ -46,6 +46,7 @@ def test_plan_of_a_subset_is_the_first_ranks_of_the_job():
 def test_plan_prints_a_table_on_request():
     result = launch("--workload", "llama3-1t", "--plan", "--format", "table")
     assert result.returncode == 0 and "plan (nothing was run)" in result.stdout and "1,024" in result.stdout
+    assert "bytes a rank" in result.stdout and "largest rank" in result.stdout  # the spread, not only the JSON's
 
 
 @pytest.mark.parametrize(("args", "needle"), [

@@ -201,7 +201,11 @@ def model_facts(run: WorkloadRun) -> dict:
         facts |= {"model": job.architecture.kind, "vocabulary": job.architecture.vocab_source,
                   "parallel": {"tp": parallel.tp, "pp": parallel.pp, "ep": parallel.ep, "etp": parallel.expert_tp,
                                "cp": parallel.cp, "dp": parallel.dp, "expert_dp": parallel.edp,
-                               "layers_per_stage": list(parallel.layers_per_stage)},
+                               "layers_per_stage": list(parallel.layers_per_stage),
+                               # Virtual pipeline stages: each pipeline rank's model chunks, in stage order.
+                               "virtual_stages": parallel.pipeline.vp,
+                               "layers_per_chunk": [[len(chunk.layers) for chunk in parallel.chunks(rank)]
+                                                    for rank in range(parallel.pp)]},
                   "distributed_optimizer": job.distributed_optimizer}
         # The precision-aware optimizer's saved dtypes: torch_dist's (and dcp's, the same shards) per state;
         # Megatron-LM's legacy distrib_optim.pt gathers them all into fp32.
