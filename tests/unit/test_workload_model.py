@@ -40,10 +40,13 @@ def test_the_vocabulary_comes_from_the_arguments_then_the_tokenizer():
     assert arch.vocab_size == 128256 and arch.vocab_source.startswith("meta-llama/Llama-3.1-8B: ")
     assert parameter_counts(arch).total == 8_030_261_248  # Llama 3.1 8B
     assert Architecture.from_megatron_args({**named, "vocab_size": 1000}).vocab_size == 1000
-    with pytest.raises(ArchitectureError, match=r"tokenizer_model 'deepseek-ai/DeepSeek-V3' is not known here.*"
+    with pytest.raises(ArchitectureError, match=r"tokenizer_model 'LiquidAI/LFM2-8B-A1B' is not known here.*"
                                                 r"--set vocab_size=N"):
-        Architecture.from_megatron_args({**LLAMA, "tokenizer_type": "DeepSeekV3Tokenizer",
-                                         "tokenizer_model": "deepseek-ai/DeepSeek-V3"})
+        Architecture.from_megatron_args({**LLAMA, "tokenizer_type": "Lfm2Tokenizer",
+                                         "tokenizer_model": "LiquidAI/LFM2-8B-A1B"})
+    deepseek = Architecture.from_megatron_args({**LLAMA, "tokenizer_type": "DeepSeekV3Tokenizer",
+                                                "tokenizer_model": "deepseek-ai/DeepSeek-V3"})
+    assert deepseek.vocab_size == 128815 and "config.json's 129,280 is padded" in deepseek.vocab_source
 
 
 @pytest.mark.parametrize(("args", "family"), [
