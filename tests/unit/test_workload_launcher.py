@@ -167,3 +167,12 @@ def test_an_experiment_that_only_extends_one_is_an_experiment(tmp_path):
     parent = json.loads(launch("--workload", str(ROOT / "ckpt_bench" / "configs" / "tiny_gpt.yaml"), "--plan",
                                "--format", "json").stdout)
     assert plan["total_bytes"] == parent["total_bytes"] > 0
+
+
+def test_a_yaml_that_is_neither_a_workload_nor_an_experiment_says_so(tmp_path):
+    """Primus's MI355X/lfm2_8B_A1B-FP8-te-precision.yaml (a Transformer Engine precision recipe) is not a workload."""
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("configs:\n  bf16: {}\nmatchers: {}\n")
+    result = launch("--workload", str(recipe), "--plan")
+    assert_one_line_error(result, "neither a DLIO workload (none of its sections: checkpoint, data_reader")
+    assert result.stderr.rstrip().endswith("its top-level keys: configs, matchers")

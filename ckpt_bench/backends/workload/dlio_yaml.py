@@ -147,6 +147,11 @@ def load_dlio_yaml(path: str | Path, *, world_size: int | None = None) -> Worklo
     if not isinstance(document, Mapping):
         raise WorkloadError(f"{where}: a DLIO workload YAML is a mapping (model:, checkpoint:, ...), got {document!r}")
 
+    if not set(document) & set(_KNOWN_SECTIONS):
+        sections = ", ".join(sorted(set(_KNOWN_SECTIONS)))
+        raise WorkloadError(f"{where}: neither a DLIO workload (none of its sections: {sections}) nor a "
+                            "Primus/Megatron experiment (modules:, its own or through extends:); its top-level keys: "
+                            f"{', '.join(map(str, document))}")
     flat: dict[str, Any] = {}
     _flatten(document, "", flat, where)
 
