@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The GPU machine check (the device tool), one call: the default run, a DCP run, an MoE --workload subset, the
-# real Megatron-LM pretrain_gpt.py and the built-in worker's ~1 GB GPT saved async, each on CUDA/NCCL with no
-# change to the code. Run from the repository root with the missing wheels in .whl/ and the Megatron-LM snapshot
-# in .gpu/ (carried: .whl, .gpu). Every step's
-# JSON report, stderr and run directory go into $OUT/steps.tar.gz; $OUT/summary.txt says how each step ended.
+# The GPU machine check (the device tool), one call: the default run, a DCP run, MoE --workload subsets (a tiny
+# one and DeepSeek-V2-Lite's real share), the real Megatron-LM pretrain_gpt.py (and its refusal without Transformer
+# Engine) and the built-in worker's ~1 GB GPT saved async, each on CUDA/NCCL with no change to the code.
+# Run from the repository root with the wheels the image lacks in .whl/ (megatron-core, cloup, ahocorasick-rs,
+# pydantic and its needs) and the Megatron-LM and Primus snapshots in .gpu/ (carried: .whl, .gpu); STEPS="a b"
+# runs only those steps. Every step's JSON report, stderr and run directory go into $OUT/steps.tar.gz;
+# $OUT/summary.txt says how each step ended.
 set -u
 OUT=${OUT:-/tmp/device-check}
 mkdir -p "$OUT" /tmp/steps
@@ -20,6 +22,7 @@ step() {  # step NAME SECONDS ARGS...: one launch, its JSON report and stderr ke
         > "/tmp/steps/$name.json" 2> "/tmp/steps/$name.err"
     local rc=$?
     echo "== $name: exit $rc after $((SECONDS - start)) s"
+    [ -s "/tmp/steps/$name.json" ] || { echo "no report:"; tail -3 "/tmp/steps/$name.err"; return 0; }
     python3 - "/tmp/steps/$name.json" <<'PY' || tail -5 "/tmp/steps/$name.err"
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -56,4 +59,10 @@ step megatron-lm-moe 200 --framework megatron-lm --megatron-path /tmp/mlm/Megatr
     --set gradient_accumulation_fusion=false --set no_persist_layer_norm=true --set bias_gelu_fusion=false \
     --set num_experts=4 --set moe_router_topk=2
 step megatron-1GB 150 --config configs/gpt_1GB.yaml --async-save
+# Without Transformer Engine or Apex, Megatron-LM's defaults: refused before anything starts, one line.
+step megatron-lm-defaults 60 --framework megatron-lm --megatron-path /tmp/mlm/Megatron-LM --train-iters 2
+# An MoE at its real size: rank 0 of DeepSeek-V2-Lite's 256-rank job (Primus's MI300X experiment), torch_dist.
+mkdir -p /tmp/primus && tar -xzf .gpu/primus-fd1eeabb.tar.gz -C /tmp/primus
+step workload-dsv2lite 180 --workload /tmp/primus/Primus/examples/megatron/configs/MI300X/deepseek_v2_lite-BF16-pretrain.yaml \
+    --primus-path /tmp/primus/Primus --job-ranks 256 --subset --engine torch_dist --save-calls 3 --load-calls 2
 } 2>&1 | tee "$OUT/summary.txt"
