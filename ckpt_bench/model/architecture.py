@@ -169,7 +169,7 @@ class Architecture:
             ffn = int((4 * hidden * 2 / 3) / 64) * 64 if swiglu else 4 * hidden
         groups = _int(args, "num_query_groups") if args.get("group_query_attention") and args.get(
             "num_query_groups") else heads
-        vocab, source = _vocabulary(args)
+        vocab, source = vocabulary(args)
         padded = args.get("padded_vocab_size")
         dtype = "bf16" if args.get("bf16") else "fp16" if args.get("fp16") else "fp32"
         position = args.get("position_embedding_type", "learned_absolute")
@@ -201,7 +201,9 @@ def _int(args: Mapping[str, Any], key: str) -> int:
     return value
 
 
-def _vocabulary(args: Mapping[str, Any]) -> tuple[int, str]:
+def vocabulary(args: Mapping[str, Any]) -> tuple[int, str]:
+    """(size, where it came from) of the vocabulary Megatron-LM builds for `args`, before its padding:
+    `vocab_size`, else `padded_vocab_size`, else the tokenizer's (`tokenizers.py`). Raises ArchitectureError."""
     if args.get("vocab_size"):
         return _int(args, "vocab_size"), "vocab_size"
     if args.get("padded_vocab_size"):

@@ -146,3 +146,30 @@ def test_the_primus_table_plans_each_example_at_the_fewest_nodes_its_layout_fits
     lora = primus_table.smallest_plan(folder / "MI355X" / "llama3_8B-BF16-lora-sft.yaml", upstream_primus, 128)
     assert lora["model"] == "dense" and lora["parameters"] == 8_030_261_248
     assert primus_table.row(folder / "x.yaml", mixtral).startswith("| x | MoE | 46.7 B | 12.9 B | torch | 8 |")
+
+
+def test_the_built_in_worker_builds_and_plans_the_vocabulary_the_tokenizer_names(upstream_primus):
+    """A Primus experiment names its tokenizer, not vocab_size: the built-in worker builds that vocabulary (not its
+    default of 1,024), and an unknown tokenizer is one line before anything starts."""
+    from ckpt_bench.backends.megatron.launcher import resolve_gpt
+    from ckpt_bench.cli.launch import parse_argv
+    from ckpt_bench.launcher import registry
+
+    config = upstream_primus / "examples/megatron/configs/MI300X/llama3.2_1B-BF16-pretrain.yaml"
+    values, given = parse_argv(["--config", str(config), "--primus-path", str(upstream_primus), "--plan"])
+    launch_config, _ = registry.build_launch(values, given, {})
+    _, args, _ = resolve_gpt(launch_config)
+    assert args["vocab_size"] == 128256
+    result = launch("--config", upstream_primus / "examples/megatron/configs/MI300X/llama3.2_1B-BF16-pretrain.yaml",
+                    "--primus-path", upstream_primus, "--set", "tokenizer_model=someone/unknown", "--plan")
+    assert result.returncode == 2 and "tokenizer_model 'someone/unknown' is not known here" in result.stderr
+
+
+def test_the_built_in_workers_plan_is_the_model_it_builds():
+    """Arguments the built-in worker does not act on (an uneven pipeline split, virtual stages) are named by its
+    plan and left out of the bytes it plans; Megatron-LM's own run (--framework megatron-lm) plans them."""
+    even = json.loads(launch("--pp", "2", "--set", "num_layers=6", "--plan", "--format", "json").stdout)
+    uneven = json.loads(launch("--pp", "2", "--set", "num_layers=6", "--set", "decoder_first_pipeline_num_layers=2",
+                               "--plan", "--format", "json").stdout)
+    assert uneven["rank_bytes"] == even["rank_bytes"] and even["not_acted_on"] == []
+    assert uneven["not_acted_on"] == ["decoder_first_pipeline_num_layers=2"]

@@ -40,7 +40,7 @@ from ckpt_bench.launcher.base import (
 from ckpt_bench.launcher.config import LaunchConfig
 from ckpt_bench.launcher.resources import visible_gpus
 from ckpt_bench.launcher.run_info import Ranks, RunInfo, SaveConfig
-from ckpt_bench.model.architecture import ArchitectureError
+from ckpt_bench.model.architecture import ArchitectureError, vocabulary
 from ckpt_bench.model.families import refuse_unsizable
 from ckpt_bench.model.parallel import ParallelError, Parallelism, megatron_parallel_sizes
 from ckpt_bench.storage import storage_for
@@ -187,19 +187,37 @@ def resolve(launch: LaunchConfig[MegatronConfig], runner: str,
 
 def resolve_gpt(launch: LaunchConfig[MegatronConfig]) -> tuple[Experiment, dict, dict]:
     """`resolve` for the built-in worker, which builds megatron-core's GPTModel: a model family it cannot
-    build (Mamba, hybrids, diffusion, ...) is one line, not a GPT of the same sizes."""
+    build (Mamba, hybrids, diffusion, ...) is one line, not a GPT of the same sizes. The vocabulary is the one
+    Megatron-LM would build: an experiment that names its tokenizer rather than `vocab_size` (Primus's presets)
+    gets the tokenizer's, not the worker's default."""
     experiment = load_experiment(launch.options.config or DEFAULT_EXPERIMENT, primus_path=launch.options.primus_path)
     try:
         refuse_unsizable(experiment.args)
     except ArchitectureError as error:
         raise ConfigError(f"{experiment.path}: {error}; the built-in worker builds GPT models") from None
-    return resolve(launch, "the built-in worker", experiment)
+    experiment, args, sizes = resolve(launch, "the built-in worker", experiment)
+    if not args.get("vocab_size"):
+        try:
+            args["vocab_size"] = vocabulary(args)[0]
+        except ArchitectureError as error:
+            raise ConfigError(f"{experiment.path}: {error}") from None
+    return experiment, args, sizes
 
 
-def preview(experiment: Experiment, args: dict, sizes: dict, launch: LaunchConfig, **extra) -> dict:
+def built_model_arguments(args: dict) -> dict:
+    """The arguments the built-in worker builds its model and layout from: those it acts on. Its `--plan` sizes
+    that model; what Megatron-LM would make of the others (MLA, MTP, virtual or uneven pipeline stages, ...)
+    is `--framework megatron-lm`'s or `--workload`'s plan, and the run's notes name them."""
+    return {key: value for key, value in args.items() if key in arguments.MEGATRON_DEFAULTS}
+
+
+def preview(experiment: Experiment, args: dict, sizes: dict, launch: LaunchConfig, built: dict | None = None,
+            **extra) -> dict:
     """`--plan` of a Megatron experiment (the built-in worker or a framework): what the ranks would get,
-    where each sits, and the checkpoint format; `extra` adds what a mode writes of its own."""
+    where each sits, and the checkpoint format; `built`: the arguments the model is built from where not all
+    of `args` (the built-in worker's); `extra` adds what a mode writes of its own."""
     world = launch.topology.world_size
+    built = args if built is None else built
     primus = experiment.primus
     return {
         "backend": launch.runner,
@@ -213,9 +231,9 @@ def preview(experiment: Experiment, args: dict, sizes: dict, launch: LaunchConfi
         "ckpt_format": args.get("ckpt_format"),
         "async_save": bool(args.get("async_save")),
         "use_distributed_optimizer": bool(args.get("use_distributed_optimizer")),
-        **checkpoint_sizes(experiment, args, world),
+        **checkpoint_sizes(experiment, built, world),
         **extra,
-        "layout": rank_coordinates(args, world),
+        "layout": rank_coordinates(built, world),
         "arguments": dict(sorted(args.items())),
     }
 
@@ -372,7 +390,9 @@ class MegatronBackend(Backend[MegatronConfig]):
     Config = MegatronConfig
 
     def preview(self, launch: LaunchConfig[MegatronConfig]) -> dict:
-        return preview(*resolve_gpt(launch), launch)
+        experiment, args, sizes = resolve_gpt(launch)
+        unread = arguments.not_acted_on(args, given_by_user(experiment, launch.options))
+        return preview(experiment, args, sizes, launch, built=built_model_arguments(args), not_acted_on=unread)
 
     def plan(self, launch: LaunchConfig[MegatronConfig]) -> Plan:
         config = launch.options
