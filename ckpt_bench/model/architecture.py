@@ -260,6 +260,11 @@ def _moe(args: Mapping[str, Any], layers: int, ffn: int) -> MoE | None:
     if not experts:
         return None
     topk = _int(args, "moe_router_topk") if args.get("moe_router_topk") else 2
+    score = args.get("moe_router_score_function") or "softmax"
+    if args.get("moe_router_enable_expert_bias") and score != "sigmoid":
+        # megatron-core's TransformerConfig refuses it: its aux-loss-free expert bias is for sigmoid scores.
+        raise ArchitectureError(f"moe_router_enable_expert_bias with moe_router_score_function {score!r}: "
+                                "megatron-core's expert bias needs moe_router_score_function sigmoid")
     flags, numbered = parse_moe_layer_freq(args.get("moe_layer_freq", 1), layers)
     return MoE(
         num_experts=int(experts), ffn_hidden_size=int(args.get("moe_ffn_hidden_size") or ffn), router_topk=topk,

@@ -11,8 +11,8 @@ With virtual pipeline stages each rank built one GPTModel per (pipeline rank, vi
 wrapped in its own DDP (bucketing off after the first chunk, as Megatron-LM's `get_model`), one optimizer
 over all of them, the state dict keyed `model0`, `model1`, ... as Megatron-LM's `generate_state_dict`.
 `tools/megatron_core_reference.py` repeats any case (`{**TINY, **args}` as its JSON, under torchrun with the
-case's world size; tp2_ep2_etp1 with `moe_router_score_function="sigmoid"` and `sequence_parallel=True` besides,
-which megatron-core's TransformerConfig asks of an expert bias and of TP with EP) and prints what matches; it
+case's world size; tp2_ep2_etp1 with `sequence_parallel=True` besides, which megatron-core's MoE layer asks of TP
+with EP when it trains) and prints what matches; it
 matched every case below but the built-in worker's.
 """
 
@@ -38,7 +38,8 @@ REAL_SAVES = {
     # a shared expert, the router's fp32 expert bias
     "tp2_ep2_etp1": (dict(**GQA, **MOE, tensor_model_parallel_size=2, expert_model_parallel_size=2,
                           expert_tensor_parallel_size=1, moe_layer_freq=[0, 1], moe_shared_expert_intermediate_size=64,
-                          moe_router_enable_expert_bias=True), 4, [934800, 933632, 936960, 936960]),
+                          moe_router_enable_expert_bias=True, moe_router_score_function="sigmoid"), 4,
+                     [934800, 933632, 936960, 936960]),
     # PP 2 with 1 + 2 layers, EP 2, tied embeddings (the last stage's copy is a replica), no distributed optimizer
     "pp2_uneven_tied_no_distopt": (dict(**GQA, **MOE, num_layers=3, pipeline_model_parallel_size=2,
                                         expert_model_parallel_size=2, decoder_first_pipeline_num_layers=1,

@@ -68,6 +68,11 @@ def test_layouts_and_formats_megatron_lm_refuses_are_refused():
         TrainingJob.from_megatron_args({**LLAMA, "vocab_size": 32000, "pipeline_model_parallel_layout": "Et|tL"})
     with pytest.raises(ArchitectureError, match="ckpt_format 'fsdp_dtensor'"):
         TrainingJob.from_megatron_args({**LLAMA, "vocab_size": 32000, "ckpt_format": "fsdp_dtensor"})
+    # megatron-core's TransformerConfig: the aux-loss-free expert bias is for sigmoid router scores only
+    biased = {**LLAMA, "vocab_size": 32000, "num_experts": 8, "moe_router_enable_expert_bias": True}
+    with pytest.raises(ArchitectureError, match="moe_router_score_function 'softmax': megatron-core's expert bias"):
+        Architecture.from_megatron_args(biased)
+    assert Architecture.from_megatron_args({**biased, "moe_router_score_function": "sigmoid"}).moe.expert_bias
 
 
 def test_a_job_round_trips_through_its_dict():
