@@ -170,9 +170,9 @@ def print_comparison(comparison: Comparison, file: TextIO | None = None) -> None
 
 
 PREVIEW_RANKS_SHOWN = 16
-# The mappings of a plan shown on a terminal, one line each (the JSON has every one): the layout, the spread of
-# bytes over the ranks, the optimizer states' saved dtypes.
-PREVIEW_MAPPINGS_SHOWN = ("parallel", "rank_bytes", "optimizer_states_saved")
+# The mappings and lists of a plan shown on a terminal, one line each (the JSON has every one): the layout, the
+# spread of bytes over the ranks, the optimizer states' saved dtypes, the arguments the run will not act on.
+PREVIEW_NESTED_SHOWN = ("parallel", "rank_bytes", "optimizer_states_saved", "not_acted_on")
 
 
 def _plan_fact(key: str, value: object) -> str:
@@ -193,7 +193,7 @@ def print_preview(preview: dict, file: TextIO | None = None) -> None:
     out = console(file)
     facts = [("bytes a rank" if key == "rank_bytes" else key.removesuffix("_bytes").replace("_", " "),
               _plan_fact(key, value)) for key, value in preview.items()
-             if not isinstance(value, (list, dict)) or key in PREVIEW_MAPPINGS_SHOWN]
+             if not isinstance(value, (list, dict)) or key in PREVIEW_NESTED_SHOWN]
     out.print(_pairs("plan (nothing was run)", facts))
     layout = preview.get("layout") or []
     if layout:

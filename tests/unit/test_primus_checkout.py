@@ -173,3 +173,6 @@ def test_the_built_in_workers_plan_is_the_model_it_builds():
                                "--plan", "--format", "json").stdout)
     assert uneven["rank_bytes"] == even["rank_bytes"] and even["not_acted_on"] == []
     assert uneven["not_acted_on"] == ["decoder_first_pipeline_num_layers=2"]
+    table = launch("--pp", "2", "--set", "num_layers=6", "--set", "decoder_first_pipeline_num_layers=2", "--plan",
+                   "--format", "table").stdout
+    assert "not acted on" in table and "decoder_first_pipeline_num_layers=2" in table
