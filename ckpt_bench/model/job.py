@@ -135,6 +135,10 @@ class TrainingJob:
         except ParallelError as error:
             raise ArchitectureError(str(error)) from None
         sizes.pop("mtp_num_layers")  # the architecture's
+        refused = expert_bias_refusal(architecture.moe is not None, architecture.add_bias_linear,
+                                      sizes["etp"] or sizes["tp"])
+        if refused:
+            raise ArchitectureError(refused)
         overlap_with_step = bool(args.get("overlap_param_gather_with_optimizer_step"))
         if overlap_with_step and not (args.get("use_distributed_optimizer") and args.get("overlap_param_gather")
                                       and sizes["virtual_stages"] and fmt == "torch"):
@@ -149,6 +153,16 @@ class TrainingJob:
                    overlap_param_gather_with_optimizer_step=overlap_with_step,
                    overlap_grad_reduce=bool(args.get("overlap_grad_reduce")),
                    ddp_bucket_size=None if bucket is None else int(bucket), ckpt_format=fmt)
+
+
+def expert_bias_refusal(moe: bool, add_bias_linear: bool, expert_tp: int) -> str | None:
+    """Why megatron-core's TransformerConfig refuses biases in experts at this expert tensor parallel size (it
+    asserts "Bias in Moe is only supported when ETP==1"); None where it takes them."""
+    if not (moe and add_bias_linear and expert_tp > 1):
+        return None
+    return (f"num_experts with add_bias_linear (Megatron-LM's default) at expert tensor parallel size {expert_tp} "
+            "(expert_tensor_parallel_size, default TP): megatron-core takes biases in experts only at 1; set "
+            "add_bias_linear=false, as MoE models do, or expert_tensor_parallel_size=1")
 
 
 def _precision_aware_optimizer(args: Mapping[str, Any]) -> PrecisionAwareOptimizer | None:

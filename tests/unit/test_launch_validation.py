@@ -19,6 +19,9 @@ from helpers import assert_one_line_error, launch
         (["--tp", "2", "--set", "num_attention_heads=3"], "num_attention_heads=3"),
         (["--cp", "2"], "context_parallel_size > 1 needs Transformer Engine"),
         (["--ckpt-format", "torch", "--use-distributed-optimizer"], "distrib_optim.pt"),
+        # megatron-core's: expert biases at ETP 1 only; its local experts at TP 1 and EP 1 fail their first step
+        (["--tp", "2", "--set", "num_experts=4"], "megatron-core takes biases in experts only at 1"),
+        (["--set", "num_experts=4"], "at TP 1 and EP 1: megatron-core 0.16.1's local experts add their bias"),
     ],
 )
 def test_user_mistakes_are_one_line_exit_2(tmp_path, args, needle):

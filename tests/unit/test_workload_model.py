@@ -68,6 +68,13 @@ def test_layouts_and_formats_megatron_lm_refuses_are_refused():
         TrainingJob.from_megatron_args({**LLAMA, "vocab_size": 32000, "pipeline_model_parallel_layout": "Et|tL"})
     with pytest.raises(ArchitectureError, match="ckpt_format 'fsdp_dtensor'"):
         TrainingJob.from_megatron_args({**LLAMA, "vocab_size": 32000, "ckpt_format": "fsdp_dtensor"})
+    # megatron-core's TransformerConfig: biases in experts at expert tensor parallel size 1 only (default: TP)
+    with pytest.raises(ArchitectureError, match=r"add_bias_linear \(Megatron-LM's default\) at expert tensor "
+                                                r"parallel size 2"):
+        TrainingJob.from_megatron_args({**LLAMA, "vocab_size": 32000, "num_experts": 8, "add_bias_linear": True,
+                                        "tensor_model_parallel_size": 2})
+    assert TrainingJob.from_megatron_args({**LLAMA, "vocab_size": 32000, "num_experts": 8, "add_bias_linear": True,
+                                           "tensor_model_parallel_size": 2, "expert_tensor_parallel_size": 1})
     # megatron-core's TransformerConfig: the aux-loss-free expert bias is for sigmoid router scores only
     biased = {**LLAMA, "vocab_size": 32000, "num_experts": 8, "moe_router_enable_expert_bias": True}
     with pytest.raises(ArchitectureError, match="moe_router_score_function 'softmax': megatron-core's expert bias"):

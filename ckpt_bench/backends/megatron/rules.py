@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from ckpt_bench.core.errors import ConfigError
+from ckpt_bench.model.job import expert_bias_refusal
 
 CKPT_FORMATS = ("torch_dist", "torch", "torch_dcp", "fsdp_dtensor")  # what Megatron-LM's --ckpt-format takes
 # What the built-in worker saves: its model is DDP-wrapped megatron-core; torch_dcp saves a model wrapped
@@ -67,6 +68,10 @@ def check(args: Mapping, world_size: int, name: Namer = lambda key: None) -> dic
                           "(e.g. num_experts=4)")
     if num_experts and num_experts % ep:
         raise ConfigError(f"{n('expert_model_parallel_size')} {ep}: must divide num_experts={num_experts}")
+    refused = expert_bias_refusal(bool(num_experts), bool(args.get("add_bias_linear", True)),
+                                  args.get("expert_tensor_parallel_size") or tp)
+    if refused:
+        raise ConfigError(refused)
     if save_interval > train_iters:
         raise ConfigError(
             f"{n('save_interval')} {save_interval} is larger than {n('train_iters')} {train_iters}: no checkpoint "
@@ -132,6 +137,14 @@ def check_worker_limits(args: Mapping, name: Namer = lambda key: None) -> None:
         raise ConfigError(f"hidden_size={args['hidden_size']} is not divisible by num_attention_heads="
                           f"{args['num_attention_heads']}: the built-in worker does not read kv_channels and makes "
                           "each head hidden_size / num_attention_heads wide")
+    unsplit = all((args.get(key) or 1) == 1 for key in ("tensor_model_parallel_size", "expert_model_parallel_size"))
+    if args.get("num_experts") and args.get("add_bias_linear", True) and not args.get("moe_grouped_gemm") and unsplit:
+        # Without TP or EP the local experts' row-parallel layer hands its input back through a custom autograd
+        # Function, and megatron-core 0.16.1 adds each expert's bias to it in place (mlp.py): autograd refuses that
+        # at the first step ("Output 0 of _ReduceFromModelParallelRegion is a view and is being modified inplace").
+        raise ConfigError("num_experts with add_bias_linear (Megatron-LM's default) at TP 1 and EP 1: megatron-core "
+                          "0.16.1's local experts add their bias in place to a tensor autograd protects, and the first "
+                          "step fails; set add_bias_linear=false, as MoE models do, or --ep 2 or more")
     if (args.get("context_parallel_size") or 1) > 1:
         raise ConfigError(
             "context_parallel_size > 1 needs Transformer Engine's attention; the built-in worker's local layer "
