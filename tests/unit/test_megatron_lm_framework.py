@@ -167,3 +167,14 @@ def test_a_gpu_run_is_refused_up_front_where_its_settings_need_what_is_not_insta
         check_gpu_extensions({**local, "num_experts": 4}, upstream_megatron_lm)
     monkeypatch.setattr(megatron_lm, "gpu_count", lambda: 0)  # CPU ranks: the bootstrap's layer sees to all three
     check_gpu_extensions({**defaults, "gradient_accumulation_fusion": True, "num_experts": 4}, upstream_megatron_lm)
+
+
+def test_an_moe_the_local_spec_cannot_train_is_refused_before_any_rank_starts(upstream_megatron_lm, tmp_path):
+    """On CPU ranks Megatron-LM runs megatron-core's local spec, whose experts at TP 1 and EP 1 fail their first
+    step when they have biases (Megatron-LM's default): one line, as for the built-in worker."""
+    from helpers import assert_one_line_error, launch
+
+    result = launch("--framework", "megatron-lm", "--megatron-path", str(upstream_megatron_lm), "--nproc-per-node",
+                    "1", "--set", "num_experts=4", runs_dir=tmp_path / "runs")
+    assert_one_line_error(result, "num_experts with add_bias_linear (Megatron-LM's default) at TP 1 and EP 1")
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

@@ -28,6 +28,7 @@ from ckpt_bench.backends.frameworks.common import (
     record_events,
     resolve_for_framework,
 )
+from ckpt_bench.backends.megatron import rules
 from ckpt_bench.backends.megatron.launcher import preview
 from ckpt_bench.core.checkpoint_dir import iteration_folder_sizes, latest_iteration
 from ckpt_bench.core.environment import gpu_count
@@ -303,7 +304,10 @@ class MegatronLMBackend(Backend[MegatronLMConfig]):
         args.setdefault("eval_interval", args["train_iters"])
         check_dataset_helpers(root)
         parser = parser_flags(root)
-        check_gpu_extensions({**parser.default, **args}, root)
+        settings = {**parser.default, **args}
+        check_gpu_extensions(settings, root)
+        if not gpu_count() or settings.get("transformer_impl") == "local":  # CPU ranks run the local spec
+            rules.check_local_experts(settings)
         script = str(root / "pretrain_gpt.py")
         # The load reads a cold checkpoint, as ours do: the lifecycle evicts it first.
         passes = [WorkerPass(phase, [], spec=False, evict_before=phase == "load", env=_rank_env(root))

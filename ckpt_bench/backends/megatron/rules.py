@@ -137,14 +137,7 @@ def check_worker_limits(args: Mapping, name: Namer = lambda key: None) -> None:
         raise ConfigError(f"hidden_size={args['hidden_size']} is not divisible by num_attention_heads="
                           f"{args['num_attention_heads']}: the built-in worker does not read kv_channels and makes "
                           "each head hidden_size / num_attention_heads wide")
-    unsplit = all((args.get(key) or 1) == 1 for key in ("tensor_model_parallel_size", "expert_model_parallel_size"))
-    if args.get("num_experts") and args.get("add_bias_linear", True) and not args.get("moe_grouped_gemm") and unsplit:
-        # Without TP or EP the local experts' row-parallel layer hands its input back through a custom autograd
-        # Function, and megatron-core 0.16.1 adds each expert's bias to it in place (mlp.py): autograd refuses that
-        # at the first step ("Output 0 of _ReduceFromModelParallelRegion is a view and is being modified inplace").
-        raise ConfigError("num_experts with add_bias_linear (Megatron-LM's default) at TP 1 and EP 1: megatron-core "
-                          "0.16.1's local experts add their bias in place to a tensor autograd protects, and the first "
-                          "step fails; set add_bias_linear=false, as MoE models do, or --ep 2 or more")
+    check_local_experts(args)
     if (args.get("context_parallel_size") or 1) > 1:
         raise ConfigError(
             "context_parallel_size > 1 needs Transformer Engine's attention; the built-in worker's local layer "
@@ -153,3 +146,16 @@ def check_worker_limits(args: Mapping, name: Namer = lambda key: None) -> None:
         if "://" in str(args.get(key) or ""):
             raise ConfigError(f"{key} {args[key]}: megatron-core's dist_checkpointing writes to a file system; "
                               "checkpoint folders must be local paths")
+
+
+def check_local_experts(args: Mapping) -> None:
+    """What megatron-core's local layer spec (no Transformer Engine: the built-in worker, and Megatron-LM with
+    `--transformer-impl local`) cannot train of an MoE."""
+    unsplit = all((args.get(key) or 1) == 1 for key in ("tensor_model_parallel_size", "expert_model_parallel_size"))
+    if args.get("num_experts") and args.get("add_bias_linear", True) and not args.get("moe_grouped_gemm") and unsplit:
+        # Without TP or EP the local experts' row-parallel layer hands its input back through a custom autograd
+        # Function, and megatron-core 0.16.1 adds each expert's bias to it in place (mlp.py): autograd refuses that
+        # at the first step ("Output 0 of _ReduceFromModelParallelRegion is a view and is being modified inplace").
+        raise ConfigError("num_experts with add_bias_linear (Megatron-LM's default) at TP 1 and EP 1: megatron-core "
+                          "0.16.1's local experts add their bias in place to a tensor autograd protects, and the first "
+                          "step fails; set add_bias_linear=false, as MoE models do, or --ep 2 or more")
