@@ -42,8 +42,9 @@ _DEEPSEEK_V2 = KnownTokenizer(100015, "DeepSeek's 100K byte-level BPE (the DeepS
                                       "tokenizer): 100,000 tokens + 15 added (len() reported in deepseek-ai/"
                                       "DeepSeek-MoE #14 for that tokenizer; V2's own file not seen here: any length "
                                       "from 99,969 to 100,096 pads to the same embedding at 128 a TP rank)")
-_DEEPSEEK_V3 = KnownTokenizer(128815, "DeepSeek-V3's BPE: ids 0-128,814, the last <｜tool▁sep｜> (128,000 tokens + "
-                                      "placeholders and tool tokens; config.json's 129,280 is padded)")
+_DEEPSEEK_V3 = KnownTokenizer(128815, "DeepSeek-V3's BPE: ids 0-128,814, the last <｜tool▁sep｜>, the highest id "
+                                      "its published special tokens give (128,000 tokens + placeholders and tool "
+                                      "tokens; its tokenizer file not read here; config.json's 129,280 is padded)")
 _LLAMA4 = KnownTokenizer(201135, "Llama 4's BPE as Hugging Face builds it (transformers' convert_llama4_weights_to_hf"
                                  ".py): 200,000 tokens + 1,134 special tokens + its pad token; the same for Scout "
                                  "and Maverick (config.json's 202,048 counts all 2,048 reserved slots)")
