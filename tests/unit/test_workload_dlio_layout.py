@@ -140,7 +140,7 @@ def _rle(values):
 def _fixture_layout(name: str, ranks: int) -> Layout:
     workload = dlio_yaml.load_dlio_yaml(FIXTURES / f"{name}.yaml")
     if workload.subset:
-        return dlio_layout.layout(workload, subset_ranks=ranks)
+        return dlio_layout.layout(workload, run_ranks=range(ranks))
     return dlio_layout.layout(workload, world_size=ranks)
 
 
@@ -229,12 +229,12 @@ def test_llama3_8b_zero3_files():
 def test_subset_is_first_ranks_of_full_job():
     workload = catalog.get_workload("llama3-405b")
     full = dlio_layout.layout(workload)
-    subset = dlio_layout.layout(workload, subset_ranks=8)
+    subset = dlio_layout.layout(workload, run_ranks=range(8))
     assert subset.is_subset and not full.is_subset
     assert subset.ranks == full.ranks[:8]
     assert subset.total_bytes == full.total_bytes
     assert subset.run_bytes == subset.dlio_reported_bytes == 105811532800  # DLIO, subset mode, data 2, -np 8
-    one_t = dlio_layout.layout(catalog.get_workload("llama3-1t"), subset_ranks=8)
+    one_t = dlio_layout.layout(catalog.get_workload("llama3-1t"), run_ranks=range(8))
     assert one_t.run_bytes == 154322342880  # DLIO, subset mode, data 2, -np 8
 
 
@@ -370,10 +370,10 @@ def test_world_size_errors():
     workload = catalog.get_workload("llama3-405b")
     with pytest.raises(WorkloadError, match=r"world_size = 500 .* multiple of .* = 256 \(e\.g\. 256 or 512\)"):
         dlio_layout.layout(workload, world_size=500)
-    with pytest.raises(WorkloadError, match=r"subset_ranks = 513 .* 1\.\.512"):
-        dlio_layout.layout(workload, subset_ranks=513)
-    with pytest.raises(WorkloadError, match="subset_ranks = 0"):
-        dlio_layout.layout(workload, subset_ranks=0)
+    with pytest.raises(WorkloadError, match=r"\[512\].*distinct rank of the job's 0\.\.511"):
+        dlio_layout.layout(workload, run_ranks=[512])
+    with pytest.raises(WorkloadError, match=r"\[1, 1\]"):
+        dlio_layout.layout(workload, run_ranks=[1, 1])
     with pytest.raises(WorkloadError, match="no world size"):
         dlio_layout.layout(dlio_yaml.load_dlio_yaml(FIXTURES / "dlio_tiny_tp2.yaml"))
     with pytest.raises(WorkloadError, match="unknown workload 'llama3-7b'; the catalog has llama3-8b"):

@@ -12,6 +12,7 @@ from helpers import ROOT, assert_one_line_error, launch
 from ckpt_bench.backends.workload.catalog import CATALOG
 from ckpt_bench.backends.workload.dlio_layout import layout
 from ckpt_bench.cli.launch import parse_argv
+from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.launcher import registry, resources
 
 TINY = ROOT / "tests" / "fixtures" / "workloads" / "tiny_test.yaml"
@@ -43,6 +44,25 @@ def test_plan_of_a_subset_is_the_first_ranks_of_the_job():
     assert plan["run_bytes"] == sum(s.bytes for s in full.ranks[:2])
 
 
+def test_busiest_hosts_are_whole_hosts_the_most_bytes_first():
+    from ckpt_bench.backends.workload.launcher import busiest_hosts
+
+    # 4 hosts of 2 ranks: host 2 writes 9, host 1 and host 3 write 5 (host 1 first among equals), host 0 writes 1
+    assert busiest_hosts([1, 0, 2, 3, 4, 5, 1, 4], 4, 2) == [4, 5, 2, 3]
+    with pytest.raises(ConfigError, match="multiples of it"):
+        busiest_hosts([1] * 8, 3, 2)
+
+
+def test_plan_of_a_subset_of_the_busiest_host_runs_that_hosts_ranks():
+    plan = json.loads(launch("--workload", "llama3-405b", "--subset", "--subset-hosts", "busiest",
+                             "--nproc-per-node", "8", "--plan", "--format", "json").stdout)
+    full = layout(CATALOG["llama3-405b"]).job_rank_bytes
+    hosts = [sum(full[h * 8:(h + 1) * 8]) for h in range(len(full) // 8)]
+    busiest = hosts.index(max(hosts))
+    assert [r["rank"] for r in plan["ranks"]] == list(range(busiest * 8, busiest * 8 + 8))
+    assert plan["run_bytes"] == max(hosts)
+
+
 def test_plan_prints_a_table_on_request():
     result = launch("--workload", "llama3-1t", "--plan", "--format", "table")
     assert result.returncode == 0 and "plan (nothing was run)" in result.stdout and "1,024" in result.stdout
@@ -55,6 +75,10 @@ def test_plan_prints_a_table_on_request():
     (["--workload", "llama3-8b"], "add --subset to run its first 2"),
     (["--workload", "llama3-8b", "--subset", "--nproc-per-node", "9"], "exceed workload 'llama3-8b'"),
     (["--workload", "llama3-8b", "--subset", "--async-save"], "the torch-save engine has no asynchronous save"),
+    (["--workload", "llama3-8b", "--nproc-per-node", "8", "--subset-hosts", "busiest"],
+     "--subset-hosts busiest: picks the hosts of a --subset run"),
+    (["--workload", "llama3-8b", "--subset", "--subset-hosts", "busiest", "--nproc-per-node", "3"],
+     "multiples of it"),
     (["--workload", "llama3-8b", "--subset", "--thread-count", "2"], "--thread-count: the torch-save engine"),
     (["--workload", str(TINY), "--tp", "2"], "--tp is not read by the workload backend"),
     (["--workload", str(TINY), "--load-calls", "5"], "only 2 are written"),

@@ -149,7 +149,7 @@ def test_data_parallel_ranks_split_the_optimizer_buffer_and_the_model_writes_eve
 
 def test_a_subset_holds_what_the_same_ranks_of_the_job_hold():
     workload = gpt_workload(tensor_parallelism=2)
-    job, subset = layout(workload, 8), layout(workload, 8, subset_ranks=3)
+    job, subset = layout(workload, 8), layout(workload, 8, run_ranks=range(3))
     assert subset.ranks == job.ranks[:3] and subset.total_bytes == job.total_bytes and subset.is_subset
     assert subset.run_bytes == sum(share.bytes for share in job.ranks[:3])
     assert subset.dlio_reported_bytes == sum(share.resident_bytes for share in job.ranks[:3])

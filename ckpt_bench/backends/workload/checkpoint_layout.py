@@ -5,20 +5,34 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from ckpt_bench.backends.workload.workload import DTYPE_BYTES, TORCH_DTYPE, Workload
+from ckpt_bench.backends.workload.workload import DTYPE_BYTES, TORCH_DTYPE, Workload, WorkloadError
 from ckpt_bench.model.tensors import ParameterCounts
 
-__all__ = ["FileShare", "Layout", "RankShare", "RankSpread", "TensorSpec", "checkpoint_dir"]
+__all__ = ["FileShare", "Layout", "RankShare", "RankSpread", "TensorSpec", "checkpoint_dir", "ranks_that_run"]
 
 
 def checkpoint_dir(step: int, epoch: int = 1) -> str:
     """The folder, under the checkpoint folder, of DLIO's save number ``step`` (1-based; DLIO's epoch is 1)."""
     return f"global_epoch{epoch}_step{step}"
+
+
+def ranks_that_run(world_size: int, run_ranks: Sequence[int] | None) -> tuple[int, ...]:
+    """The ranks of a job of `world_size` ranks that run, in the order they run (running rank i plays job rank
+    `run_ranks[i]`): all of them (None), or a subset -- DLIO's first N, or whole hosts of the job picked by
+    their bytes (`--subset-hosts busiest`). Raises WorkloadError for ranks the job does not have or repeats."""
+    if run_ranks is None:
+        return tuple(range(world_size))
+    ranks = tuple(run_ranks)
+    if not ranks or len(set(ranks)) != len(ranks) or not all(
+            isinstance(r, int) and not isinstance(r, bool) and 0 <= r < world_size for r in ranks):
+        shown = f"{list(ranks[:8])}{' ...' if len(ranks) > 8 else ''}"
+        raise WorkloadError(f"ranks that run {shown}: each must be a distinct rank of the job's 0..{world_size - 1}")
+    return ranks
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +141,16 @@ class RankShare:
     ep_rank: int = 0
     """Expert-parallel rank (a Megatron MoE's; 0 otherwise)."""
 
+    read_bytes: int | None = None
+    """Tensor bytes it reads from storage per load, where that differs from what it writes (None: the same):
+    DCP reads every shard a rank holds, replicas included; Megatron's legacy format has every rank read its
+    model-parallel folder's model file."""
+
+    @property
+    def load_bytes(self) -> int:
+        """Tensor bytes it reads per load."""
+        return self.bytes if self.read_bytes is None else self.read_bytes
+
 
 @dataclass(frozen=True)
 class RankSpread:
@@ -153,7 +177,8 @@ class Layout:
     """world_size // (tp·pp)."""
 
     ranks: tuple[RankShare, ...]
-    """Ranks 0..N-1: all ``world_size`` of them, or the ``subset_ranks`` that run."""
+    """The ranks that run, in the order they run: all ``world_size`` of them, or a subset (`ranks_that_run`);
+    ``ranks[i].rank`` is the job rank that running rank i plays."""
 
     total_bytes: int
     """Tensor bytes the whole job (all ``world_size`` ranks) writes per save."""
@@ -183,7 +208,7 @@ class Layout:
 
     @property
     def is_subset(self) -> bool:
-        """True when only the first ``len(ranks)`` of ``world_size`` ranks run."""
+        """True when only some of the job's ``world_size`` ranks run."""
         return len(self.ranks) < self.world_size
 
     def files(self, step: int = 1) -> Iterator[tuple[int, str, FileShare]]:

@@ -43,9 +43,10 @@ Everything here is plain Python: no torch import, and the 1,024-rank llama3-1t l
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ckpt_bench.backends.workload.checkpoint_layout import FileShare, Layout, RankShare, TensorSpec
+from ckpt_bench.backends.workload.checkpoint_layout import FileShare, Layout, RankShare, TensorSpec, ranks_that_run
 from ckpt_bench.backends.workload.workload import Workload, WorkloadError, is_int, num_parameters
 from ckpt_bench.model.tensors import ParameterCounts
 
@@ -152,12 +153,13 @@ def _refuse_beyond_dlio(workload: Workload) -> None:
             "--engine dcp (its sharded state through PyTorch DCP), torch_dist or torch (Megatron-LM's own formats)")
 
 
-def layout(workload: Workload, world_size: int | None = None, subset_ranks: int | None = None) -> Layout:
+def layout(workload: Workload, world_size: int | None = None, run_ranks: Sequence[int] | None = None) -> Layout:
     """Every rank's files and tensors for one save of ``workload``.
 
     ``world_size``: ranks of the whole job (default ``workload.world_size``); it must be a multiple of tp·pp.
-    ``subset_ranks``: lay out only ranks 0..N-1 of that job, as DLIO's subset mode runs them (they hold what the
-    same ranks of the full job hold); :attr:`Layout.total_bytes` still counts the whole job.
+    ``run_ranks``: lay out only these ranks of that job (`checkpoint_layout.ranks_that_run`: DLIO's subset mode
+    runs its first N; they hold what the same ranks of the full job hold); :attr:`Layout.total_bytes` still
+    counts the whole job.
     """
     w = workload
     if w.megatron is not None:
@@ -178,11 +180,7 @@ def layout(workload: Workload, world_size: int | None = None, subset_ranks: int 
             f"world_size = {world} cannot hold workload {w.name!r}: it must be a multiple of tensor × pipeline"
             f" parallelism = {w.tensor_parallelism} × {w.pipeline_parallelism} = {mp} (e.g. {near})"
         )
-    count = world if subset_ranks is None else subset_ranks
-    if not is_int(count) or not 1 <= count <= world:
-        raise WorkloadError(
-            f"subset_ranks = {subset_ranks!r} is not valid for a job of {world} ranks; it must be 1..{world}"
-        )
+    running = ranks_that_run(world, run_ranks)
 
     dp = world // mp
     tp, pp, zero = w.tensor_parallelism, w.pipeline_parallelism, w.zero_stage
@@ -206,12 +204,12 @@ def layout(workload: Workload, world_size: int | None = None, subset_ranks: int 
 
     totals = [rank_bytes(r) for r in range(world)]
     total_bytes = sum(t[0] for t in totals)
-    run = totals[:count]
+    run = [totals[rank] for rank in running]
     model_reported = states_bytes if states else sum(t[2] for t in run)
     reported = model_reported + sum(t[3] for t in run)
 
     ranks: list[RankShare] = []
-    for rank in range(count):
+    for rank in running:
         tp_rank, pp_rank, dp_rank, mp_rank = rank % tp, (rank // tp) % pp, rank // mp, rank % mp
         written, resident = totals[rank][:2]
         files: list[FileShare] = []

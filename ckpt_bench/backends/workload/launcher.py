@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -51,6 +52,7 @@ from ckpt_bench.model.job import TrainingJob
 from ckpt_bench.storage import StorageOptions, storage_for
 
 WORKER = "ckpt_bench.backends.workload.worker"
+SUBSET_HOSTS = ("first", "busiest")
 _PROGRESS = re.compile(r"^(saving|saved|loading|loaded) checkpoint|GiB on rank 0")
 
 
@@ -69,9 +71,15 @@ class WorkloadConfig(CheckpointOptions, StorageOptions):
     set: tuple[str, ...] = SET.field(())
     primus_path: str | None = PRIMUS_PATH.field()
     overrides: dict = field(init=False)  # an experiment's Megatron-LM arguments set with --set
-    subset: bool = Flag(("--subset",), "Run only the first N ranks of the workload's job (N = --nnodes x "
-                        "--nproc-per-node), each writing its real share (MLPerf Storage's subset mode).",
+    subset: bool = Flag(("--subset",), "Run only N ranks of the workload's job (N = --nnodes x --nproc-per-node), "
+                        "each writing its real share: its first N (MLPerf Storage's subset mode), or whole hosts "
+                        "(--subset-hosts).",
                         type=bool).field(False)
+    subset_hosts: str = Flag(("--subset-hosts",), "Which of the job's hosts a --subset runs: first (its first N "
+                             "ranks, MLPerf Storage's subset mode) or busiest (whole hosts of --nproc-per-node ranks "
+                             "each, the job's hosts that write the most first: the client figures a projection of "
+                             "the whole job needs).", choices=SUBSET_HOSTS, default="first",
+                             show_default=True).field("first")
     job_ranks: int | None = Flag(("--job-ranks",), "Ranks of the whole job, for a workload that names none (a "
                                  "Primus/Megatron experiment; DLIO without subset mode): --plan lays it out, "
                                  "--subset runs its first ranks (default: the ranks that run).", type=int, min=1,
@@ -118,6 +126,7 @@ class WorkloadRun:
     state: str
     """Whose tensors the engine saves (`engines.saved_state`): "dlio" or "megatron"."""
     layout: Layout
+    """What the ranks that run write (`layout.ranks`); its per-rank bytes cover the whole job."""
     ranks: int
     save_calls: int
     load_calls: int
@@ -161,8 +170,14 @@ def resolve(config: WorkloadConfig, launch: LaunchConfig) -> WorkloadRun:
         raise ConfigError(f"workload {workload.name!r} is a job of {job} ranks and {ranks} would run: run all "
                           f"{job} (--nnodes x --nproc-per-node, or --emit slurm|k8s), or add --subset to run its "
                           f"first {ranks}, each writing its real share")
+    if config.subset_hosts != "first" and ranks >= job:
+        raise ConfigError(f"--subset-hosts {config.subset_hosts}: picks the hosts of a --subset run, and all {job} "
+                          "ranks of the job would run")
     try:
-        layout = state_layout(info, workload, job, ranks if ranks < job else None)
+        layout = state_layout(info, workload, job, range(ranks) if ranks < job else None)
+        if ranks < job and config.subset_hosts == "busiest":
+            layout = state_layout(info, workload, job, busiest_hosts(layout.job_rank_bytes, ranks,
+                                                                     launch.topology.nproc_per_node))
     except ValueError as error:
         raise ConfigError(f"--workload {config.workload}: {error}") from None
     save_calls = config.save_calls or max(workload.num_checkpoints_write, 0)
@@ -179,13 +194,25 @@ def resolve(config: WorkloadConfig, launch: LaunchConfig) -> WorkloadRun:
                        time_between)
 
 
+def busiest_hosts(rank_bytes: Sequence[int], ranks: int, per_host: int) -> list[int]:
+    """The job ranks `ranks` running ranks play as whole hosts of `per_host` ranks, the job's hosts (ranks
+    `h * per_host ...`) that write the most bytes first (the lowest host first among equals): running host i
+    plays the i-th busiest. Raises ConfigError where the job or the run is not whole hosts."""
+    job = len(rank_bytes)
+    if job % per_host or ranks % per_host:
+        raise ConfigError(f"--subset-hosts busiest runs whole hosts of --nproc-per-node {per_host} ranks: the job's "
+                          f"{job} ranks and the {ranks} that run must both be multiples of it")
+    hosts = sorted(range(job // per_host), key=lambda h: (-sum(rank_bytes[h * per_host:(h + 1) * per_host]), h))
+    return [host * per_host + local for host in hosts[:ranks // per_host] for local in range(per_host)]
+
+
 def host_memory_needed(run: WorkloadRun, info: EngineInfo, async_save: bool, nproc_per_node: int) -> int:
     """Bytes the busiest host needs: its ranks' resident state (and an async save's staging copy), plus
     each rank's process. Ranks are laid out node by node, `nproc_per_node` each."""
     copies = 1 + (info.async_staging_copies if async_save else 0)
     per_host = [0] * (-(-run.ranks // nproc_per_node))
-    for share in run.layout.ranks:
-        per_host[share.rank // nproc_per_node] += share.resident_bytes * copies + RANK_BASE_BYTES
+    for index, share in enumerate(run.layout.ranks):  # running rank `index` on host index // nproc_per_node
+        per_host[index // nproc_per_node] += share.resident_bytes * copies + RANK_BASE_BYTES
     return max(per_host)
 
 
@@ -253,6 +280,8 @@ class WorkloadRunInfo(RunInfo):
     """Ranks of the whole job the workload describes."""
     subset: int | None
     """Ranks that ran of it (--subset); None: all."""
+    subset_job_ranks: list[int] | None
+    """The job's ranks they played, in order (--subset-hosts); None: all."""
     tensor_parallel_size: int
     pipeline_parallel_size: int
     zero_stage: int
@@ -313,6 +342,7 @@ def run_info(config: WorkloadConfig, run: WorkloadRun, spec: WorkloadSpec, launc
         engine=run.engine,
         job_world_size=layout.world_size,
         subset=run.ranks if layout.is_subset else None,
+        subset_job_ranks=[share.rank for share in layout.ranks] if layout.is_subset else None,
         tensor_parallel_size=workload.tensor_parallelism,
         pipeline_parallel_size=workload.pipeline_parallelism,
         zero_stage=workload.zero_stage,
@@ -366,7 +396,8 @@ class WorkloadBackend(Backend[WorkloadConfig]):
             "run fewer ranks per host (--nproc-per-node, --subset), or a smaller workload")
         spec = WorkloadSpec(
             workload=dataclasses.asdict(run.workload), world_size=run.layout.world_size,
-            subset_ranks=run.ranks if run.layout.is_subset else None, engine=run.engine,
+            run_ranks=[share.rank for share in run.layout.ranks] if run.layout.is_subset else None,
+            engine=run.engine,
             save_calls=run.save_calls, load_calls=run.load_calls, time_between_checkpoints=run.time_between,
             sync_files=sync_files, async_save=config.async_save,
             thread_count=config.thread_count or info.default_threads or 1,
@@ -392,8 +423,9 @@ class WorkloadBackend(Backend[WorkloadConfig]):
 def _notes(config: WorkloadConfig, run: WorkloadRun, sync_files: bool, storage_kind: str) -> list[str]:
     notes = []
     if run.layout.is_subset:
-        notes.append(f"subset: ranks 0..{run.ranks - 1} of a {run.layout.world_size}-rank job, each with its real "
-                     f"share ({run.layout.run_bytes / GIB:.2f} of {run.layout.total_bytes / GIB:.2f} GiB per save)")
+        notes.append(f"subset: {_job_ranks([share.rank for share in run.layout.ranks])} of a "
+                     f"{run.layout.world_size}-rank job, each with its real share ({run.layout.run_bytes / GIB:.2f} "
+                     f"of {run.layout.total_bytes / GIB:.2f} GiB per save)")
     # DLIO's workloads only: an experiment's checkpoint.fsync is ours, and an engine that always fsyncs has no
     # --no-sync-files to offer.
     dlio_asks = run.workload.megatron is None and run.workload.fsync and not run.info.always_fsyncs
@@ -405,6 +437,17 @@ def _notes(config: WorkloadConfig, run: WorkloadRun, sync_files: bool, storage_k
                      "files: bytes and files per rank differ (docs/workloads.md); mlperf.dlio.checkpoint_size_GB is "
                      "that state's size")
     return notes
+
+
+def _job_ranks(ranks: list[int]) -> str:
+    """Job ranks as runs of consecutive ranks: "ranks 0..7", "ranks 8..15, 0..7"."""
+    runs: list[list[int]] = []
+    for rank in ranks:
+        if runs and rank == runs[-1][1] + 1:
+            runs[-1][1] = rank
+        else:
+            runs.append([rank, rank])
+    return "ranks " + ", ".join(f"{a}..{b}" if b > a else f"{a}" for a, b in runs)
 
 
 def write_dlio_summary(run: RunDir, report: dict) -> None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from ckpt_bench.backends.workload.checkpoint_layout import Layout
 from ckpt_bench.backends.workload.megatron_shapes import (
@@ -104,10 +104,11 @@ def dcp_writers(gpt: MegatronGPT, rank: int | None = None) -> DcpWriters:
     return DcpWriters(tuple(written), frozenset(mine))
 
 
-def layout(workload: Workload, world_size: int | None = None, subset_ranks: int | None = None) -> Layout:
-    """Every rank's bytes and files for one DCP save of `workload`'s Megatron state. `RankShare.bytes`: the
-    tensor bytes DCP has it write; `resident_bytes`: what it holds (as for `torch_dist`). Raises
-    `WorkloadError`."""
-    gpt, count = megatron_job(workload, world_size, subset_ranks)
+def layout(workload: Workload, world_size: int | None = None, run_ranks: Sequence[int] | None = None) -> Layout:
+    """Every rank's bytes and files for one DCP save of `workload`'s Megatron state (of the ranks that run:
+    `run_ranks`, default all). `RankShare.bytes`: the tensor bytes DCP has it write; `resident_bytes`: what it
+    holds (as for `torch_dist`), which is also what it reads per load: a DCP load reads every shard of the
+    rank's state, its replicas included. Raises `WorkloadError`."""
+    gpt, running = megatron_job(workload, world_size, run_ranks)
     _, resident = fully_parallel_bytes(gpt)
-    return rank_layout(gpt, count, dcp_writers(gpt).written, resident)
+    return rank_layout(gpt, running, dcp_writers(gpt).written, resident, read=resident)

@@ -66,7 +66,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from ckpt_bench.backends.workload.checkpoint_layout import FileShare, Layout, RankShare, TensorSpec
+from ckpt_bench.backends.workload.checkpoint_layout import FileShare, Layout, RankShare, TensorSpec, ranks_that_run
 from ckpt_bench.backends.workload.workload import DTYPE_BYTES, TORCH_DTYPE, Workload, WorkloadError
 from ckpt_bench.model.architecture import Architecture, ArchitectureError
 from ckpt_bench.model.job import TrainingJob
@@ -722,16 +722,14 @@ def rank_shards(gpt: MegatronGPT, rank: int) -> RankShards:
     return _rank_shards(gpt, c, gpt.save_distribution(c.tp_rank, c.pp_rank))
 
 
-def megatron_job(workload: Workload, world_size: int | None, subset_ranks: int | None) -> tuple[MegatronGPT, int]:
-    """The Megatron GPT of `workload` on its job of `world_size` ranks (default: the workload's), and how many
-    of them run (`subset_ranks`, default all). Raises `WorkloadError`."""
+def megatron_job(workload: Workload, world_size: int | None,
+                 run_ranks: Sequence[int] | None) -> tuple[MegatronGPT, tuple[int, ...]]:
+    """The Megatron GPT of `workload` on its job of `world_size` ranks (default: the workload's), and the ranks
+    of it that run (`run_ranks`, default all: `checkpoint_layout.ranks_that_run`). Raises `WorkloadError`."""
     world = workload.world_size if world_size is None else world_size
     if world is None:
         raise WorkloadError(f"workload {workload.name!r} has no world size: pass world_size=")
-    count = world if subset_ranks is None else subset_ranks
-    if not 1 <= count <= world:
-        raise WorkloadError(f"subset_ranks = {subset_ranks!r} is not valid for a job of {world} ranks")
-    return MegatronGPT(workload, world), count
+    return MegatronGPT(workload, world), ranks_that_run(world, run_ranks)
 
 
 def fully_parallel_bytes(gpt: MegatronGPT) -> tuple[dict[int, int], dict[int, int]]:
@@ -747,13 +745,14 @@ def fully_parallel_bytes(gpt: MegatronGPT) -> tuple[dict[int, int], dict[int, in
     return written, resident
 
 
-def rank_layout(gpt: MegatronGPT, count: int, written: Sequence[int] | Mapping[int, int],
-                resident: Mapping[int, int]) -> Layout:
-    """The layout of ranks 0..count-1 of `gpt`'s job, given the tensor bytes each rank of the job writes and
-    holds: a rank that writes has its shard file, rank 0 the files of the whole checkpoint besides."""
+def rank_layout(gpt: MegatronGPT, running: Sequence[int], written: Sequence[int] | Mapping[int, int],
+                resident: Mapping[int, int], read: Mapping[int, int] | None = None) -> Layout:
+    """The layout of the `running` ranks of `gpt`'s job, given the tensor bytes each rank of the job writes and
+    holds (and reads per load, where that is not what it writes): a rank that writes has its shard file, rank 0
+    the files of the whole checkpoint besides."""
     world = gpt.world_size
     ranks = []
-    for rank in range(count):
+    for rank in running:
         c = gpt.coordinates(rank)
         # The shards themselves are the engine's to build (`rank_shards`); the plan needs their bytes.
         files = [FileShare(distcp_file(rank), "sharded", ())] if written[rank] else []
@@ -762,20 +761,21 @@ def rank_layout(gpt: MegatronGPT, count: int, written: Sequence[int] | Mapping[i
         ranks.append(RankShare(
             rank=rank, files=tuple(files), bytes=written[rank], resident_bytes=resident[rank], tp_rank=c.tp_rank,
             pp_rank=c.pp_rank, dp_rank=c.dp_rank, mp_rank=gpt.parallel.model_parallel_rank(c.tp_rank, c.pp_rank),
-            ep_rank=c.ep_rank))
+            ep_rank=c.ep_rank, read_bytes=None if read is None else read[rank]))
     return Layout(workload=gpt.workload, world_size=world, data_parallelism=gpt.dp, ranks=tuple(ranks),
                   total_bytes=sum(written[r] for r in range(world)),
                   dlio_reported_bytes=sum(r.resident_bytes for r in ranks), parameters=gpt.parameters,
                   job_rank_bytes=tuple(written[r] for r in range(world)))
 
 
-def layout(workload: Workload, world_size: int | None = None, subset_ranks: int | None = None) -> Layout:
-    """Every rank's bytes and files for one `torch_dist` save of `workload` as a Megatron GPT.
+def layout(workload: Workload, world_size: int | None = None, run_ranks: Sequence[int] | None = None) -> Layout:
+    """Every rank's bytes and files for one `torch_dist` save of `workload` as a Megatron GPT (of the ranks that
+    run: `run_ranks`, default all).
 
     `RankShare.bytes`: the tensor bytes the rank writes under the fully-parallel save; `resident_bytes`: the
     tensor bytes it holds (its model shards and its optimizer shards). `Layout.total_bytes`: the whole job's
     (each replicated shard once); `dlio_reported_bytes`: the state held by the ranks that run, as DLIO's
     `checkpoint_size_GB` counts its own. Raises `WorkloadError`.
     """
-    gpt, count = megatron_job(workload, world_size, subset_ranks)
-    return rank_layout(gpt, count, *fully_parallel_bytes(gpt))
+    gpt, running = megatron_job(workload, world_size, run_ranks)
+    return rank_layout(gpt, running, *fully_parallel_bytes(gpt))

@@ -31,7 +31,9 @@ names, lists kept as dicts keyed by index.
 
 from __future__ import annotations
 
-from ckpt_bench.backends.workload.checkpoint_layout import FileShare, Layout, RankShare, TensorSpec
+from collections.abc import Sequence
+
+from ckpt_bench.backends.workload.checkpoint_layout import FileShare, Layout, RankShare, TensorSpec, ranks_that_run
 from ckpt_bench.backends.workload.megatron_shapes import MegatronGPT
 from ckpt_bench.backends.workload.workload import TORCH_DTYPE, Workload, WorkloadError
 from ckpt_bench.model.parallel import RankCoordinates
@@ -131,27 +133,32 @@ def rank_files(gpt: MegatronGPT, c: RankCoordinates) -> list[FileShare]:
     return files
 
 
-def layout(workload: Workload, world_size: int | None = None, subset_ranks: int | None = None) -> Layout:
-    """Every rank's files and bytes for one legacy `torch` save of `workload` as a Megatron GPT; raises
-    WorkloadError. A rank holds (and the engine allocates) exactly the tensors of its files."""
+def layout(workload: Workload, world_size: int | None = None, run_ranks: Sequence[int] | None = None) -> Layout:
+    """Every rank's files and bytes for one legacy `torch` save of `workload` as a Megatron GPT (of the ranks that
+    run: `run_ranks`, default all); raises WorkloadError. A rank holds (and the engine allocates) exactly the
+    tensors of its files.
+
+    `RankShare.read_bytes` is what Megatron-LM's load reads on the rank: every rank `torch.load`s its
+    model-parallel folder's `model_optim_rng.pt` (written once per folder, read by each of its data-parallel
+    replicas), and an optimizer's data-parallel rank 0 its `distrib_optim.pt`, whose state it scatters to its
+    group. (The engine's load reads back only what each rank wrote.)"""
     world = workload.world_size if world_size is None else world_size
     if world is None:
         raise WorkloadError(f"workload {workload.name!r} has no world size: pass world_size=")
-    count = world if subset_ranks is None else subset_ranks
-    if not 1 <= count <= world:
-        raise WorkloadError(f"subset_ranks = {subset_ranks!r} is not valid for a job of {world} ranks")
+    running = ranks_that_run(world, run_ranks)
     gpt = MegatronGPT(workload, world)
-    written, ranks = [], []
-    for rank in range(world):
+    files = [rank_files(gpt, gpt.coordinates(rank)) for rank in range(world)]
+    written = [sum(f.nbytes for f in rank) for rank in files]
+    model_file = {f.name: f.nbytes for rank in files for f in rank if f.kind == "model"}
+    ranks = []
+    for rank in running:
         c = gpt.coordinates(rank)
-        files = rank_files(gpt, c)
-        size = sum(f.nbytes for f in files)
-        written.append(size)
-        if rank < count:
-            ranks.append(RankShare(rank=rank, files=tuple(files), bytes=size, resident_bytes=size,
-                                   tp_rank=c.tp_rank, pp_rank=c.pp_rank, dp_rank=c.dp_rank,
-                                   mp_rank=gpt.parallel.model_parallel_rank(c.tp_rank, c.pp_rank),
-                                   ep_rank=c.ep_rank))
+        optimizer = sum(f.nbytes for f in files[rank] if f.kind == "optimizer")
+        read = model_file[f"{folder(gpt, c)}/{MODEL_FILE}"] + optimizer
+        ranks.append(RankShare(rank=rank, files=tuple(files[rank]), bytes=written[rank], resident_bytes=written[rank],
+                               tp_rank=c.tp_rank, pp_rank=c.pp_rank, dp_rank=c.dp_rank,
+                               mp_rank=gpt.parallel.model_parallel_rank(c.tp_rank, c.pp_rank), ep_rank=c.ep_rank,
+                               read_bytes=read))
     return Layout(workload=workload, world_size=world, data_parallelism=gpt.dp, ranks=tuple(ranks),
                   total_bytes=sum(written), dlio_reported_bytes=sum(r.resident_bytes for r in ranks),
                   parameters=gpt.parameters, job_rank_bytes=tuple(written))

@@ -22,8 +22,9 @@ class WorkloadSpec(WorkerSpec):
     """The `Workload`'s fields (`workload.Workload`), as resolved from the catalog or a file."""
     world_size: int
     """Ranks of the whole job the workload describes."""
-    subset_ranks: int | None
-    """Ranks that run when only the first N of the job run (`--subset`); None: all of them."""
+    run_ranks: list[int] | None
+    """The job ranks that run, in the order they run, when only some do (`--subset`: the first N, or whole
+    hosts picked by their bytes); None: all of them."""
     engine: str
     """`torch-save`, `torch_dist`, `torch` or `dcp` (`engines.ENGINES`)."""
     save_calls: int
@@ -48,4 +49,4 @@ class WorkloadSpec(WorkerSpec):
 
     def layout(self) -> Layout:
         """The layout of what the engine saves (`engines.state_layout`: DLIO's tensors, or a Megatron GPT's)."""
-        return state_layout(ENGINES[self.engine], Workload(**self.workload), self.world_size, self.subset_ranks)
+        return state_layout(ENGINES[self.engine], Workload(**self.workload), self.world_size, self.run_ranks)

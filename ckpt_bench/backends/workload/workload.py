@@ -120,7 +120,7 @@ class Workload:
 
     subset: bool = False
     """DLIO ``checkpoint.mode: subset``: the YAML describes a job of ``world_size`` ranks of which only the first
-    N run (``mpirun -np N``); pass ``subset_ranks=N`` to :func:`layout`."""
+    N run (``mpirun -np N``); pass ``run_ranks=range(N)`` to :func:`layout`."""
 
     num_checkpoints_write: int = -1
     """Saves per run (``checkpoint.num_checkpoints_write``); ≤ 0 means none."""

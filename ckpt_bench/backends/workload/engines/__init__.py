@@ -17,6 +17,7 @@ returns one) the ranks use.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ckpt_bench.backends.workload.checkpoint_layout import Layout
@@ -103,8 +104,9 @@ def saved_state(info: EngineInfo, workload: Workload) -> str:
     return workload.state if workload.state in info.layouts else next(iter(info.layouts))
 
 
-def state_layout(info: EngineInfo, workload: Workload, world_size: int, subset_ranks: int | None) -> Layout:
-    """What every rank writes when `info`'s engine saves `workload` on a job of `world_size` ranks (the first
-    `subset_ranks` of them running)."""
+def state_layout(info: EngineInfo, workload: Workload, world_size: int,
+                 run_ranks: Sequence[int] | None = None) -> Layout:
+    """What every rank writes when `info`'s engine saves `workload` on a job of `world_size` ranks (those of
+    `run_ranks` running, in that order; None: all)."""
     module = importlib.import_module(info.layouts[saved_state(info, workload)])
-    return module.layout(workload, world_size, subset_ranks)
+    return module.layout(workload, world_size, run_ranks)

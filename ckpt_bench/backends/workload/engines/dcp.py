@@ -73,10 +73,10 @@ class MegatronDcpEngine(DcpEngine):
     def __init__(self, spec: WorkloadSpec, layout: Layout, context: WorkerContext, storage: WorkerStorage):
         super().__init__(spec, layout, context, storage)
         gpt = MegatronGPT(layout.workload, layout.world_size)
-        self.shards = rank_shards(gpt, context.rank)
+        self.shards = rank_shards(gpt, self.share.rank)
         held = [shard for shards in dcp_state_order(list(self.shards.shards)).values() for shard in shards]
         if layout.is_subset:
-            mine = dcp_writers(gpt, context.rank).mine
+            mine = dcp_writers(gpt, self.share.rank).mine
             held = [shard for shard in held if shard.name in mine]
         self._checkpointed = held
         self._tensors: dict[str, torch.Tensor] = {}

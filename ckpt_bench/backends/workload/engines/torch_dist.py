@@ -117,7 +117,7 @@ class TorchDistEngine(Engine):
     def __init__(self, spec: WorkloadSpec, layout: Layout, context: WorkerContext, storage: WorkerStorage):
         super().__init__(spec, layout, context, storage)
         self.gpt = MegatronGPT(self.layout.workload, self.layout.world_size)
-        self.shards = rank_shards(self.gpt, self.context.rank)
+        self.shards = rank_shards(self.gpt, self.share.rank)
         self.subset = self.layout.is_subset
         # Built once, as Megatron-LM keeps its strategies between saves (`checkpointing_context`).
         self._group = None if self.subset else self._data_parallel_group()
