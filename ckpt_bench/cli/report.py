@@ -2,6 +2,7 @@
 
     python ckpt_report.py PATH... [--ckpt-dir DIR] [--output report.json] [--format json|table] [--html FILE]
                           [--mtbf-hours H | --gpu-mttf-hours H [--gpus N]] [--restart-overhead S]
+                          [--checkpoint-budget PCT] [--storage-write-gbps GB/S ...: the projection's figures]
     python ckpt_report.py --compare A B [C ...] [--format json|table]
 
 PATH: a Megatron-LM stdout log (also under `srun --label`), a Megatron-DeepSpeed, NeMo 2 or torchtitan log
@@ -26,15 +27,24 @@ import click
 from ckpt_bench.cli.common import click_option, entry_point, fail, wants_table
 from ckpt_bench.core.errors import ConfigError, ReportError
 from ckpt_bench.core.rundir import sweep_results_file
+from ckpt_bench.projection import ProjectionOptions, add_projection
 from ckpt_bench.report.advice import AdviceOptions, add_advice
 from ckpt_bench.report.assembly import log_report_and_operations, to_json
 from ckpt_bench.report.schema import LogRuns, Report, SchemaError
 
 
 def _advice_options(command):
-    for name, flag in reversed(AdviceOptions.flags().items()):
+    """The advice's options and the projection's (a run directory's projection of the whole job, again with
+    other figures)."""
+    for name, flag in reversed({**AdviceOptions.flags(), **ProjectionOptions.flags()}.items()):
         command = click_option(name, flag, option=click.option)(command)
     return command
+
+
+def _with_projection(report: dict, figures: dict) -> dict:
+    """A run directory's report with its projection of the whole job (`figures` replace the run's own)."""
+    run_dir = (report.get("run") or {}).get("dir")
+    return add_projection(report, Path(run_dir), figures) if run_dir else report
 
 
 def _write(path: str, text: str) -> None:
@@ -60,13 +70,15 @@ def report(paths, primus_log_dir, ckpt_dir, output, output_format, html_file, co
     """Build the checkpoint report of PATH... (log files, Primus log folders, a run directory or a sweep
     directory), or compare reports."""
     try:
+        figures = {name: advice_values.pop(name) for name in ProjectionOptions.flags()}
+        ProjectionOptions.from_values(figures)  # checked now: one line for a bad figure
         advice = AdviceOptions.from_values(advice_values)
         if compare:
-            _compare(paths, primus_log_dir, ckpt_dir, html_file, advice, output, output_format)
+            _compare(paths, primus_log_dir, ckpt_dir, html_file, advice, figures, output, output_format)
         elif len(paths) == 1 and not primus_log_dir and sweep_results_file(paths[0]) is not None:
             _sweep(Path(paths[0]), html_file, output, output_format)
         else:
-            _report([*paths, *primus_log_dir], ckpt_dir, html_file, advice, output, output_format)
+            _report([*paths, *primus_log_dir], ckpt_dir, html_file, advice, figures, output, output_format)
     except (ReportError, ConfigError, SchemaError) as error:  # SchemaError: a report.json of another version
         fail(str(error), getattr(error, "exit_code", 2))
 
@@ -85,14 +97,14 @@ def _without_cyclic_gc():
             gc.enable()
 
 
-def _report(paths, ckpt_dir, html_file, advice, output, output_format) -> None:
+def _report(paths, ckpt_dir, html_file, advice, figures, output, output_format) -> None:
     with _without_cyclic_gc():
         data, operations = log_report_and_operations(paths, ckpt_dir=ckpt_dir)
         runs = data.get("runs")  # logs of several runs: a report of each (report.schema.LogRuns)
         if runs is not None and html_file:
             raise ReportError(f"--html draws one run; these logs are {len(runs)} runs: give the logs of one of them")
         for one in runs or [data]:
-            add_advice(one, advice)
+            add_advice(_with_projection(one, figures), advice)
         text = to_json(data)
     if output:
         _write(output, text + "\n")
@@ -145,7 +157,7 @@ def _sweep(folder: Path, html_file, output, output_format) -> None:
         click.echo(text)
 
 
-def _compare(paths, primus_log_dir, ckpt_dir, html_file, advice, output, output_format) -> None:
+def _compare(paths, primus_log_dir, ckpt_dir, html_file, advice, figures, output, output_format) -> None:
     from ckpt_bench.present.compare import compare, load_sources
 
     for given, option in ((primus_log_dir, "--primus-log-dir"), (ckpt_dir, "--ckpt-dir"), (html_file, "--html")):
@@ -156,7 +168,7 @@ def _compare(paths, primus_log_dir, ckpt_dir, html_file, advice, output, output_
                           f"directories; a sweep directory alone compares its jobs); got {len(paths)}")
     sources = [source for path in paths for source in load_sources(path)]
     for source in sources:
-        add_advice(source.report, advice)
+        add_advice(_with_projection(source.report, figures), advice)
     comparison = compare(sources)
     text = to_json(comparison.to_json())
     if output:

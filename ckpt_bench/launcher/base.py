@@ -90,6 +90,9 @@ class Plan:
     # it (a workload's DLIO-style summary.json).
     outputs: Callable[[RunDir, dict], None] | None = None
     notes: list[str] = field(default_factory=list)  # what the report should say about this plan
+    # What the report projects the whole job from (`ckpt_bench.projection.projection_inputs`: the job's checkpoint
+    # at its full size and the figures given), written into the run directory; None: no projection.
+    projection_inputs: dict | None = None
 
     def preview(self, launch: LaunchConfig) -> dict:
         """`--plan` of any backend: the run's facts (run.json's run_info), its passes, the spec its ranks

@@ -52,6 +52,7 @@ from ckpt_bench.launcher.interrupts import Interrupts
 from ckpt_bench.launcher.resources import check_free_space, check_ranks_per_node
 from ckpt_bench.launcher.torchrun import PassResult, free_port, lost_its_port, run_command, run_pass
 from ckpt_bench.present.html import write_run_html
+from ckpt_bench.projection import PROJECTION_FILE, add_projection
 from ckpt_bench.report.advice import AdviceOptions, add_advice
 from ckpt_bench.report.assembly import run_report, to_json
 from ckpt_bench.report.schema import PassSummary, Report, RunSection
@@ -164,6 +165,8 @@ def set_up(plan: Plan, launch: LaunchConfig) -> tuple[RunDir, Path, RunFacts]:
             storage_baseline_asked=plan.checkpoints is not None and plan.checkpoints.storage_baseline,
         )
         _write_or_refuse(run.path / "run.json", json.dumps(facts.to_json(), indent=2, default=str) + "\n")
+        if plan.projection_inputs is not None:
+            _write_or_refuse(run.path / PROJECTION_FILE, json.dumps(plan.projection_inputs) + "\n")
     except ConfigError:
         # Only what this run just made: its checkpoint folder (marked as ours), its run directory and the
         # runs folders made for it. A refused run leaves nothing.
@@ -311,12 +314,13 @@ def clean_up(plan: Plan, facts: RunFacts) -> list[str]:
 
 
 def write_report(run: RunDir, facts: RunFacts, advice: AdviceOptions | None = None) -> dict:
-    """run.json, then report.json (with the interval advice when `advice` asks for it) and report.html.
+    """run.json, then report.json (with the projection of the whole job where the run has one, and the interval
+    advice when `advice` asks for it) and report.html.
     The report is built from the facts in memory: a disk that refused run.json costs the file, not the
     report, which the CLI prints whatever was written."""
     facts.launcher = {**facts.launcher, "finished": True}
     unwritten = [] if run.write_json("run.json", facts.to_json()) else ["run.json"]
-    report = add_advice(run_report(run.path, facts=facts), advice, strict=False)
+    report = add_advice(add_projection(run_report(run.path, facts=facts), run.path), advice, strict=False)
     save_report(run, report, unwritten)
     return report
 

@@ -28,6 +28,7 @@ from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.options import Flag, Options
 from ckpt_bench.launcher.base import Backend, CheckpointOptions
 from ckpt_bench.launcher.config import CommonOptions, EmitOptions, LaunchConfig
+from ckpt_bench.projection import ProjectionOptions
 from ckpt_bench.report.advice import AdviceOptions
 from ckpt_bench.storage import StorageOptions
 
@@ -74,7 +75,7 @@ def sections() -> list[tuple[str, dict[str, Flag], dict[str, tuple[str, ...]]]]:
         (CommonOptions.section, RunnerChoice), (CommonOptions.section, CommonOptions),
         (AdviceOptions.section, AdviceOptions),
         (CheckpointOptions.section, CheckpointOptions), (PreflightOptions.section, PreflightOptions),
-        (StorageOptions.section, StorageOptions),
+        (StorageOptions.section, StorageOptions), (ProjectionOptions.section, ProjectionOptions),
         *((runner.title, runner.Config) for runner in RUNNERS.values()),
         (EmitOptions.section, EmitOptions),
     ]

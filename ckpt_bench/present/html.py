@@ -28,11 +28,12 @@ from pathlib import Path
 
 from ckpt_bench.core.events import Phase, event_files, read_event_files
 from ckpt_bench.core.rundir import SWEEP_RESULTS_FILES, sweep_results_file, write_atomic
+from ckpt_bench.present import projection as pp
 from ckpt_bench.present import rows as p
 from ckpt_bench.report.advice import per_save_training_cost
 from ckpt_bench.report.engine import CONFIG_KEYS, Operation, pair
 from ckpt_bench.report.metrics import HEADLINE, STEADY
-from ckpt_bench.report.schema import Comms, MLPerf, PhaseTime, Report, RunSection
+from ckpt_bench.report.schema import Comms, MLPerf, PhaseTime, Projection, Report, RunSection
 from ckpt_bench.sweep.results import JobRecord, SweepResults
 
 REPORT_HTML = "report.html"
@@ -533,6 +534,25 @@ def _e(value) -> str:
     return html.escape(str(value), quote=True)
 
 
+def projection_html(projection: Projection) -> str:
+    """The projection's headline, each time's terms and the engine's global steps at the job's size."""
+    content = f'<p class="hint">{_e(pp.projection_title(projection))}</p>'
+    content += _pairs_table(pp.projection_rows(projection), "projection-table")
+    for title, time, table_id in (("Save (first)", projection.save, "projection-save-table"),
+                                  ("Restart", projection.load, "projection-load-table")):
+        if time is not None and time.terms:
+            content += (f"<h3>{title}: {_e(pp.time_words(time))}</h3><p class=\"hint\">Global steps run one after "
+                        "another; of the transfer limits (client, storage, requests) the slowest counts.</p>"
+                        + _grid_table(pp.TERM_COLUMNS, pp.term_rows(time), table_id))
+    steps = pp.step_rows(projection)
+    if steps:
+        content += ("<h3>The engine's global steps at the job's size</h3><p class=\"hint\">Computed here with the "
+                    "engine's own code over every rank's inputs: CPU on one core of this machine; the bytes the "
+                    "busiest host's network carries for each.</p>" + _grid_table(pp.STEP_COLUMNS, steps,
+                                                                               "projection-steps-table"))
+    return content + _notes(projection.notes)
+
+
 def _pairs_table(rows: list[tuple[str, str]], table_id: str | None = None) -> str:
     attrs = f' id="{table_id}"' if table_id else ""
     body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
@@ -588,11 +608,13 @@ def render_report(report: Report | dict, operations: list[TimedOperation] | None
     sections = [("summary", "Summary",
                  _pairs_table(p.headline_rows(report), "summary-table")
                  + _grid_table(columns, rows, "saves-table"))]
+    if report.projection is not None:
+        sections.append(("projection", "Projection of the whole job", projection_html(report.projection)))
     advice = report.advice
     if advice is not None:
         content = _pairs_table(p.advice_rows(advice), "advice-table")
         if advice.what_if:
-            content += ("<h3>What if the job were larger</h3><p class=\"hint\">Same checkpoint and restart cost; job "
+            content += (f"<h3>What if the job were larger</h3><p class=\"hint\">{_e(p.what_if_basis(advice))}; job "
                         "MTBF = GPU MTTF / GPUs.</p>" + _grid_table(p.WHAT_IF_COLUMNS, p.what_if_rows(advice),
                                                                      "what-if-table"))
         content += _notes(advice.notes)

@@ -17,6 +17,7 @@ from ckpt_bench.report.metrics import HEADLINE
 from ckpt_bench.report.schema import (
     AbovePeak,
     Advice,
+    CheckpointBudget,
     Comms,
     Comparable,
     DlioFigures,
@@ -458,7 +459,23 @@ def advice_rows(advice: Advice) -> list[tuple[str, str]]:
         rows.append(("configured interval", f"{fmt(configured)} iterations (no iteration time: no goodput for it)"))
     if advice.iteration_time_s is not None:
         rows.append(("iteration time", f"{seconds(advice.iteration_time_s)} -- {advice.iteration_time_from}"))
+    if advice.checkpoint_budget is not None:
+        rows.append((f"to cost at most {advice.checkpoint_budget.percent:g} % of the job's time",
+                     budget_words(advice.checkpoint_budget)))
     return rows
+
+
+def budget_words(budget: CheckpointBudget) -> str:
+    """The write bandwidth a checkpoint budget needs, or why none meets it."""
+    allowed = f"C at most {duration(budget.max_checkpoint_cost_s)} (Daly's interval {duration(budget.daly_interval_s)})"
+    if not budget.feasible:
+        return f"{allowed}: {budget.why}"
+    needs = [f"{budget.storage_write_gbps_needed:,.4g} GB/s from every host at once"
+             if budget.storage_write_gbps_needed is not None else None,
+             f"{budget.client_write_gbps_needed:,.4g} GB/s from the busiest host"
+             if budget.client_write_gbps_needed is not None else None]
+    rate = " and ".join(n for n in needs if n) or "an unknown rate"
+    return f"{allowed}: writing {rate} -- {budget.why}; {budget.from_}"
 
 
 def _interval(seconds_of_work: float | None, iterations: int | None) -> str:
@@ -466,6 +483,12 @@ def _interval(seconds_of_work: float | None, iterations: int | None) -> str:
 
 
 WHAT_IF_COLUMNS = ["GPUs", "job MTBF", "Young interval", "Daly interval", "Daly (iterations)", "goodput"]
+
+
+def what_if_basis(advice: Advice) -> str:
+    """The C and R the what-if rows hold: projected at the job's size, or this run's."""
+    projected = "projected" in (advice.checkpoint_cost_from or "")
+    return "C and R projected at the job's size, held" if projected else "this run's C and R, held"
 
 
 def what_if_rows(advice: Advice) -> list[list[str]]:

@@ -12,9 +12,10 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from ckpt_bench.present import projection as pp
 from ckpt_bench.present import rows as p
 from ckpt_bench.present.compare import Comparison
-from ckpt_bench.report.schema import Advice, LogRuns, Report, RunSection
+from ckpt_bench.report.schema import Advice, LogRuns, Projection, Report, RunSection
 from ckpt_bench.sweep.results import SweepResults
 
 WIDTH = 120  # when stdout is not a terminal (--format table into a pipe or a file)
@@ -41,10 +42,13 @@ def _pairs(title: str, rows: list[tuple[str, str]]) -> Group:
     return _titled(title, table)
 
 
-def _grid(title: str, columns: list[str], rows: list[list[str]], first_left: bool = True) -> Group:
+def _grid(title: str, columns: list[str], rows: list[list[str]], first_left: bool = True,
+          text_columns: tuple[int, ...] = ()) -> Group:
+    """A table: numbers right-aligned, the first column (and `text_columns`: words) left-aligned."""
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for index, column in enumerate(columns):
-        table.add_column(column, justify="left" if first_left and index == 0 else "right", overflow="fold")
+        left = (first_left and index == 0) or index in text_columns
+        table.add_column(column, justify="left" if left else "right", overflow="fold")
     for row in rows:
         table.add_row(*row)
     return _titled(title, table)
@@ -66,6 +70,8 @@ def report_renderables(report: Report) -> list[RenderableType]:
     parts.append(_pairs("Summary", p.headline_rows(report)))
     if report.mlperf is not None:
         parts.append(_pairs("MLPerf Storage's figures (docs/workloads.md)", p.mlperf_rows(report.mlperf)))
+    if report.projection is not None:
+        parts += projection_renderables(report.projection)
     if report.advice is not None:
         parts += advice_renderables(report.advice)
     if report.notes:
@@ -89,10 +95,26 @@ def _without_checkpoints(report: Report) -> list[RenderableType]:
     return parts
 
 
+def projection_renderables(projection: Projection) -> list[RenderableType]:
+    """The whole job's save and restart: the headline, each time's terms, the engine's global steps."""
+    parts: list[RenderableType] = [_pairs(pp.projection_title(projection), pp.projection_rows(projection))]
+    for title, time in (("save (first)", projection.save), ("restart", projection.load)):
+        if time is not None and time.terms:
+            parts.append(_grid(f"Projected {title}: its terms (steps one after another; the slowest transfer "
+                               "limit counts)", pp.TERM_COLUMNS, pp.term_rows(time), text_columns=(2,)))
+    steps = pp.step_rows(projection)
+    if steps:
+        parts.append(_grid("The engine's global steps at the job's size (computed here with its own code)",
+                           pp.STEP_COLUMNS, steps))
+    if projection.notes:
+        parts.append(_notes("", projection.notes))
+    return parts
+
+
 def advice_renderables(advice: Advice) -> list[RenderableType]:
     parts: list[RenderableType] = [_pairs("Checkpoint interval advice", p.advice_rows(advice))]
     if advice.what_if:
-        parts.append(_grid("What if the job were larger (same C and R; job MTBF = GPU MTTF / GPUs)",
+        parts.append(_grid(f"What if the job were larger ({p.what_if_basis(advice)}; job MTBF = GPU MTTF / GPUs)",
                            p.WHAT_IF_COLUMNS, p.what_if_rows(advice)))
     if advice.notes:
         parts.append(_notes("", advice.notes))
@@ -213,3 +235,6 @@ def print_preview(preview: dict, file: TextIO | None = None) -> None:
     more = f"; the first {PREVIEW_RANKS_SHOWN} and the largest" if len(ranks) > PREVIEW_RANKS_SHOWN else ""
     title = f"per rank ({len(ranks)} ranks{more})"
     out.print(_grid(title, ["rank", "bytes", "files", "names"], rows))
+    if preview.get("projection"):
+        for part in projection_renderables(Projection.from_json(preview["projection"])):
+            out.print(part)

@@ -57,6 +57,10 @@ class AdviceOptions(Options):
     restart_overhead: float | None = Flag(
         ("--restart-overhead",), f"Seconds a restart costs beyond the load (relaunch, initialisation; default "
         f"{DEFAULT_RESTART_OVERHEAD_S:g}).", type=float, metavar="S").field()
+    checkpoint_budget: float | None = Flag(
+        ("--checkpoint-budget",), "The share of the job's time checkpointing may cost, in percent, at Daly's "
+        "interval: the advice gives the write bandwidth the job needs for it (with --mtbf-hours or "
+        "--gpu-mttf-hours).", type=float, metavar="PCT").field()
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -75,6 +79,11 @@ class AdviceOptions(Options):
                 raise ConfigError(f"--restart-overhead {self.restart_overhead:g}: must be a number of seconds >= 0")
             if not self.asked:
                 raise ConfigError("--restart-overhead S needs --mtbf-hours or --gpu-mttf-hours")
+        if self.checkpoint_budget is not None:
+            if not (math.isfinite(self.checkpoint_budget) and 0 < self.checkpoint_budget < 100):
+                raise ConfigError(f"--checkpoint-budget {self.checkpoint_budget:g}: a percentage between 0 and 100")
+            if not self.asked:
+                raise ConfigError("--checkpoint-budget PCT needs --mtbf-hours or --gpu-mttf-hours")
 
     @property
     def asked(self) -> bool:
@@ -243,6 +252,54 @@ def _iterations(seconds: float | None, per_iteration: float | None) -> int | Non
     return max(1, round(seconds / per_iteration))
 
 
+def job_gpus(report: dict) -> tuple[int | None, str]:
+    """The GPUs (ranks) of the job the report is about, and where that comes from: the whole job's where the run
+    was a part of it (a --subset: `config.job_world_size`), else the run's world size."""
+    config = report.get("config") if isinstance(report.get("config"), dict) else {}
+    job = config.get("job_world_size")
+    if isinstance(job, int) and not isinstance(job, bool) and job > 0:
+        ran = report.get("world_size")
+        return job, ("the job's size (config.job_world_size)" if job == ran else
+                     f"the job's size (config.job_world_size), not the {ran} ranks that ran")
+    ran = report.get("world_size")
+    return (ran if isinstance(ran, int) and ran > 0 else None), "the run's world size"
+
+
+def _projected(time: dict | None, key: str = "range_s") -> tuple[float | None, bool]:
+    """A projected time's value (its low end where it is a range) and whether it is a lower bound only."""
+    if not isinstance(time, dict):
+        return None, False
+    low, high = ((time.get(key) or []) + [None, None])[:2]
+    if low is None or (high is None and not low):
+        return None, False
+    return low, high is None or not math.isclose(low, high)
+
+
+def projected_costs(report: dict) -> tuple[float | None, str, float | None, str, list[str]]:
+    """(C, its source, the load part of R, its source, notes) from the report's projection of the whole job
+    (`projection.save`: every save repeats its global steps, as megatron-core's and DCP's do unless told the
+    structure is constant; an async save's block time), or Nones where it has none."""
+    projection = report.get("projection")
+    if not isinstance(projection, dict) or projection.get("error"):
+        return None, "", None, "", []
+    job = projection.get("job") or {}
+    save = projection.get("save") or {}
+    asynchronous = bool(job.get("async_save"))
+    cost, cost_bound = _projected(save, "block_range_s" if asynchronous else "range_s")
+    load, load_bound = _projected(projection.get("load"))
+    ranks = job.get("ranks")
+    notes = []
+    where = f"projected for the whole job of {ranks:,} ranks" if isinstance(ranks, int) else "projected"
+    cost_from = (f"{'save block time' if asynchronous else 'save total time'} {where} (projection.save, bound by "
+                 f"{save.get('binding')})")
+    if cost_bound:
+        notes.append("the projected checkpoint cost is a lower bound (an input of the projection is a bound or "
+                     "unknown: projection.inputs): the interval is a lower bound too")
+    if load_bound:
+        notes.append("the projected load is a lower bound: so is the restart cost")
+    return cost, cost_from, load, f"load {where} (projection.load)", notes
+
+
 def advise(report: dict, options: AdviceOptions) -> dict:
     """The report's `advice` section. Raises ConfigError when the MTBF cannot be worked out."""
     notes: list[str] = []
@@ -250,20 +307,27 @@ def advise(report: dict, options: AdviceOptions) -> dict:
         mtbf, mtbf_from = options.mtbf_hours * HOUR_S, f"--mtbf-hours {options.mtbf_hours:g}"
         gpus = None
     else:
-        gpus = options.gpus or report.get("world_size")
+        gpus, by = job_gpus(report)
+        gpus, by = (options.gpus, "--gpus") if options.gpus else (gpus, by)
         if not isinstance(gpus, int) or gpus < 1:
             raise ConfigError("--gpu-mttf-hours: the report does not give the world size; give --gpus N")
-        by = "--gpus" if options.gpus else "the run's world size"
         mtbf = job_mtbf(options.gpu_mttf_hours * HOUR_S, gpus)
-        mtbf_from = f"--gpu-mttf-hours {options.gpu_mttf_hours:g} / {gpus} GPUs ({by})"
+        mtbf_from = f"--gpu-mttf-hours {options.gpu_mttf_hours:g} / {gpus:,} GPUs ({by})"
 
-    cost, cost_from, cost_notes = checkpoint_cost(report)
+    projected_cost, projected_from, projected_load, load_from, projected_notes = projected_costs(report)
+    if projected_cost is not None:
+        cost, cost_from, cost_notes = projected_cost, projected_from, projected_notes
+    else:
+        cost, cost_from, cost_notes = checkpoint_cost(report)
     notes += cost_notes
-    load = report.get("load_time")
+    load = report.get("load_time") if projected_load is None else projected_load
     overhead = options.restart_overhead_s
     restart = (load if isinstance(load, (int, float)) else 0.0) + overhead
-    restart_from = (f"load time {load:g} s + restart overhead {overhead:g} s" if isinstance(load, (int, float))
-                    else f"restart overhead {overhead:g} s (no load was measured)")
+    if projected_load is not None:
+        restart_from = f"{load_from} {load:g} s + restart overhead {overhead:g} s"
+    else:
+        restart_from = (f"load time {load:g} s + restart overhead {overhead:g} s" if isinstance(load, (int, float))
+                        else f"restart overhead {overhead:g} s (no load was measured)")
     per_iteration, iteration_from = iteration_time(report)
     configured = configured_interval(report)
 
@@ -315,8 +379,82 @@ def advise(report: dict, options: AdviceOptions) -> dict:
     if options.gpu_mttf_hours is not None:
         advice["what_if"] = what_if(options.gpu_mttf_hours * HOUR_S, cost, restart,
                                     sorted({*WHAT_IF_GPUS, gpus}), per_iteration)
+        if projected_cost is not None:
+            notes.append(f"what if: every row uses C and R projected at the job's {gpus:,} GPUs; at another size "
+                         "the checkpoint's layout, its hosts and its global steps differ (project that job with "
+                         "--job-ranks)")
+    if options.checkpoint_budget is not None:
+        advice["checkpoint_budget"] = bandwidth_needed(report, options.checkpoint_budget / 100, cost, restart, mtbf)
     advice["notes"] = notes
     return advice
+
+
+def lost_share(cost: float, restart: float, mtbf: float) -> float:
+    """The share of the job's time checkpointing costs at Daly's interval: what goodput loses beyond what
+    failures alone cost (goodput with a free checkpoint, C -> 0, is e^(-R/M))."""
+    return 1 - goodput(daly_interval(cost, mtbf), cost, restart, mtbf) / math.exp(-restart / mtbf)
+
+
+def largest_cost(share: float, restart: float, mtbf: float) -> float:
+    """The largest checkpoint cost C whose lost share at Daly's interval is at most `share` (bisection: the
+    share grows with C)."""
+    low, high = 0.0, 2 * mtbf
+    for _ in range(100):
+        middle = (low + high) / 2
+        low, high = (middle, high) if lost_share(middle, restart, mtbf) <= share else (low, middle)
+    return low
+
+
+def bandwidth_needed(report: dict, share: float, cost: float | None, restart: float, mtbf: float) -> dict:
+    """The inverse question: the write bandwidth the job needs so that checkpointing at Daly's interval costs at
+    most `share` of its time. From the projection where the report has one (its save's global steps are fixed
+    costs; the transfer has what is left: the whole job's bytes over it for the storage, the busiest host's
+    for one host); else from this run's bytes, with no fixed cost known."""
+    allowed = largest_cost(share, restart, mtbf)
+    interval = daly_interval(allowed, mtbf)
+    section: dict = {"percent": round(share * 100, 4), "max_checkpoint_cost_s": _round(allowed),
+                     "daly_interval_s": _round(interval), "fixed_cost_s": None, "storage_write_gbps_needed": None,
+                     "client_write_gbps_needed": None, "feasible": None, "from": None,
+                     "current_checkpoint_cost_s": _round(cost, 4)}
+    projection = report.get("projection") if isinstance(report.get("projection"), dict) else {}
+    traffic = projection.get("save_traffic") or {}
+    if traffic:
+        save = projection.get("save") or {}
+        fixed = sum((term.get("range_s") or [0])[0] or 0.0 for term in save.get("terms") or []
+                    if term.get("kind") == "step")
+        total, busiest = traffic.get("bytes") or 0, (traffic.get("busiest_host") or {}).get("bytes") or 0
+        source = ("projection.save_traffic (the whole job's bytes, the busiest host's) and the projected save's "
+                  "global steps (projection.save.terms), as fixed costs")
+    else:
+        saves = steady_saves(report.get("saves") or [])
+        total = _median(s.get("bytes") for s in saves) or 0
+        fixed, busiest = 0.0, None
+        source = "this run's steady save bytes, with no fixed cost known (no projection of the whole job)"
+    section["from"] = source
+    section["fixed_cost_s"] = _round(fixed)
+    asynchronous = (projection.get("job") or {}).get("async_save") if projection else report.get("async_save")
+    if asynchronous:
+        # An async save's cost is its block time, which bandwidth does not change; its write must end within the
+        # interval, or saves overlap.
+        window, section["feasible"] = interval, True
+        section["why"] = ("async saves: the block time does not depend on the storage; the write must end within "
+                          "Daly's interval, so the bandwidth is the checkpoint's bytes over that interval")
+    else:
+        window = allowed - fixed
+        section["feasible"] = window > 0
+        if window <= 0:
+            section["why"] = (f"the save's global steps alone take {fixed:.3g} s, more than the {allowed:.3g} s "
+                              "this budget allows a checkpoint: no bandwidth meets it")
+            return section
+        section["why"] = ("a synchronous save: training waits for the whole save, so the bytes must move in the "
+                          "checkpoint cost the budget allows, less the global steps")
+    section["storage_write_gbps_needed"] = _significant(total / window / 1e9) if total else None
+    section["client_write_gbps_needed"] = _significant(busiest / window / 1e9) if busiest else None
+    return section
+
+
+def _significant(value: float, digits: int = 4) -> float:
+    return float(f"{value:.{digits}g}")
 
 
 def what_if(gpu_mttf_s: float, cost: float | None, restart: float, gpu_counts, per_iteration: float | None,

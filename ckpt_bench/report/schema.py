@@ -286,6 +286,25 @@ class WhatIf:
 
 
 @dataclass
+class CheckpointBudget:
+    """--checkpoint-budget: the write bandwidth the job needs for checkpointing to cost at most that share of its
+    time at Daly's interval (report.advice.bandwidth_needed)."""
+
+    percent: float = 0.0
+    max_checkpoint_cost_s: float | None = None
+    daly_interval_s: float | None = None
+    fixed_cost_s: float | None = None
+    storage_write_gbps_needed: float | None = None
+    """The aggregate write bandwidth (GB/s, 10^9 bytes a second), every host at once."""
+    client_write_gbps_needed: float | None = None
+    """What the busiest host must write (GB/s), where the projection knows it."""
+    feasible: bool | None = None
+    current_checkpoint_cost_s: float | None = None
+    why: str | None = None
+    from_: str | None = None
+
+
+@dataclass
 class Advice:
     """Checkpoint interval advice and goodput (report.advice.advise); `error` alone when the MTBF could not
     be worked out."""
@@ -309,8 +328,151 @@ class Advice:
     goodput_at_configured: float | None = None
     model: str | None = None
     what_if: list[WhatIf] | None = None
+    checkpoint_budget: CheckpointBudget | None = None
     notes: list[str] = field(default_factory=list)
     error: str | None = None
+
+
+@dataclass
+class ProjectionJob:
+    """The job projected (projection.model)."""
+
+    ranks: int = 0
+    nodes: int = 0
+    ranks_per_node: int = 0
+    engine: str | None = None
+    storage: str | None = None
+    async_save: bool | None = None
+    hosts_that_ran: list[int] | None = None
+    """The job's hosts this run's hosts played (a subset of whole hosts); None: a --plan, or not whole hosts."""
+
+
+@dataclass
+class HostShare:
+    host: int = 0
+    bytes: int = 0
+    files: int = 0
+    ranks_moving_bytes: int = 0
+
+
+@dataclass
+class ByteSpread:
+    min: int = 0
+    median: int = 0
+    max: int = 0
+
+
+@dataclass
+class Traffic:
+    """What one save (load) of the whole job moves (projection.job.Traffic)."""
+
+    bytes: int = 0
+    files: int = 0
+    ranks_moving_bytes: int = 0
+    hosts_moving_bytes: int = 0
+    rank_bytes: ByteSpread | None = None
+    host_bytes: ByteSpread | None = None
+    busiest_host: HostShare | None = None
+
+
+@dataclass
+class ProjectionFigure:
+    """One input of the projection and its source (projection.inputs.Figure)."""
+
+    value: float | None = None
+    source: str | None = None
+    at_least: bool = False
+
+
+@dataclass
+class ProjectionInputs:
+    client_write_gbps: ProjectionFigure | None = None
+    client_read_gbps: ProjectionFigure | None = None
+    storage_write_gbps: ProjectionFigure | None = None
+    storage_read_gbps: ProjectionFigure | None = None
+    network_gbps: ProjectionFigure | None = None
+    write_requests_per_s: ProjectionFigure | None = None
+    read_requests_per_s: ProjectionFigure | None = None
+
+
+@dataclass
+class ProjectionTerm:
+    """One term of a projected time: a global step (one after another) or a transfer limit (the slowest)."""
+
+    name: str = ""
+    kind: str = ""
+    seconds: float | None = None
+    """Where its inputs are measured or given; else null and `range_s` bounds it."""
+    range_s: list[float | None] = field(default_factory=list)
+    what: str | None = None
+
+
+@dataclass
+class ProjectedTime:
+    """A projected save or restart of the whole job (projection.model)."""
+
+    seconds: float | None = None
+    range_s: list[float | None] = field(default_factory=list)
+    """[low, high]; high null where a term is unbounded (an unknown figure)."""
+    binding: str | None = None
+    could_also_bind: list[str] = field(default_factory=list)
+    terms: list[ProjectionTerm] = field(default_factory=list)
+    block_range_s: list[float | None] | None = None
+    block_note: str | None = None
+
+
+@dataclass
+class RankCostStep:
+    """One of the engine's global steps computed at the job's size (projection.rank_costs.base.Step)."""
+
+    name: str = ""
+    operation: str = ""
+    what: str = ""
+    cached_away: bool = False
+    cpu_s: float | None = None
+    complete: bool = True
+    collective: str | None = None
+    host_bytes: int | None = None
+    rank_memory_bytes: int | None = None
+    units: int | None = None
+    why: str | None = None
+
+
+@dataclass
+class RankCostsSection:
+    engine: str = ""
+    world_size: int = 0
+    steps: list[RankCostStep] = field(default_factory=list)
+    metadata_file_bytes: int | None = None
+    every_rank_reads_metadata: bool = False
+    computed_with: dict[str, str] = field(default_factory=dict)
+    budget_s: float | None = None
+    spent_s: float | None = None
+    peak_rss_bytes: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Projection:
+    """The whole job's save and restart from a few hosts (projection.model.project); `error` alone where the
+    engine's global steps could not be computed."""
+
+    job: ProjectionJob | None = None
+    save_traffic: Traffic | None = None
+    load_traffic: Traffic | None = None
+    inputs: ProjectionInputs | None = None
+    save: ProjectedTime | None = None
+    cached_save: ProjectedTime | None = None
+    load: ProjectedTime | None = None
+    rank_costs: RankCostsSection | None = None
+    units: dict[str, str] | None = None
+    notes: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    @classmethod
+    def from_json(cls, data: dict) -> Projection:
+        """A projection section (--plan's, too), typed; raises SchemaError where it has another shape."""
+        return _build(cls, data, "projection")
 
 
 @dataclass
@@ -574,6 +736,7 @@ class Report:
     load_above_peak: AbovePeak | None = None
     not_cleaned_up: list[str] | None = None
     measurement: Measurement | None = None
+    projection: Projection | None = None
     advice: Advice | None = None
     repeat_stats: RepeatStats | None = None
     repeats: list[Repetition] | None = None

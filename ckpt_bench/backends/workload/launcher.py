@@ -49,6 +49,7 @@ from ckpt_bench.launcher.config import LaunchConfig
 from ckpt_bench.launcher.resources import RANK_BASE_BYTES, check_host_memory, default_dist_backend
 from ckpt_bench.launcher.run_info import Ranks, RunInfo, SaveConfig, fsynced
 from ckpt_bench.model.job import TrainingJob
+from ckpt_bench.projection import JobCheckpoint, ProjectionOptions, projection, projection_inputs
 from ckpt_bench.storage import StorageOptions, storage_for
 
 WORKER = "ckpt_bench.backends.workload.worker"
@@ -57,7 +58,7 @@ _PROGRESS = re.compile(r"^(saving|saved|loading|loaded) checkpoint|GiB on rank 0
 
 
 @dataclass
-class WorkloadConfig(CheckpointOptions, StorageOptions):
+class WorkloadConfig(CheckpointOptions, StorageOptions, ProjectionOptions):
     """The workload backend's options."""
 
     workload: str | None = Flag(
@@ -216,6 +217,38 @@ def host_memory_needed(run: WorkloadRun, info: EngineInfo, async_save: bool, npr
     return max(per_host)
 
 
+def job_checkpoint(run: WorkloadRun, config: WorkloadConfig, per_host: int, storage: dict) -> JobCheckpoint | None:
+    """The whole job's checkpoint at its size, for the projection (None where the job is not whole hosts of
+    `per_host` ranks): each rank's bytes and files, written and read, and which of the job's hosts ran."""
+    layout, world = run.layout, run.layout.world_size
+    if world % per_host:
+        return None
+    full = state_layout(run.info, run.workload, world) if layout.is_subset else layout
+    threads = config.thread_count or run.info.default_threads or 1
+    files = [len(run.info.files_written(share.rank, [f.name for f in share.files], threads))
+             if share.bytes or share.rank == 0 else 0 for share in full.ranks]
+    running = [share.rank for share in layout.ranks]
+    hosts = [running[start] // per_host for start in range(0, len(running), per_host)]
+    whole = all(running[i * per_host:(i + 1) * per_host] == list(range(h * per_host, (h + 1) * per_host))
+                for i, h in enumerate(hosts))
+    return JobCheckpoint(
+        engine=run.engine, world_size=world, ranks_per_node=per_host,
+        write_bytes=tuple(share.bytes for share in full.ranks), write_files=tuple(files),
+        read_bytes=tuple(share.load_bytes for share in full.ranks), read_files=tuple(files),
+        storage=storage["storage"], storage_endpoint=storage.get("s3_endpoint"),
+        storage_part_bytes=storage.get("s3_part_size"),
+        thread_count=threads, async_save=config.async_save, workload=dataclasses.asdict(run.workload),
+        state=run.state, hosts_that_ran=tuple(hosts) if whole else None,
+        notes=() if whole else (f"the ranks that ran are not whole hosts of {per_host}: no client figure is "
+                                "measured (--subset-hosts busiest runs whole hosts)",))
+
+
+def projects(config: WorkloadConfig, run: WorkloadRun) -> bool:
+    """Whether a run (or its --plan) projects the whole job: a subset's does, and any run given a projection
+    figure; a run of the whole job without one reports what it measured."""
+    return run.layout.is_subset or bool(ProjectionOptions.of(config).given)
+
+
 def model_facts(run: WorkloadRun) -> dict:
     """What model the checkpoint is of: its kind, its parameters (total, and active: a token's top-k experts),
     its parallel sizes."""
@@ -267,7 +300,20 @@ def preview(config: WorkloadConfig, launch: LaunchConfig, run: WorkloadRun) -> d
                    "files": run.info.files_written(share.rank, [f.name for f in share.files],
                                                    config.thread_count or run.info.default_threads or 1)}
                   for share in layout.ranks],
+        **_projection(config, launch, run),
     }
+
+
+def _projection(config: WorkloadConfig, launch: LaunchConfig, run: WorkloadRun) -> dict:
+    """--plan's projection of the whole job, where the plan projects (`projects`)."""
+    if not projects(config, run):
+        return {}
+    job = job_checkpoint(run, config, launch.topology.nproc_per_node,
+                         storage_for(config.save_dir, config).describe())
+    if job is None:
+        return {"projection": None, "projection_why": f"the job's {run.layout.world_size} ranks are not whole hosts "
+                f"of --nproc-per-node {launch.topology.nproc_per_node}"}
+    return {"projection": projection(dataclasses.replace(job, hosts_that_ran=None), ProjectionOptions.of(config))}
 
 
 @dataclass(kw_only=True)
@@ -376,6 +422,14 @@ class WorkloadBackend(Backend[WorkloadConfig]):
     def preview(self, launch: LaunchConfig[WorkloadConfig]) -> dict:
         return preview(launch.options, launch, resolve(launch.options, launch))
 
+    @staticmethod
+    def _projection_inputs(config: WorkloadConfig, run: WorkloadRun, launch: LaunchConfig,
+                           storage: dict) -> dict | None:
+        if not projects(config, run):
+            return None
+        job = job_checkpoint(run, config, launch.topology.nproc_per_node, storage)
+        return None if job is None else projection_inputs(job, ProjectionOptions.of(config))
+
     def plan(self, launch: LaunchConfig[WorkloadConfig]) -> Plan:
         config = launch.options
         storage = storage_for(config.save_dir, config)  # validates the S3 settings; no I/O
@@ -417,6 +471,7 @@ class WorkloadBackend(Backend[WorkloadConfig]):
             show_progress=lambda line: bool(_PROGRESS.search(line.strip())),
             outputs=write_dlio_summary,
             notes=_notes(config, run, sync_files, storage.kind),
+            projection_inputs=self._projection_inputs(config, run, launch, storage.describe()),
         )
 
 

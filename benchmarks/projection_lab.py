@@ -1,0 +1,238 @@
+#!/usr/bin/env python3
+"""The projection of the whole job, checked in a lab whose ceilings are known: local "hosts" (one
+`ckpt_launch.py` each, one multi-node torchrun job on loopback) write to an S3 endpoint (moto) through a proxy
+that caps each host's bytes (its client ceiling: a NIC) and all hosts' bytes together (the storage's ceiling).
+
+    python benchmarks/projection_lab.py [--hosts 2 4] [--rounds 2] [--cases client storage]
+
+For each case and each job of H hosts x 2 ranks (a Megatron GPT's sharded state through DCP, the tiny experiment
+of ckpt_bench/configs/tiny_gpt.yaml): a subset run of the job's busiest host alone projects the whole job with
+the lab's storage ceiling given (--storage-write-gbps / --storage-read-gbps), then the whole job runs for real
+on H hosts; rounds interleave the cases and sizes. It prints, per case and size, the projected and the measured
+steady save (the median of the saves after the first) and cold load, their ratio, the binding limit the
+projection names, and whether it is the one the lab set; it exits 1 if any ratio is off by more than 25 %.
+
+The proxy: each connection is put on its host by the connecting process's `LAB_HOST` environment variable
+(every host's launcher, torchrun and ranks inherit it), found through psutil from the connection's port; bytes
+in both directions take tokens from the host's bucket and from the shared one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # the loopback S3 endpoint of the tests
+
+from local_s3 import moto_server  # noqa: E402
+
+MB = 10**6
+RANKS_PER_HOST = 2
+EXPERIMENT = ROOT / "ckpt_bench" / "configs" / "tiny_gpt.yaml"
+# The state: the tiny GPT, a little larger so that a save takes seconds at a few MB/s.
+SETS = ("--set", "num_layers=4", "--set", "hidden_size=512", "--set", "ffn_hidden_size=1536")
+# (per host, all hosts) MB/s: the client binds at every size; the storage binds from 2 hosts on.
+CASES = {"client": (4.0, 1000.0), "storage": (8.0, 12.0)}
+EXPECTED = {"client": "client", "storage": "storage"}
+
+
+# ---- the proxy -------------------------------------------------------------------------------------------------
+
+
+class Bucket:
+    """Tokens (bytes) at `rate` a second, a burst of 50 ms."""
+
+    def __init__(self, rate: float):
+        self.rate, self.burst = rate, rate * 0.05
+        self.tokens, self.stamp = self.burst, time.monotonic()
+
+    async def take(self, amount: int) -> None:
+        while True:
+            now = time.monotonic()
+            self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
+            self.stamp = now
+            if self.tokens >= amount:
+                self.tokens -= amount
+                return
+            await asyncio.sleep((amount - self.tokens) / self.rate)
+
+
+def _host_of(port: int, listen: int) -> str | None:
+    """The LAB_HOST of the process whose socket's local port is `port` (a client of the proxy)."""
+    import psutil
+
+    for connection in psutil.net_connections(kind="tcp"):
+        if connection.laddr and connection.laddr.port == port and connection.raddr and \
+                connection.raddr.port == listen and connection.pid:
+            with contextlib.suppress(psutil.Error):
+                return psutil.Process(connection.pid).environ().get("LAB_HOST")
+    return None
+
+
+async def _pipe(reader, writer, buckets: list[Bucket]) -> None:
+    try:
+        while chunk := await reader.read(64 * 1024):
+            for bucket in buckets:
+                await bucket.take(len(chunk))
+            writer.write(chunk)
+            await writer.drain()
+    except (ConnectionError, asyncio.CancelledError):
+        pass
+    finally:
+        with contextlib.suppress(Exception):
+            writer.close()
+
+
+def serve_proxy(listen: int, target: int, per_host: float, total: float) -> None:
+    """Forward 127.0.0.1:`listen` to 127.0.0.1:`target`, capped per host and in all (bytes a second)."""
+    shared, hosts = Bucket(total), {}
+
+    async def handle(reader, writer) -> None:
+        port = writer.get_extra_info("peername")[1]
+        host = await asyncio.get_running_loop().run_in_executor(None, _host_of, port, listen)
+        buckets = [shared] + ([hosts.setdefault(host, Bucket(per_host))] if host is not None else [])
+        upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", target)
+        await asyncio.gather(_pipe(reader, upstream_writer, buckets), _pipe(upstream_reader, writer, buckets))
+
+    async def main() -> None:
+        server = await asyncio.start_server(handle, "127.0.0.1", listen)
+        async with server:
+            await server.serve_forever()
+
+    asyncio.run(main())
+
+
+# ---- the runs --------------------------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _launch(args: list[str], host: int, runs: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(ROOT / "ckpt_launch.py"), *args, "--runs-dir", str(runs),
+                             "--format", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=ROOT, env={**os.environ, "LAB_HOST": str(host)})
+
+
+def _common(job_ranks: int, bucket: str, endpoint: str, gbps: float, save_calls: int) -> list[str]:
+    return ["--workload", str(EXPERIMENT), *SETS, "--engine", "dcp", "--job-ranks", str(job_ranks),
+            "--nproc-per-node", str(RANKS_PER_HOST), "--save-dir", f"s3://{bucket}/lab", "--s3-endpoint", endpoint,
+            "--s3-region", "us-east-1", "--save-calls", str(save_calls), "--load-calls", "1",
+            "--time-between-checkpoints", "0", "--storage-write-gbps", f"{gbps:.6f}", "--storage-read-gbps",
+            f"{gbps:.6f}", "--network-gbps", "1"]
+
+
+def _finish(process: subprocess.Popen) -> dict:
+    out, err = process.communicate(timeout=1800)
+    if process.returncode:
+        raise RuntimeError(f"a run failed ({process.returncode}): {err.strip().splitlines()[-1:]}")
+    return json.loads(out)
+
+
+def _steady(report: dict) -> tuple[float, float]:
+    saves = [s["total_time"] for s in report["saves"] if s.get("complete")]
+    return statistics.median(saves[1:] or saves), report["load_time"]
+
+
+def project_one_host(hosts: int, bucket: str, endpoint: str, gbps: float, runs: Path) -> dict:
+    """The job of `hosts` hosts projected from a run of its busiest host alone."""
+    args = _common(hosts * RANKS_PER_HOST, bucket, endpoint, gbps, save_calls=3)
+    report = _finish(_launch([*args, "--subset", "--subset-hosts", "busiest", "--nnodes", "1"], 0, runs))
+    projection = report["projection"]
+    return {"save": projection["save"]["seconds"] or projection["save"]["range_s"][0],
+            "save_binding": projection["save"]["binding"], "load": projection["load"]["seconds"]
+            or projection["load"]["range_s"][0], "load_binding": projection["load"]["binding"],
+            "client": projection["inputs"]["client_write_gbps"]["value"]}
+
+
+def run_job(hosts: int, bucket: str, endpoint: str, gbps: float, runs: Path) -> tuple[float, float]:
+    """The whole job on `hosts` local hosts (one launcher each, one torchrun job): its steady save and load."""
+    run_id, port = f"lab-{time.time_ns()}", _free_port()
+    args = [*_common(hosts * RANKS_PER_HOST, bucket, endpoint, gbps, save_calls=3), "--nnodes", str(hosts),
+            "--run-id", run_id, "--master-port", str(port)]
+    agents = [_launch([*args, "--node-rank", str(rank)], rank, runs) for rank in range(hosts)]
+    reports = [_finish(agent) for agent in agents]
+    return _steady(reports[0])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--hosts", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
+    parser.add_argument("--serve-proxy", nargs=4, type=float, metavar=("LISTEN", "TARGET", "PER_HOST", "TOTAL"),
+                        help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_proxy:
+        listen, target, per_host, total = args.serve_proxy
+        serve_proxy(int(listen), int(target), per_host, total)
+        return 0
+
+    results: dict[tuple[str, int], dict[str, list]] = {}
+    with moto_server() as s3, tempfile.TemporaryDirectory(prefix="ckpt-bench-lab-") as folder:
+        runs = Path(folder)
+        for round_index in range(args.rounds):
+            for case in args.cases if round_index % 2 == 0 else reversed(args.cases):
+                per_host, total = CASES[case]
+                listen = _free_port()
+                proxy = subprocess.Popen([sys.executable, __file__, "--serve-proxy", str(listen),
+                                          s3.url.rsplit(":", 1)[1], str(per_host * MB), str(total * MB)])
+                time.sleep(1.0)
+                endpoint = f"http://127.0.0.1:{listen}"
+                try:
+                    for hosts in args.hosts:
+                        bucket = s3.create_bucket()
+                        projected = project_one_host(hosts, bucket, endpoint, total * MB / 1e9, runs)
+                        measured = run_job(hosts, bucket, endpoint, total * MB / 1e9, runs)
+                        entry = results.setdefault((case, hosts), {"projected": [], "measured": []})
+                        entry["projected"].append(projected)
+                        entry["measured"].append(measured)
+                        print(f"round {round_index + 1} {case} {hosts} hosts: projected save "
+                              f"{projected['save']:.2f} s ({projected['save_binding']}), load {projected['load']:.2f} s;"
+                              f" measured save {measured[0]:.2f} s, load {measured[1]:.2f} s",
+                              file=sys.stderr, flush=True)
+                finally:
+                    proxy.terminate()
+                    proxy.wait()
+    return report_table(results)
+
+
+def report_table(results: dict) -> int:
+    print(f"caps: {', '.join(f'{case}: {h:g} MB/s a host, {t:g} MB/s in all' for case, (h, t) in CASES.items())}; "
+          f"{RANKS_PER_HOST} ranks a host; medians over rounds")
+    print(f"{'case':<8} {'hosts':>5} {'save proj':>10} {'save meas':>10} {'ratio':>6} {'binding':>9} "
+          f"{'load proj':>10} {'load meas':>10} {'ratio':>6} {'binding':>9}")
+    worst = 0.0
+    for (case, hosts), entry in sorted(results.items()):
+        projected, measured = entry["projected"], entry["measured"]
+        save_p = statistics.median(p["save"] for p in projected)
+        load_p = statistics.median(p["load"] for p in projected)
+        save_m = statistics.median(m[0] for m in measured)
+        load_m = statistics.median(m[1] for m in measured)
+        binding = statistics.mode(p["save_binding"] for p in projected)
+        load_binding = statistics.mode(p["load_binding"] for p in projected)
+        ratios = (save_p / save_m, load_p / load_m)
+        worst = max(worst, *(abs(r - 1) for r in ratios))
+        right = "" if binding == EXPECTED[case] else " (expected " + EXPECTED[case] + ")"
+        print(f"{case:<8} {hosts:>5} {save_p:>10.2f} {save_m:>10.2f} {ratios[0]:>6.2f} {binding + right:>9} "
+              f"{load_p:>10.2f} {load_m:>10.2f} {ratios[1]:>6.2f} {load_binding:>9}")
+    print(f"largest error {worst:.0%} (goal: within 25 %)")
+    return 0 if worst <= 0.25 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""The projection of the whole job, as a person reads it: shared by the terminal summary, `--plan` and
+report.html. Sizes in GB (10^9 bytes), rates in GB/s, times in seconds, each range as low-high (docs/projection.md).
+"""
+
+from __future__ import annotations
+
+from ckpt_bench.present.rows import NONE, duration
+from ckpt_bench.projection.model import gb
+from ckpt_bench.report.schema import ProjectedTime, Projection, ProjectionFigure, Traffic
+
+__all__ = ["STEP_COLUMNS", "TERM_COLUMNS", "projection_rows", "projection_title", "step_rows", "term_rows",
+           "time_words"]
+
+TERM_COLUMNS = ["term", "seconds", "what"]
+STEP_COLUMNS = ["global step", "operation", "CPU here (s)", "busiest host's network", "a rank's buffer", "skipped by"]
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count:,} {word}{'' if count == 1 else 's'}"
+
+
+def range_words(low: float | None, high: float | None) -> str:
+    if low is None:
+        return NONE
+    if high is None:
+        return f"at least {duration(low)}"
+    if abs(high - low) <= 1e-3 * max(high, 1e-9):
+        return duration(low)
+    return f"{duration(low)} to {duration(high)}"
+
+
+def time_words(time: ProjectedTime | None) -> str:
+    """A projected time with its binding limit: '412 s, bound by the client (could also bind: storage)'."""
+    if time is None:
+        return NONE
+    low, high = (time.range_s + [None, None])[:2]
+    words = f"{range_words(low, high)}, bound by {time.binding}"
+    if time.could_also_bind:
+        words += f" (could also bind: {', '.join(time.could_also_bind)})"
+    return words
+
+
+def _traffic_words(traffic: Traffic | None, verb: str) -> str:
+    if traffic is None:
+        return NONE
+    busiest = traffic.busiest_host
+    words = (f"{gb(traffic.bytes)} in {_plural(traffic.files, 'file')}; {_plural(traffic.ranks_moving_bytes, 'rank')} "
+             f"on {_plural(traffic.hosts_moving_bytes, 'host')} {verb}")
+    if busiest is not None:
+        words += f"; the busiest, host {busiest.host}, {gb(busiest.bytes)}"
+    return words
+
+
+def _figure_words(figure: ProjectionFigure | None) -> str:
+    if figure is None or figure.value is None:
+        return figure.source if figure is not None and figure.source else NONE
+    return f"{'at least ' if figure.at_least else ''}{figure.value:,.4g} -- {figure.source}"
+
+
+def projection_title(projection: Projection) -> str:
+    job = projection.job
+    if job is None or projection.error:
+        return "Projection of the whole job (docs/projection.md)"
+    return (f"Projection of the whole job: {job.ranks:,} ranks on {_plural(job.nodes, 'host')} of "
+            f"{job.ranks_per_node}, {job.engine}, {job.storage} (docs/projection.md; GB = 10^9 bytes)")
+
+
+def projection_rows(projection: Projection) -> list[tuple[str, str]]:
+    """The headline of a projection: what moves, each time with its binding limit, and the inputs."""
+    if projection.error:
+        return [("projection", projection.error)]
+    rows = [("a save writes", _traffic_words(projection.save_traffic, "write")),
+            ("a restart reads", _traffic_words(projection.load_traffic, "read")),
+            ("save (first)", time_words(projection.save)),
+            ("save (cached structure)", time_words(projection.cached_save)),
+            ("restart (load)", time_words(projection.load))]
+    if projection.job is not None and projection.job.async_save and projection.save is not None:
+        low, _ = (projection.save.block_range_s or [None, None])[:2]
+        rows.append(("save blocks training", f"{range_words(low, None)} -- {projection.save.block_note}"))
+    inputs = projection.inputs
+    if inputs is not None:
+        rows += [("client write GB/s a host", _figure_words(inputs.client_write_gbps)),
+                 ("client read GB/s a host", _figure_words(inputs.client_read_gbps)),
+                 ("storage write GB/s", _figure_words(inputs.storage_write_gbps)),
+                 ("storage read GB/s", _figure_words(inputs.storage_read_gbps)),
+                 ("network GB/s a host", _figure_words(inputs.network_gbps)),
+                 ("requests a second", _figure_words(inputs.write_requests_per_s))]
+    costs = projection.rank_costs
+    if costs is not None and costs.computed_with:
+        versions = ", ".join(f"{name} {version}" for name, version in costs.computed_with.items())
+        rows.append(("global steps computed with", f"{versions}, {costs.spent_s or 0:.1f} s of the "
+                     f"{costs.budget_s or 0:g} s budget, peak memory {gb(costs.peak_rss_bytes or 0)}"))
+    return rows
+
+
+def term_rows(time: ProjectedTime | None) -> list[list[str]]:
+    if time is None:
+        return []
+    return [[term.name, range_words(*(term.range_s + [None, None])[:2]), term.what or ""] for term in time.terms]
+
+
+def step_rows(projection: Projection) -> list[list[str]]:
+    costs = projection.rank_costs
+    if costs is None:
+        return []
+    rows = []
+    for step in costs.steps:
+        cpu = NONE if step.cpu_s is None else f"{'at least ' if not step.complete else ''}{step.cpu_s:,.3g}"
+        rows.append([step.name, step.operation, cpu, NONE if step.host_bytes is None else gb(step.host_bytes),
+                     NONE if step.rank_memory_bytes is None else gb(step.rank_memory_bytes),
+                     "a cached save" if step.cached_away else ""])
+    return rows

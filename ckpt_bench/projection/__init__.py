@@ -1,0 +1,77 @@
+"""The whole job's save and restart from a few hosts: what a 1,024-GPU job's checkpoint will take on this
+storage, term by term, and which limit binds (docs/projection.md).
+
+    section = projection(job, options, report)   # report.json's `projection`, --plan's too
+    inputs = projection_inputs(job, options)     # a run's: projection.json in its run directory ...
+    add_projection(report, run_dir)               # ... its report's section (ckpt_report.py RUN too)
+
+`job` is the job's checkpoint at its full size (`JobCheckpoint`: what each rank writes and reads, where the
+ranks sit; a backend that knows its job's size makes one), `options` the figures given (`ProjectionOptions`),
+`report` a run's report when the hosts that ran measured their client rates (a subset of whole hosts).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from ckpt_bench.projection.inputs import Figure, ProjectionOptions, measured_clients
+from ckpt_bench.projection.job import JobCheckpoint
+from ckpt_bench.projection.model import Inputs, default_requests, project
+from ckpt_bench.projection.rank_costs import rank_costs
+
+__all__ = ["PROJECTION_FILE", "JobCheckpoint", "ProjectionOptions", "add_projection", "projection",
+           "projection_inputs"]
+
+#: A run directory's projection inputs: the job's checkpoint and the figures given.
+PROJECTION_FILE = "projection.json"
+
+
+def _given_or(value: float | None, flag: str, measured: Figure | None, missing: str) -> Figure:
+    if value is not None:
+        return Figure(value, flag)
+    return measured or Figure(None, missing)
+
+
+def projection(job: JobCheckpoint, options: ProjectionOptions, report: dict | None = None) -> dict:
+    """The projection section of `job` with `options`' figures and what `report`'s hosts measured."""
+    write, read, why = measured_clients(report, job) if report is not None else (None, None, "no run: --plan")
+    client_missing = (f"not given (--client-{{}}-gbps) and not measured: "
+                      f"{why or 'the run has no complete {} with its bytes timed'}")
+    storage_missing = ("not given (--storage-{}-gbps): the storage's ceiling is unknown, so the storage term is not "
+                       "projected")
+    write_requests, read_requests, part = default_requests(job, options.storage_requests_per_s)
+    inputs = Inputs(
+        client_write=_given_or(options.client_write_gbps, "--client-write-gbps", write,
+                               client_missing.format("write", "save")),
+        client_read=_given_or(options.client_read_gbps, "--client-read-gbps", read,
+                              client_missing.format("read", "load")),
+        storage_write=_given_or(options.storage_write_gbps, "--storage-write-gbps", None,
+                                storage_missing.format("write")),
+        storage_read=_given_or(options.storage_read_gbps, "--storage-read-gbps", None, storage_missing.format("read")),
+        network=_given_or(options.network_gbps, "--network-gbps", None,
+                          "not given (--network-gbps): the collectives' bytes are not priced"),
+        write_requests=write_requests, read_requests=read_requests)
+    try:
+        costs = rank_costs(job, options.rank_costs_budget)
+    except RuntimeError as error:
+        return {"error": str(error), "job": {"ranks": job.world_size, "engine": job.engine}}
+    return project(job, costs, inputs, part)
+
+
+def projection_inputs(job: JobCheckpoint, options: ProjectionOptions) -> dict:
+    """What a run's report projects from (its run directory's PROJECTION_FILE)."""
+    return {"job": job.as_dict(), "options": dataclasses.asdict(options)}
+
+
+def add_projection(report: dict, run_dir: Path, given: dict | None = None) -> dict:
+    """`report` with its `projection` (in place; returned too) where its run directory has projection inputs;
+    `given` (option values, e.g. ckpt_report.py's) replaces the run's own figures."""
+    path = Path(run_dir) / PROJECTION_FILE
+    if not path.exists():
+        return report
+    inputs = json.loads(path.read_text())
+    values = {**inputs["options"], **{k: v for k, v in (given or {}).items() if v is not None}}
+    report["projection"] = projection(JobCheckpoint.from_dict(inputs["job"]), ProjectionOptions(**values), report)
+    return report

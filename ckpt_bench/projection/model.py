@@ -1,0 +1,227 @@
+"""The whole job's save and restart, term by term, and the limit that binds.
+
+A save (a restart) is the engine's global steps one after the other -- each its CPU on the busiest rank
+(computed at the job's size, `rank_costs`) plus its collective's bytes on the busiest host over the network
+figure -- and the transfer of the bytes, which three limits bound at once, so the slowest of them sets it:
+
+    client    the busiest host's bytes / what one host moves (GB/s)
+    storage   the job's bytes / what the storage absorbs from every host at once (GB/s)
+    requests  the job's files (objects, parts) / the requests a second the storage takes
+
+    time = sum(global steps) + max(client, storage, requests) + the metadata file (written by one host)
+
+Each term is a range (low, high): equal where its inputs are measured or given; open where an input is a bound
+(a storage ceiling not reached: the storage term is at most its bytes over that figure) or unknown (high None).
+The binding limit is the term whose low is largest; terms that could still exceed it are named beside it.
+A cached save (megatron-core's --ckpt-assume-constant-structure, DCP's plan caching) leaves out the steps a
+repeated structure skips. An async save blocks training for its global steps before the write (and its
+staging copy, not projected: null); its total is the save's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ckpt_bench.projection.inputs import GB, S3_GETS_PER_S, S3_PART_BYTES, S3_PUTS_PER_S, Figure
+from ckpt_bench.projection.job import JobCheckpoint, Traffic
+from ckpt_bench.projection.rank_costs import RankCosts, Step
+
+__all__ = ["Inputs", "Term", "project"]
+
+
+@dataclass(frozen=True)
+class Inputs:
+    client_write: Figure
+    client_read: Figure
+    storage_write: Figure
+    storage_read: Figure
+    network: Figure
+    write_requests: Figure
+    read_requests: Figure
+
+    def as_dict(self) -> dict:
+        return {"client_write_gbps": self.client_write.as_dict(), "client_read_gbps": self.client_read.as_dict(),
+                "storage_write_gbps": self.storage_write.as_dict(), "storage_read_gbps": self.storage_read.as_dict(),
+                "network_gbps": self.network.as_dict(), "write_requests_per_s": self.write_requests.as_dict(),
+                "read_requests_per_s": self.read_requests.as_dict()}
+
+
+@dataclass
+class Term:
+    name: str
+    kind: str
+    """"step" (one after another) or "transfer" (at once: the slowest counts)."""
+    low: float | None
+    high: float | None
+    what: str
+
+    def as_dict(self) -> dict:
+        exact = self.low is not None and self.high is not None and math.isclose(self.low, self.high)
+        return {"name": self.name, "kind": self.kind, "seconds": _r(self.low) if exact else None,
+                "range_s": [_r(self.low), _r(self.high)], "what": self.what}
+
+
+def _r(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def _over(amount: float, figure: Figure, unit: float = GB) -> tuple[float | None, float | None]:
+    """(low, high) seconds to move `amount` at `figure`: exact for a value, [0, amount / value] for a lower
+    bound on the rate, unknown without one."""
+    if not amount:
+        return 0.0, 0.0
+    if figure.value is None:
+        return 0.0, None
+    seconds = amount / unit / figure.value
+    return (0.0, seconds) if figure.at_least else (seconds, seconds)
+
+
+def _step_term(step: Step, network: Figure) -> Term:
+    """A global step: its CPU (a lower bound where cut short) and its collective's bytes over the network."""
+    sent_low, sent_high = _over(step.host_bytes or 0, network)
+    if step.cpu_s is None and step.host_bytes is None:
+        return Term(step.name, "step", 0.0, None, f"{step.what}: {step.why or 'not computed'}")
+    cpu = step.cpu_s or 0.0
+    high = None if sent_high is None or not step.complete else cpu + sent_high
+    parts = [f"{cpu:.3g} s CPU (computed here)" if step.cpu_s is not None else None,
+             f"{gb(step.host_bytes)} on the busiest host's network" if step.host_bytes else None]
+    return Term(step.name, "step", cpu + (sent_low or 0.0), high,
+                f"{step.what}: " + ", ".join(p for p in parts if p) + ("" if step.complete else f" ({step.why})"))
+
+
+def _requests(traffic: Traffic, part_bytes: int | None) -> int:
+    """Requests one save (load) makes: a request a file, or a part (multipart objects) on S3."""
+    total = 0
+    for size, files in zip(traffic.rank_bytes, traffic.rank_files, strict=True):
+        if files:
+            per_file = size / files
+            total += files * (max(1, math.ceil(per_file / part_bytes)) if part_bytes else 1)
+    return total
+
+
+def _transfer(traffic: Traffic, client: Figure, storage: Figure, requests: Figure,
+              part_bytes: int | None, verb: str) -> list[Term]:
+    """The three transfer limits of a save (`verb` "write") or a load ("read")."""
+    busiest = traffic.busiest()
+    count = _requests(traffic, part_bytes)
+    if requests.value is None:  # no known limit: not a term (its count is in the traffic)
+        limit = Term("requests", "transfer", None, None, f"{_plural(count, 'request')} "
+                     f"({_plural(traffic.total_files, 'file')}): not projected, {requests.source}")
+    else:
+        limit = Term("requests", "transfer", *_over(count, requests, unit=1),
+                     f"{_plural(count, 'request')} ({_plural(traffic.total_files, 'file')}"
+                     f"{', in parts' if part_bytes else ''}) at {requests.value:,.0f} a second ({requests.source})")
+    return [
+        Term("client", "transfer", *_over(busiest.bytes, client),
+             f"the busiest host (host {busiest.host}, {_plural(busiest.ranks, 'rank')} {verb.removesuffix('e')}ing) "
+             f"{verb}s "
+             f"{gb(busiest.bytes)} at {_figure(client)} a host"),
+        Term("storage", "transfer", *_over(traffic.total_bytes, storage),
+             f"the job {verb}s {gb(traffic.total_bytes)} from {_plural(traffic.active_hosts, 'host')} at "
+             f"{_figure(storage)} in all"),
+        limit,
+    ]
+
+
+def _figure(figure: Figure) -> str:
+    if figure.value is None:
+        return "an unknown rate"
+    return f"{'at least ' if figure.at_least else ''}{figure.value:.4g} GB/s"
+
+
+def gb(size: float) -> str:
+    """Bytes in decimal units a reader takes in at a glance: 10,117 GB, 240.3 GB, 37.76 MB, 46.02 kB."""
+    for unit, scale in (("GB", GB), ("MB", 1e6), ("kB", 1e3)):
+        if size >= scale:
+            value = size / scale
+            return f"{value:,.0f} {unit}" if value >= 1000 else f"{value:.4g} {unit}"
+    return f"{size:,.0f} B"
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count:,} {word}{'' if count == 1 else 's'}"
+
+
+def _combine(all_terms: list[Term]) -> dict:
+    """The time of a save or load from its terms (those projected), the binding limit, and what could still
+    bind."""
+    terms = [t for t in all_terms if not (t.low is None and t.high is None)]
+    steps = [t for t in terms if t.kind == "step"]
+    transfer = [t for t in terms if t.kind == "transfer"]
+    low = sum(t.low or 0.0 for t in steps) + max((t.low or 0.0 for t in transfer), default=0.0)
+    highs = [t.high for t in terms]
+    high = None if any(h is None for h in highs) else (
+        sum(t.high for t in steps) + max((t.high for t in transfer), default=0.0))
+    groups = [*transfer, Term("rank-count steps", "step", sum(t.low or 0.0 for t in steps),
+                              None if any(t.high is None for t in steps) else sum(t.high for t in steps), "")]
+    binding = max(groups, key=lambda t: t.low or 0.0)
+    others = [t.name for t in groups if t is not binding and (t.high is None or t.high > (binding.low or 0.0))]
+    exact = high is not None and math.isclose(low, high)
+    return {"seconds": _r(low) if exact else None, "range_s": [_r(low), _r(high)], "binding": binding.name,
+            "could_also_bind": others, "terms": [t.as_dict() for t in all_terms]}
+
+
+def _save(job: JobCheckpoint, costs: RankCosts, inputs: Inputs, part_bytes: int | None, cached: bool) -> dict:
+    steps = [s for s in costs.steps if s.operation == "save" and not (cached and s.cached_away)]
+    terms = [_step_term(step, inputs.network) for step in steps]
+    terms += _transfer(job.save, inputs.client_write, inputs.storage_write, inputs.write_requests, part_bytes,
+                       "write")
+    if costs.metadata_file_bytes:
+        terms.append(Term("metadata file", "step", *_over(costs.metadata_file_bytes, inputs.client_write),
+                          f"rank 0 writes the {gb(costs.metadata_file_bytes)} .metadata after every "
+                          "rank's write (its host's client rate)"))
+    result = _combine(terms)
+    if job.async_save:
+        before = [t for t in terms if t.kind == "step" and t.name not in ("finalize", "metadata file")]
+        result["block_range_s"] = [_r(sum(t.low or 0.0 for t in before)), None]
+        result["block_note"] = ("an async save blocks training for its global steps before the write and its staging "
+                                "copy (device to host), which is not projected: a lower bound")
+    else:
+        result["block_range_s"] = result["range_s"]
+    return result
+
+
+def _load(job: JobCheckpoint, costs: RankCosts, inputs: Inputs, part_bytes: int | None) -> dict:
+    traffic = job.load
+    if costs.every_rank_reads_metadata and costs.metadata_file_bytes:
+        # every rank reads .metadata: its bytes join each rank's reads (a file more each)
+        traffic = Traffic(tuple(size + costs.metadata_file_bytes for size in traffic.rank_bytes),
+                          tuple(files + 1 for files in traffic.rank_files), traffic.ranks_per_node)
+    terms = [_step_term(step, inputs.network) for step in costs.steps if step.operation == "load"]
+    terms += _transfer(traffic, inputs.client_read, inputs.storage_read, inputs.read_requests, part_bytes, "read")
+    return _combine(terms)
+
+
+def default_requests(job: JobCheckpoint, given: float | None) -> tuple[Figure, Figure, int | None]:
+    """(write, read) request rates and the multipart part size: given, or AWS S3's per-prefix rates for an s3://
+    checkpoint on AWS; unknown elsewhere (a file system's create rate, another object store's limits)."""
+    part = (job.storage_part_bytes or S3_PART_BYTES) if job.storage == "s3" else None
+    if given is not None:
+        figure = Figure(given, "--storage-requests-per-s")
+        return figure, figure, part
+    if job.storage == "s3" and job.storage_endpoint is None:
+        return (Figure(S3_PUTS_PER_S, "AWS S3's PUT rate a prefix (every file of a save shares the checkpoint's)"),
+                Figure(S3_GETS_PER_S, "AWS S3's GET rate a prefix"), part)
+    unknown = Figure(None, "not given (--storage-requests-per-s): the request limit is not projected")
+    return unknown, unknown, part
+
+
+def project(job: JobCheckpoint, costs: RankCosts, inputs: Inputs, part_bytes: int | None) -> dict:
+    """The projection section: the job, what a save and a restart move, the inputs, and each time with its terms."""
+    first = _save(job, costs, inputs, part_bytes, cached=False)
+    cached = _save(job, costs, inputs, part_bytes, cached=True)
+    return {
+        "job": {"ranks": job.world_size, "nodes": job.nodes, "ranks_per_node": job.ranks_per_node,
+                "engine": job.engine, "storage": job.storage, "async_save": job.async_save,
+                "hosts_that_ran": None if job.hosts_that_ran is None else list(job.hosts_that_ran)},
+        "save_traffic": job.save.as_dict(),
+        "load_traffic": job.load.as_dict(),
+        "inputs": inputs.as_dict(),
+        "save": first,
+        "cached_save": cached,
+        "load": _load(job, costs, inputs, part_bytes),
+        "rank_costs": costs.as_dict(),
+        "units": {"bytes": "bytes", "rates": "GB/s = 10^9 bytes a second", "seconds": "s"},
+        "notes": list(job.notes) + list(costs.notes),
+    }

@@ -1,0 +1,129 @@
+"""What every engine's rank-count costs are made of, and the DCP steps torch_dist and dcp share.
+
+A step is one of an engine's own global steps (megatron-core's sharding validation, its fully parallel
+distribution, DCP's global plan, the finalize), run here over the job's N ranks' inputs, built from the plan
+we already derive, with the engine's own code. Its collectives are not run: their payloads are the objects
+that step would exchange, pickled as `torch.distributed`'s `*_object` collectives pickle them, and the step
+says how many bytes the busiest host receives (or sends); the projection prices them with a network figure.
+What a step costs in CPU is the busiest rank's work (the coordinator's where one rank does it), timed with
+`time.thread_time` (one core's CPU seconds on this machine, whatever else runs beside it).
+
+A step that runs out of the budget stops where it is: its time is then a lower bound (`complete` False).
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["Budget", "OutOfBudget", "RankCosts", "Step", "all_gather_bytes", "gather_bytes", "pickled_size"]
+
+
+class OutOfBudget(Exception):
+    """The computation's CPU budget is spent."""
+
+
+class Budget:
+    """CPU seconds the computation may spend (this thread's), checked as it goes."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.started = time.thread_time()
+
+    @property
+    def spent(self) -> float:
+        return time.thread_time() - self.started
+
+    def check(self) -> None:
+        if self.spent > self.seconds:
+            raise OutOfBudget
+
+
+@dataclass
+class Step:
+    """One global step of a save or a load at the job's size."""
+
+    name: str
+    operation: str
+    """"save" or "load"."""
+    what: str
+    """What runs, in a few words, naming the engine's own functions."""
+    cached_away: bool = False
+    """Whether a save that reuses its structure skips it (megatron-core's `--ckpt-assume-constant-structure`,
+    DCP's plan caching): a first save pays it, a cached save does not."""
+    cpu_s: float | None = None
+    """The busiest rank's CPU seconds for it, on one core of this machine; None: not computed (see `why`)."""
+    complete: bool = True
+    """False where the budget ran out: `cpu_s` is a lower bound."""
+    collective: str | None = None
+    """The collective its payloads travel by, and over which ranks."""
+    host_bytes: int | None = None
+    """Bytes the busiest host receives (or, for a coordinator's scatter, sends) in it."""
+    rank_memory_bytes: int | None = None
+    """The largest buffer one rank holds for its collective (an all_gather_object's output: group size x the
+    largest payload, on the device for nccl)."""
+    units: int | None = None
+    """How many items it went through (sharded tensors and objects, write items), for the reader."""
+    why: str | None = None
+    """Why `cpu_s` is None or a bound."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class RankCosts:
+    """An engine's global steps at the job's size, and what its checkpoint's metadata weighs."""
+
+    engine: str
+    world_size: int
+    steps: list[Step]
+    metadata_file_bytes: int | None = None
+    """The checkpoint's global index (DCP's `.metadata`) at this size: written by the coordinator at each
+    save's finalize, read by every rank at a restart."""
+    every_rank_reads_metadata: bool = False
+    computed_with: dict[str, str] = field(default_factory=dict)
+    """The versions whose code ran (torch, megatron-core)."""
+    budget_s: float | None = None
+    spent_s: float | None = None
+    peak_rss_bytes: int | None = None
+    """This computation's peak memory: at least what the coordinator holds for the same steps."""
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "steps": [step.as_dict() for step in self.steps]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RankCosts:
+        return cls(**{**data, "steps": [Step(**step) for step in data["steps"]]})
+
+
+def pickled_size(obj: Any) -> int:
+    """Bytes `torch.distributed`'s object collectives send for `obj` (they pickle it with the highest protocol)."""
+    return len(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def all_gather_bytes(group_size: int, largest: int, ranks_per_node: int) -> int:
+    """Bytes a host receives in an all_gather_object over groups of `group_size`: each of its ranks gets every
+    member's payload, padded to the largest (torch pads each to the largest before the all_gather)."""
+    return min(group_size, ranks_per_node) * group_size * largest if group_size > 1 else 0
+
+
+def gather_bytes(world_size: int, largest: int) -> int:
+    """Bytes the coordinator's host receives in a gather_object over the job (payloads padded to the largest),
+    or sends in a scatter_object_list."""
+    return world_size * largest if world_size > 1 else 0
+
+
+def run_step(step: Step, budget: Budget, work) -> Step:
+    """Time `work()` (this thread's CPU) into `step`; a budget that runs out leaves a lower bound."""
+    started = time.thread_time()
+    try:
+        work()
+    except OutOfBudget:
+        step.complete = False
+        step.why = f"stopped when the computation's {budget.seconds:g} s budget ran out: a lower bound"
+    step.cpu_s = round(time.thread_time() - started, 4)
+    return step

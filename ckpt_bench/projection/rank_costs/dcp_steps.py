@@ -1,0 +1,220 @@
+"""The global steps of a torch.distributed.checkpoint save and load at the job's size: the coordinator's global
+plan, the finalize that writes `.metadata`, the restart's metadata read and load plan. torch_dist (megatron-core
+saves through DCP) and dcp share them; each gives, per rank, the items of its plan (`Item`).
+
+Everything here is torch's own: `SavePlan`/`WriteItem` as its planners make them for a tensor's local chunk,
+the planner's `create_global_plan` (dedup, the global metadata, `_validate_global_plan`), `FileSystemWriter.
+finish` (the `.metadata` file, written into a temporary folder), `create_default_global_load_plan`.
+"""
+
+from __future__ import annotations
+
+import pickle
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.distributed.checkpoint import FileSystemWriter
+from torch.distributed.checkpoint.default_planner import create_default_global_load_plan
+from torch.distributed.checkpoint.filesystem import _StorageInfo
+from torch.distributed.checkpoint.metadata import ChunkStorageMetadata, MetadataIndex, TensorProperties
+from torch.distributed.checkpoint.planner import (
+    LoadItemType,
+    LoadPlan,
+    ReadItem,
+    SavePlan,
+    TensorWriteData,
+    WriteItem,
+    WriteItemType,
+)
+from torch.distributed.checkpoint.storage import WriteResult
+
+from ckpt_bench.backends.workload.workload import TORCH_DTYPE
+from ckpt_bench.projection.rank_costs.base import Budget, OutOfBudget, Step, gather_bytes, run_step
+
+__all__ = ["DcpSteps", "Item", "load_plan", "save_plan"]
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One entry of a rank's DCP plan: a tensor's chunk at its global offsets, or (shape None) a bytes object."""
+
+    fqn: str
+    offsets: tuple[int, ...] = ()
+    sizes: tuple[int, ...] = ()
+    global_shape: tuple[int, ...] | None = None
+    dtype: str = "fp32"
+    nbytes: int = 0
+
+
+_DTYPES = {name: getattr(torch, attr) for name, attr in TORCH_DTYPE.items()}
+_PROPERTIES = {name: TensorProperties(dtype=dtype) for name, dtype in _DTYPES.items()}
+
+
+def _write_item(item: Item) -> WriteItem:
+    if item.global_shape is None:
+        return WriteItem(index=MetadataIndex(item.fqn), type=WriteItemType.BYTE_IO)
+    offsets = torch.Size(item.offsets)
+    return WriteItem(index=MetadataIndex(item.fqn, offsets), type=WriteItemType.SHARD,
+                     tensor_data=TensorWriteData(chunk=ChunkStorageMetadata(offsets, torch.Size(item.sizes)),
+                                                 properties=_PROPERTIES[item.dtype],
+                                                 size=torch.Size(item.global_shape)))
+
+
+def save_plan(items: Iterable[Item], flattened: bool = False) -> SavePlan:
+    """A rank's local save plan, as DCP's planner makes it for these chunks; `flattened`: with the mapping of
+    each flat key to its path a planner that flattens the state dict keeps (`DefaultSavePlanner`'s default)."""
+    writes = [_write_item(item) for item in items]
+    mappings = {write.index.fqn: (write.index.fqn,) for write in writes} if flattened else None
+    return SavePlan(writes, planner_data=mappings)
+
+
+def load_plan(items: Iterable[Item]) -> LoadPlan:
+    """A rank's local load plan: each chunk read whole into the tensor at the same offsets."""
+    reads = []
+    for item in items:
+        if item.global_shape is None:
+            reads.append(ReadItem(LoadItemType.BYTE_IO, MetadataIndex(item.fqn), torch.Size([0]),
+                                  MetadataIndex(item.fqn), torch.Size([0]), torch.Size([0])))
+            continue
+        index = MetadataIndex(item.fqn, torch.Size(item.offsets))
+        zeros = torch.Size([0] * len(item.sizes))
+        reads.append(ReadItem(LoadItemType.TENSOR, index, zeros, index, zeros, torch.Size(item.sizes)))
+    return LoadPlan(reads)
+
+
+def _write_results(rank: int, plan: SavePlan, sizes: dict[MetadataIndex, int], threads: int) -> list[WriteResult]:
+    """What a rank's writer returns for its plan: each item in one of its `threads` files, at its offset."""
+    offsets = [0] * threads
+    results = []
+    for number, item in enumerate(plan.items):
+        thread = number % threads
+        length = sizes.get(item.index, 0)
+        results.append(WriteResult(item.index, length, _StorageInfo(f"__{rank}_{thread}.distcp", offsets[thread],
+                                                                     length)))
+        offsets[thread] += length
+    return results
+
+
+class DcpSteps:
+    """The DCP steps of one job: `plans(rank)` gives each rank's save items, `reads(rank)` its load items."""
+
+    def __init__(self, world_size: int, ranks_per_node: int, threads: int, budget: Budget,
+                 plans: Callable[[int], Sequence[Item]], reads: Callable[[int], Sequence[Item]]):
+        self.world, self.per_node, self.threads, self.budget = world_size, ranks_per_node, threads, budget
+        self.plans, self.reads = plans, reads
+        self.metadata = None
+        self.metadata_bytes: int | None = None
+        self.global_plans: list[SavePlan] | None = None
+        self._sizes: dict[MetadataIndex, int] = {}
+
+    def _local_plans(self, flattened: bool) -> tuple[list[SavePlan], int]:
+        """Every rank's local plan (and the largest pickled), as the coordinator's gather_object gets them."""
+        local, largest = [], 0
+        for rank in range(self.world):
+            self.budget.check()
+            items = self.plans(rank)
+            for item in items:
+                if item.global_shape is not None:
+                    self._sizes[MetadataIndex(item.fqn, torch.Size(item.offsets))] = item.nbytes
+            plan = save_plan(items, flattened)
+            largest = max(largest, len(pickle.dumps(plan, protocol=pickle.HIGHEST_PROTOCOL)))
+            local.append(plan)
+        return local, largest
+
+    def global_plan(self, planner, decentralized: bool, keep_local_plans: bool = False) -> Step:
+        """The coordinator's global plan over every rank's local plan: `planner.create_global_plan`; decentralized,
+        each rank keeps its own plan (nothing scattered), and with `keep_local_plans` the global metadata holds
+        every local plan (megatron-core's, to check a later save's structure against)."""
+        step = Step("global plan", "save",
+                    f"every rank's local save plan gathered to rank 0 (gather_object), {type(planner).__name__}."
+                    "create_global_plan there (dedup, the global metadata, _validate_global_plan)"
+                    + ("" if decentralized else ", the global plans scattered back (scatter_object_list)"),
+                    cached_away=True, collective=f"gather_object over {self.world} ranks"
+                    + ("" if decentralized else " + scatter_object_list"))
+        try:
+            # built outside the timing: a rank's own plan is not a rank-count cost
+            local, largest = self._local_plans(planner.flatten_state_dict)
+        except OutOfBudget:
+            step.complete, step.why = False, "the budget ran out while building the ranks' plans: not computed"
+            return step
+        step.units = sum(len(plan.items) for plan in local)
+        scattered = 0
+
+        def work() -> None:
+            nonlocal scattered
+            self.global_plans, self.metadata = planner.create_global_plan(local)
+            if keep_local_plans:
+                self.metadata.all_local_plans = local
+            if not decentralized:
+                scattered = max(len(pickle.dumps(plan, protocol=pickle.HIGHEST_PROTOCOL))
+                                for plan in self.global_plans)
+
+        run_step(step, self.budget, work)
+        if decentralized:
+            self.global_plans = local
+        step.host_bytes = gather_bytes(self.world, largest) + gather_bytes(self.world, scattered)
+        return step
+
+    def finalize(self) -> Step:
+        """The finalize: every rank's write results gathered to rank 0, which writes `.metadata`
+        (`FileSystemWriter.finish`, here into a temporary folder: its size is the checkpoint's at this scale)."""
+        step = Step("finalize", "save", "every rank's write results gathered to rank 0 (gather_object), "
+                    "FileSystemWriter.finish there: the global metadata with every item's file, offset and length, "
+                    "pickled into .metadata", collective=f"gather_object over {self.world} ranks")
+        if self.metadata is None or self.global_plans is None:
+            step.why = "no global plan to finalize (the budget ran out before it)"
+            return step
+        try:
+            results = []
+            largest = 0
+            for rank, plan in enumerate(self.global_plans):
+                self.budget.check()
+                own = _write_results(rank, plan, self._sizes, self.threads)
+                largest = max(largest, len(pickle.dumps(own, protocol=pickle.HIGHEST_PROTOCOL)))
+                results.append(own)
+        except OutOfBudget:
+            step.complete, step.why = False, "the budget ran out while building the ranks' write results"
+            return step
+        step.units = sum(len(own) for own in results)
+        with tempfile.TemporaryDirectory(prefix="ckpt-bench-metadata-") as folder:
+            writer = FileSystemWriter(folder, sync_files=False)
+            writer.set_up_storage_writer(True)
+            run_step(step, self.budget, lambda: writer.finish(self.metadata, results))
+            self.metadata_bytes = (Path(folder) / ".metadata").stat().st_size
+        step.host_bytes = gather_bytes(self.world, largest)
+        return step
+
+    def metadata_read(self) -> Step:
+        """A restart: every rank reads `.metadata` and unpickles it (its bytes are counted with the loads')."""
+        step = Step("metadata", "load", "every rank reads the checkpoint's .metadata and unpickles it "
+                    "(FileSystemReader.read_metadata)")
+        if self.metadata is None:
+            step.why = "no global metadata (the budget ran out before the save's global plan)"
+            return step
+        payload = pickle.dumps(self.metadata, protocol=pickle.HIGHEST_PROTOCOL)
+        run_step(step, self.budget, lambda: pickle.loads(payload))
+        return step
+
+    def load_plan(self) -> Step:
+        """A restart's plan: every rank's load plan gathered to rank 0, `create_default_global_load_plan`,
+        scattered back."""
+        step = Step("load plan", "load", "every rank's load plan gathered to rank 0 (gather_object), "
+                    "create_default_global_load_plan, scattered back (scatter_object_list)",
+                    collective=f"gather_object + scatter_object_list over {self.world} ranks")
+        try:
+            plans, largest = [], 0
+            for rank in range(self.world):
+                self.budget.check()
+                plan = load_plan(self.reads(rank))
+                largest = max(largest, len(pickle.dumps(plan, protocol=pickle.HIGHEST_PROTOCOL)))
+                plans.append(plan)
+        except OutOfBudget:
+            step.complete, step.why = False, "the budget ran out while building the ranks' load plans"
+            return step
+        step.units = sum(len(plan.items) for plan in plans)
+        run_step(step, self.budget, lambda: create_default_global_load_plan(plans))
+        step.host_bytes = 2 * gather_bytes(self.world, largest)
+        return step

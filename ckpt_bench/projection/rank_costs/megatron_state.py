@@ -1,0 +1,106 @@
+"""Every rank's sharded state of a Megatron job, fast enough to go through a thousand ranks: the shards
+`backends.workload.megatron_shapes` derives (checked against real megatron-core saves), built once per class of
+ranks that hold the same model shards and given each rank's replica ids, as megatron-core's objects
+(`ShardedTensor`, `ShardedObject`, without data: what its metadata collectives carry)."""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import cached_property
+
+import torch
+from megatron.core.dist_checkpointing.mapping import ShardedObject, ShardedTensor
+
+from ckpt_bench.backends.workload.megatron_shapes import MegatronGPT, Shard
+from ckpt_bench.backends.workload.workload import TORCH_DTYPE, Workload
+from ckpt_bench.model.parallel import RankCoordinates
+from ckpt_bench.projection.rank_costs.dcp_steps import Item
+
+__all__ = ["MegatronState"]
+
+_DTYPES = {name: getattr(torch, attr) for name, attr in TORCH_DTYPE.items()}
+
+
+def _sharded_tensor(shard: Shard, replica_id: tuple[int, int, int]) -> ShardedTensor:
+    return ShardedTensor(shard.key, None, _DTYPES[shard.dtype], shard.local_shape, shard.global_shape,
+                         shard.global_offset, shard.axis_fragmentations, replica_id, shard.prepend_axis_num)
+
+
+def item(shard: Shard) -> Item:
+    """The shard as DCP plans it: its chunk of the global tensor (prepended axes of size 1)."""
+    sizes = (1,) * shard.prepend_axis_num + shard.local_shape
+    return Item(shard.key, shard.global_offset, sizes, shard.global_shape, shard.dtype, shard.nbytes)
+
+
+class MegatronState:
+    """The job's ranks' shards; `classes` of ranks holding the same model shards are built once."""
+
+    def __init__(self, workload: Workload, world_size: int):
+        self.gpt = MegatronGPT(workload, world_size)
+        self._models: dict[RankCoordinates, list[Shard]] = {}
+        self._distributions: dict[tuple[int, int], object] = {}
+
+    @property
+    def world_size(self) -> int:
+        return self.gpt.world_size
+
+    def model(self, rank: int) -> list[Shard]:
+        """The rank's model shards: its class's, with its data-parallel rank in the replica ids (expert shards:
+        its expert data-parallel rank), as megatron-core gives them."""
+        c = self.gpt.coordinates(rank)
+        probe = dataclasses.replace(c, rank=0, cp_rank=0, dp_rank=0, edp_rank=0)
+        template = self._models.get(probe)
+        if template is None:
+            template = self._models[probe] = self.gpt.model_shards(probe)
+        return [dataclasses.replace(shard, replica_id=(*shard.replica_id[:2], c.edp_rank if shard.expert
+                                                       else c.dp_rank)) for shard in template]
+
+    def shards(self, rank: int) -> tuple[list[Shard], list[Shard]]:
+        """(model, optimizer) shards of the rank."""
+        model = self.model(rank)
+        return model, self.gpt.optimizer_shards(self.gpt.coordinates(rank), model)
+
+    def sharded_metadata(self, rank: int, tensors_only: bool = False) -> list:
+        """What megatron-core's metadata collectives carry for the rank: its `ShardedTensor`s (model, then
+        optimizer) and, unless `tensors_only`, its `ShardedObject`s, all without data."""
+        model, optimizer = self.shards(rank)
+        local: list = [_sharded_tensor(shard, shard.replica_id) for shard in model + optimizer]
+        if not tensors_only:
+            local += [ShardedObject(obj.key, None, obj.global_shape, obj.global_offset, obj.replica_id)
+                      for obj in self.gpt.objects(self.gpt.coordinates(rank))]
+        return local
+
+    def _distribution(self, rank: int):
+        c = self.gpt.coordinates(rank)
+        key = (c.tp_rank, c.pp_rank)
+        if key not in self._distributions:
+            self._distributions[key] = self.gpt.save_distribution(*key)
+        return self._distributions[key]
+
+    def written_items(self, rank: int) -> list[Item]:
+        """The rank's DCP plan under megatron's fully parallel save: the shards its group's distribution gives it
+        (`MegatronGPT.save_distribution` replays megatron's), its own distributed-optimizer shards, its
+        main-replica objects, keyed as megatron-core keys them."""
+        model, optimizer = self.shards(rank)
+        writer = self._distribution(rank).writer
+        own = optimizer if self.gpt.job.distributed_optimizer else []
+        written = [shard for shard in model + optimizer if writer.get(shard.name) == rank]
+        items = [item(shard) for shard in written + [s for s in own if s.name not in writer]]
+        items += [Item(ShardedObject(obj.key, None, obj.global_shape, obj.global_offset, obj.replica_id).unique_key)
+                  for obj in self.gpt.objects(self.gpt.coordinates(rank)) if obj.is_main_replica]
+        return items
+
+    def held_items(self, rank: int) -> list[Item]:
+        """Every shard the rank holds, replicas included, as DCP plans them (a DCP save dedups them globally)."""
+        model, optimizer = self.shards(rank)
+        return [item(shard) for shard in model + optimizer]
+
+    def resident_bytes(self, rank: int) -> int:
+        """Tensor bytes the rank holds (its model shards and its optimizer's)."""
+        return self._distribution(rank).resident[rank]
+
+    @cached_property
+    def groups(self) -> list[list[int]]:
+        """The data-parallel x context-parallel groups the fully parallel save distributes over."""
+        return [list(self.gpt.parallel.data_parallel_group(tp, pp)) for pp in range(self.gpt.pp)
+                for tp in range(self.gpt.tp)]

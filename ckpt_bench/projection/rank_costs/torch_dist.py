@@ -1,0 +1,185 @@
+"""megatron-core's `torch_dist` save and load at the job's size (megatron-core as installed; written against
+0.16.1), with the fully parallel save and load the torch_dist engine runs (Megatron-LM's
+`--ckpt-fully-parallel-save`, its default, and `--ckpt-fully-parallel-load`):
+
+save   1. sharding validation (`dist_checkpointing.save` -> `save_preprocess`): every rank's `ShardedTensor`s and
+          `ShardedObject`s, without data, all-gathered over the job (`determine_global_metadata`:
+          all_gather_object, so every rank unpickles every rank's list), then `validate_sharding_integrity` on
+          rank 0;
+       2. fully parallel distribution (`FullyParallelSaveStrategyWrapper`): per data-parallel group, its ranks'
+          `ShardedTensor`s all-gathered and `determine_main_replica_uniform_distribution` on every rank of it
+          (`distribute_shards_to_ranks`);
+       3. the global plan (`save_state_dict_async_plan`, decentralized): local plans gathered to rank 0,
+          `MCoreSavePlanner.create_global_plan` there, the plans kept in the metadata (`all_local_plans`);
+       4. finalize: write results gathered, `.metadata` written.
+       With `--ckpt-assume-constant-structure` Megatron-LM skips 1 after the first save and caches 2 and 3.
+load   the sharding validation again, every rank reading `.metadata`, the fully parallel load's distribution
+       (`ignore_groups=True`), the load plan, and the exchange of what each rank needs and another read
+       (`exchange_by_distribution`: network bytes, priced by the projection).
+
+Steps 1 and 2 run megatron-core's own functions on the job's objects; their all_gather_object is simulated by
+handing each rank's pickled list to megatron's code in place of the collective, unpickled as the collective does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pickle
+from collections.abc import Iterator
+
+import torch
+from megatron.core.dist_checkpointing import exchange_utils, validation
+from megatron.core.dist_checkpointing.strategies.torch import MCoreSavePlanner
+
+from ckpt_bench.backends.workload.workload import Workload
+from ckpt_bench.projection.job import JobCheckpoint
+from ckpt_bench.projection.rank_costs.base import (
+    Budget,
+    OutOfBudget,
+    RankCosts,
+    Step,
+    all_gather_bytes,
+    run_step,
+)
+from ckpt_bench.projection.rank_costs.dcp_steps import DcpSteps
+from ckpt_bench.projection.rank_costs.megatron_state import MegatronState
+
+
+@contextlib.contextmanager
+def simulated_all_gather(gathered: list, group_size: int) -> Iterator[None]:
+    """megatron-core's `all_gather_object` and group size answered from `gathered` (each member's object, already
+    unpickled as the collective unpickles them) for the duration."""
+    real_gather, real_size = torch.distributed.all_gather_object, exchange_utils.get_pg_size
+
+    def all_gather_object(output, obj, group=None):
+        output[:] = gathered
+
+    torch.distributed.all_gather_object = all_gather_object
+    exchange_utils.get_pg_size = lambda group=None: group_size
+    try:
+        yield
+    finally:
+        torch.distributed.all_gather_object, exchange_utils.get_pg_size = real_gather, real_size
+
+
+def unpickled(payloads: list[bytes], budget: Budget) -> list:
+    """Each payload unpickled, as a rank does with what an object collective brought it."""
+    gathered = []
+    for payload in payloads:
+        budget.check()
+        gathered.append(pickle.loads(payload))
+    return gathered
+
+
+class TorchDistCosts:
+    def __init__(self, job: JobCheckpoint, budget: Budget):
+        self.job, self.budget = job, budget
+        self.state = MegatronState(Workload(**job.workload), job.world_size)
+        self.per_node = job.ranks_per_node
+        self._tensor_payloads: dict[int, bytes] = {}  # the distribution's, for the save and the load alike
+
+    def _tensor_payload(self, rank: int) -> bytes:
+        payload = self._tensor_payloads.get(rank)
+        if payload is None:
+            payload = self._tensor_payloads[rank] = pickle.dumps(
+                self.state.sharded_metadata(rank, tensors_only=True), protocol=pickle.HIGHEST_PROTOCOL)
+        return payload
+
+    def _payloads(self, tensors_only: bool) -> tuple[list[bytes], int]:
+        """Every rank's pickled metadata list (its sharded objects without data), and how many objects."""
+        payloads, count = [], 0
+        for rank in range(self.job.world_size):
+            self.budget.check()
+            local = self.state.sharded_metadata(rank, tensors_only)
+            count += len(local)
+            payloads.append(pickle.dumps(local, protocol=pickle.HIGHEST_PROTOCOL))
+        return payloads, count
+
+    def validation(self, operation: str) -> Step:
+        world = self.job.world_size
+        step = Step("sharding validation", operation,
+                    "every rank's ShardedTensors and ShardedObjects without data all-gathered over the job "
+                    "(determine_global_metadata: all_gather_object, unpickled on every rank), "
+                    "validate_sharding_integrity on rank 0", cached_away=operation == "save",
+                    collective=f"all_gather_object over {world} ranks")
+        try:
+            payloads, step.units = self._payloads(tensors_only=False)
+        except OutOfBudget:
+            step.complete, step.why = False, "the budget ran out while building the ranks' metadata: not computed"
+            return step
+        largest = max(map(len, payloads))
+        step.host_bytes = all_gather_bytes(world, largest, self.per_node)
+        step.rank_memory_bytes = world * largest
+
+        def work() -> None:
+            validation.validate_sharding_integrity(unpickled(payloads, self.budget))
+
+        return run_step(step, self.budget, work)
+
+    def distribution(self, operation: str) -> Step:
+        """The fully parallel save's (or load's) distribution, per data-parallel group; the busiest group's."""
+        load = operation == "load"
+        groups = self.state.groups
+        step = Step("fully parallel distribution", operation,
+                    f"per data-parallel group ({len(groups)} of {len(groups[0])} ranks), its ranks' ShardedTensors "
+                    "all-gathered (all_gather_object) and determine_main_replica_uniform_distribution"
+                    f"{'(ignore_groups=True)' if load else ''} on each of its ranks", cached_away=not load,
+                    collective=f"all_gather_object over {len(groups[0])} ranks")
+        slowest, largest, units = 0.0, 0, 0
+        try:
+            for group in groups:
+                payloads = []
+                for rank in group:
+                    self.budget.check()
+                    payloads.append(self._tensor_payload(rank))
+                largest = max(largest, *map(len, payloads))
+                one = Step(step.name, operation, step.what)
+
+                def work(payloads=payloads, group=group) -> None:
+                    gathered = unpickled(payloads, self.budget)
+                    with simulated_all_gather(gathered, len(group)):
+                        exchange_utils.determine_main_replica_uniform_distribution(
+                            {"local": gathered[0]}, parallelization_group=object(), ignore_groups=load)
+
+                run_step(one, self.budget, work)
+                units += sum(len(payload) for payload in payloads)
+                slowest = max(slowest, one.cpu_s or 0.0)
+                if not one.complete:
+                    raise OutOfBudget
+        except OutOfBudget:
+            step.complete = False
+            step.why = "the budget ran out before every group's distribution was computed: a lower bound"
+        step.cpu_s = round(slowest, 4)
+        step.units = None
+        step.host_bytes = all_gather_bytes(len(groups[0]), largest, self.per_node)
+        step.rank_memory_bytes = len(groups[0]) * largest
+        return step
+
+    def exchange(self) -> Step:
+        """The fully parallel load's exchange: each rank gets the shards it needs that another rank read."""
+        received = [max(0, self.state.resident_bytes(rank) - read) for rank, read in enumerate(self.job.read_bytes)]
+        per = self.per_node
+        busiest = max(sum(received[start:start + per]) for start in range(0, len(received), per))
+        return Step("exchange of loaded shards", "load",
+                    "the fully parallel load's exchange_by_distribution: each rank receives the shards it holds that "
+                    "another rank of its group read (broadcast over the group)",
+                    collective="broadcasts within each data-parallel group", host_bytes=busiest,
+                    why="data movement, not CPU: priced with the network figure")
+
+    def compute(self) -> RankCosts:
+        world, threads = self.job.world_size, self.job.thread_count
+        dcp = DcpSteps(world, self.per_node, threads, self.budget, self.state.written_items,
+                       self.state.written_items)  # a fully parallel load reads about what the rank wrote
+        save_validation = self.validation("save")
+        steps = [save_validation, self.distribution("save"),
+                 dcp.global_plan(MCoreSavePlanner(dedup_replicated_tensors=False, flatten_state_dict=False),
+                                 decentralized=True, keep_local_plans=True),
+                 dcp.finalize()]
+        load_validation = Step(**{**save_validation.as_dict(), "operation": "load", "cached_away": False})
+        steps += [load_validation, dcp.metadata_read(), self.distribution("load"), dcp.load_plan(), self.exchange()]
+        return RankCosts("torch_dist", world, steps, metadata_file_bytes=dcp.metadata_bytes,
+                         every_rank_reads_metadata=True)
+
+
+def compute(job: JobCheckpoint, budget: Budget) -> RankCosts:
+    return TorchDistCosts(job, budget).compute()

@@ -1,0 +1,161 @@
+"""The projection's arithmetic: what a job's hosts move, each term and its range, the binding limit, the inputs'
+sources; and the advice at the job's size (docs/projection.md). No rank starts here."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from ckpt_bench.projection import JobCheckpoint, ProjectionOptions
+from ckpt_bench.projection.inputs import Figure, measured_clients
+from ckpt_bench.projection.model import Inputs, project
+from ckpt_bench.projection.rank_costs import RankCosts, Step
+from ckpt_bench.report.advice import AdviceOptions, advise, bandwidth_needed, largest_cost, lost_share
+
+GB = 10**9
+
+
+def job(write=(4 * GB, 4 * GB, 1 * GB, 1 * GB), per_node=2, **changes) -> JobCheckpoint:
+    values = dict(engine="torch-save", world_size=len(write), ranks_per_node=per_node, write_bytes=tuple(write),
+                  write_files=tuple(1 for _ in write), read_bytes=tuple(write), read_files=tuple(1 for _ in write),
+                  storage="disk", thread_count=1, async_save=False, workload={}, state="dlio")
+    return JobCheckpoint(**{**values, **changes})
+
+
+def inputs(client=None, storage=None, network=None, storage_at_least=False) -> Inputs:
+    unknown = Figure(None, "not given")
+    return Inputs(client_write=Figure(client, "given") if client else unknown,
+                  client_read=Figure(client, "given") if client else unknown,
+                  storage_write=Figure(storage, "given", at_least=storage_at_least) if storage else unknown,
+                  storage_read=Figure(storage, "given", at_least=storage_at_least) if storage else unknown,
+                  network=Figure(network, "given") if network else unknown, write_requests=unknown,
+                  read_requests=unknown)
+
+
+NO_STEPS = RankCosts("torch-save", 4, [])
+
+
+def test_hosts_sum_their_ranks_and_the_busiest_is_named():
+    traffic = job().save
+    assert [host.bytes for host in traffic.hosts()] == [8 * GB, 2 * GB]
+    assert traffic.busiest().host == 0 and traffic.active_hosts == 2 and traffic.total_bytes == 10 * GB
+    assert traffic.as_dict()["busiest_host"] == {"host": 0, "bytes": 8 * GB, "files": 2, "ranks_moving_bytes": 2}
+
+
+def test_the_client_binds_when_one_host_carries_most_of_the_bytes():
+    result = project(job(), NO_STEPS, inputs(client=2.0, storage=10.0), None)
+    save = result["save"]
+    assert save["binding"] == "client" and save["seconds"] == 4.0  # 8 GB at 2 GB/s, against 10 GB at 10 GB/s
+    assert save["could_also_bind"] == []
+    terms = {t["name"]: t for t in save["terms"]}
+    assert terms["storage"]["seconds"] == 1.0 and terms["requests"]["range_s"] == [None, None]  # not projected
+
+
+def test_the_storage_binds_when_every_host_writes_at_once():
+    many = job(write=(GB,) * 64, per_node=8)  # 8 hosts of 8 GB
+    save = project(many, NO_STEPS, inputs(client=4.0, storage=16.0), None)["save"]
+    assert save["binding"] == "storage" and save["seconds"] == 4.0  # 64 GB at 16 GB/s; a host's 8 GB take 2 s
+
+
+def test_a_ceiling_not_reached_makes_the_storage_term_a_bound_and_the_total_a_range():
+    many = job(write=(GB,) * 64, per_node=8)
+    save = project(many, NO_STEPS, inputs(client=4.0, storage=16.0, storage_at_least=True), None)["save"]
+    assert save["seconds"] is None and save["range_s"] == [2.0, 4.0]
+    assert save["binding"] == "client" and save["could_also_bind"] == ["storage"]
+
+
+def test_unknown_figures_leave_a_lower_bound():
+    save = project(job(), NO_STEPS, inputs(storage=10.0), None)["save"]
+    assert save["range_s"] == [1.0, None] and save["binding"] == "storage" and "client" in save["could_also_bind"]
+
+
+def test_global_steps_add_their_cpu_and_their_network_bytes_and_a_cached_save_skips_what_it_can():
+    steps = [Step("sharding validation", "save", "v", cached_away=True, cpu_s=3.0, host_bytes=2 * GB),
+             Step("finalize", "save", "f", cpu_s=0.5, host_bytes=0),
+             Step("load plan", "load", "l", cpu_s=0.25)]
+    costs = RankCosts("torch_dist", 4, steps, metadata_file_bytes=GB // 2, every_rank_reads_metadata=True)
+    result = project(job(engine="torch_dist"), costs, inputs(client=2.0, storage=10.0, network=1.0), None)
+    # 3 + 2 (2 GB at 1 GB/s) + 0.5 + 4 (client) + 0.25 (the .metadata on rank 0's host)
+    assert result["save"]["seconds"] == pytest.approx(9.75)
+    assert result["cached_save"]["seconds"] == pytest.approx(4.75)
+    # a restart: every rank also reads the 0.5 GB .metadata: host 0 reads 9 GB at 2 GB/s
+    assert result["load"]["seconds"] == pytest.approx(0.25 + 4.5)
+
+
+def test_a_step_cut_short_by_its_budget_is_a_lower_bound():
+    steps = [Step("sharding validation", "save", "v", cpu_s=30.0, complete=False, why="budget")]
+    save = project(job(engine="torch_dist"), RankCosts("torch_dist", 4, steps), inputs(client=2.0, storage=10.0),
+                   None)["save"]
+    assert save["range_s"] == [34.0, None]
+
+
+def test_an_async_save_blocks_for_its_global_steps_only():
+    steps = [Step("global plan", "save", "p", cpu_s=1.0), Step("finalize", "save", "f", cpu_s=0.5)]
+    save = project(job(async_save=True), RankCosts("dcp", 4, steps), inputs(client=2.0, storage=10.0), None)["save"]
+    assert save["block_range_s"] == [1.0, None] and save["seconds"] == 5.5
+
+
+def test_a_measured_client_is_the_busiest_host_that_ran_over_its_ranks_io_phases():
+    two_hosts = job(hosts_that_ran=(1,))  # the run's one host played job host 1 (ranks 2 and 3: 1 GB each)
+
+    def save(write_end: float) -> dict:
+        phases = [{"phase": "plan", "seconds": 0.5, "start": 0.0}, {"phase": "write", "seconds": write_end - 0.5,
+                                                                    "start": 0.5}]
+        return {"complete": True, "total_time": write_end + 1,
+                "phases_per_rank": [{"rank": 0, "phases": phases}, {"rank": 1, "phases": phases}]}
+
+    report = {"saves": [save(9.5), save(1.5), save(2.5)], "loads": []}
+    write, read, why = measured_clients(report, two_hosts)
+    assert why is None and read is None
+    # 2 GB over the write windows of the saves after the first (1 s and 2 s): the median of 2 and 1 GB/s
+    assert write.value == pytest.approx(1.5)
+    assert "job host 1" in write.source
+    assert measured_clients(report, job())[2].startswith("this run is not a subset of whole hosts")
+
+
+def test_options_refuse_what_is_not_a_rate():
+    with pytest.raises(Exception, match="--storage-write-gbps -1: must be a positive number"):
+        ProjectionOptions(storage_write_gbps=-1)
+    assert ProjectionOptions(network_gbps=25).given == {"network_gbps"}
+
+
+def _report(**projection) -> dict:
+    return {"world_size": 2, "config": {"job_world_size": 256}, "saves": [
+        {"complete": True, "total_time": 4.2, "block_time": 4.2, "bytes": 10 * GB}] * 3, "load_time": 1.0,
+        "projection": projection or None}
+
+
+def test_the_advice_takes_the_jobs_gpus_not_the_subsets():
+    advice = advise(_report(), AdviceOptions(gpu_mttf_hours=50000))
+    assert advice["mtbf_s"] == round(50000 * 3600 / 256, 1) and "job_world_size" in advice["mtbf_from"]
+    assert advice["checkpoint_cost_s"] == 4.2  # no projection: this run's
+
+
+def test_the_advice_takes_the_projected_cost_and_restart():
+    report = _report(job={"ranks": 256, "async_save": False}, save={"range_s": [40.0, 40.0], "binding": "storage"},
+                     load={"range_s": [100.0, 100.0]})
+    advice = advise(report, AdviceOptions(gpu_mttf_hours=50000))
+    assert advice["checkpoint_cost_s"] == 40.0 and "projected for the whole job of 256 ranks" in advice[
+        "checkpoint_cost_from"]
+    assert advice["restart_cost_s"] == 400.0  # the projected load + the default 300 s overhead
+    what_if = {row["gpus"]: row for row in advice["what_if"]}
+    assert what_if[256]["daly_interval_s"] == advice["daly_interval_s"]
+
+
+def test_a_checkpoint_budget_gives_the_bandwidth_that_meets_it():
+    mtbf, restart = 3600.0 * 2, 600.0
+    allowed = largest_cost(0.05, restart, mtbf)
+    assert lost_share(allowed, restart, mtbf) == pytest.approx(0.05, abs=1e-6)
+    report = {"projection": {"job": {"async_save": False}, "save_traffic": {"bytes": 1000 * GB,
+                                                                          "busiest_host": {"bytes": 10 * GB}},
+                             "save": {"terms": [{"kind": "step", "range_s": [5.0, 5.0]},
+                                                {"kind": "transfer", "range_s": [99.0, 99.0]}]}}}
+    section = bandwidth_needed(report, 0.05, None, restart, mtbf)
+    assert section["feasible"] and section["fixed_cost_s"] == 5.0
+    assert section["storage_write_gbps_needed"] == pytest.approx(1000 / (allowed - 5), rel=1e-3)
+    assert section["client_write_gbps_needed"] == pytest.approx(10 / (allowed - 5), rel=1e-3)
+    heavy = {"projection": {**report["projection"], "save": {"terms": [{"kind": "step", "range_s": [1e6, 1e6]}]}}}
+    refused = bandwidth_needed(heavy, 0.05, None, restart, mtbf)
+    assert refused["feasible"] is False and "no bandwidth meets it" in refused["why"]
+    assert math.isfinite(allowed) and allowed > 0
