@@ -41,7 +41,7 @@ MB = 10**6
 RANKS_PER_HOST = 2
 EXPERIMENT = ROOT / "ckpt_bench" / "configs" / "tiny_gpt.yaml"
 # The state: the tiny GPT, a little larger so that a save takes seconds at a few MB/s.
-SETS = ("--set", "num_layers=4", "--set", "hidden_size=512", "--set", "ffn_hidden_size=1536")
+SETS = ("--set", "num_layers=2", "--set", "hidden_size=512", "--set", "ffn_hidden_size=1536")
 # (per host, all hosts) MB/s: the client binds at every size; the storage binds from 2 hosts on.
 CASES = {"client": (4.0, 1000.0), "storage": (8.0, 12.0)}
 EXPECTED = {"client": "client", "storage": "storage"}
@@ -202,9 +202,9 @@ def main() -> int:
                         entry["projected"].append(projected)
                         entry["measured"].append(measured)
                         print(f"round {round_index + 1} {case} {hosts} hosts: projected save "
-                              f"{projected['save']:.2f} s ({projected['save_binding']}), load {projected['load']:.2f} s;"
-                              f" measured save {measured[0]:.2f} s, load {measured[1]:.2f} s",
-                              file=sys.stderr, flush=True)
+                              f"{projected['save']:.2f} s ({projected['save_binding']}), load "
+                              f"{projected['load']:.2f} s; measured save {measured[0]:.2f} s, load "
+                              f"{measured[1]:.2f} s", file=sys.stderr, flush=True)
                 finally:
                     proxy.terminate()
                     proxy.wait()

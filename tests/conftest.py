@@ -16,6 +16,7 @@ processes (torchrun and its ranks) inherit them.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,8 @@ __all__ = ["S3Endpoint"]
 # Runs and sweeps draw report.html (about half a second of CPU each): off for the suite's hundred runs,
 # on in the tests that check it (tests/unit/test_report_outputs.py, tests/e2e/test_report_outputs_e2e.py).
 os.environ.setdefault("CKPT_BENCH_HTML", "0")
+# The projection's cache of the engines' global steps (docs/projection.md): the suite's own, not the user's.
+os.environ.setdefault("CKPT_BENCH_CACHE", tempfile.mkdtemp(prefix="ckpt-bench-cache-"))
 
 
 @pytest.fixture(scope="session")

@@ -38,6 +38,9 @@ ENGINES = {"torch_dist": f"{_PACKAGE}.torch_dist", "dcp": f"{_PACKAGE}.dcp", "to
 #: plain Python arithmetic, computed in this process.
 RUNS_ENGINE_CODE = ("torch_dist", "dcp")
 
+#: The computation's own version: a cached result of another is computed again.
+COMPUTATION_VERSION = 2
+
 #: CPU seconds the computation may take by default (`--rank-costs-budget`): DeepSeek-V3's 1,024 ranks through
 #: torch_dist take a few minutes on a 2-core VM.
 DEFAULT_BUDGET_S = 300.0
@@ -64,7 +67,8 @@ def _versions() -> dict[str, str]:
 
 def _key(job: JobCheckpoint) -> str:
     """What the costs depend on: the job's state, layout and engine, not the run's hosts or notes."""
-    facts = {**job.as_dict(), "hosts_that_ran": None, "notes": [], "versions": _versions()}
+    facts = {**job.as_dict(), "hosts_that_ran": None, "notes": [], "versions": _versions(),
+             "computation": COMPUTATION_VERSION}
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:32]
 
 

@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""The whole job's save and restart for example configs of a Primus checkout, at one size and on storages of
+several ceilings: what `--plan` projects (docs/projection.md), as a Markdown table.
+
+    python tools/projection_table.py PRIMUS CONFIG... [--nodes 128] [--per-node 8] [--storage-gbps 100 1000]
+                                     [--client-gbps 25] [--network-gbps 25] [--engine torch_dist]
+
+CONFIG: a path under PRIMUS's examples/megatron/configs/ (MI300X/deepseek_v3-BF16-pretrain.yaml). Each config
+is planned in its own ckpt_format (or --engine), with its engine's global steps computed at the job's size once
+(cached) and priced for every storage ceiling given: its reads and writes at that ceiling both ways.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def plan(primus: Path, config: str, args, storage: float) -> dict:
+    command = [sys.executable, str(ROOT / "ckpt_launch.py"), "--workload", f"examples/megatron/configs/{config}",
+               "--nnodes", str(args.nodes), "--nproc-per-node", str(args.per_node), "--plan", "--format", "json",
+               "--storage-write-gbps", str(storage), "--storage-read-gbps", str(storage),
+               "--client-write-gbps", str(args.client_gbps), "--client-read-gbps", str(args.client_gbps),
+               "--network-gbps", str(args.network_gbps), "--rank-costs-budget", str(args.budget)]
+    if args.engine:
+        command += ["--engine", args.engine]
+    done = subprocess.run(command, cwd=primus, capture_output=True, text=True)
+    if done.returncode:
+        return {"error": (done.stderr.strip().splitlines() or ["?"])[-1]}
+    return json.loads(done.stdout)
+
+
+def seconds(time: dict) -> str:
+    low, high = time["range_s"]
+    if time["seconds"] is not None:
+        return f"{time['seconds']:,.0f}" if time["seconds"] >= 100 else f"{time['seconds']:.3g}"
+    return f"{low:,.3g}-{high:,.3g}" if high is not None else f">= {low:,.3g}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("primus", type=Path)
+    parser.add_argument("configs", nargs="+")
+    parser.add_argument("--nodes", type=int, default=128)
+    parser.add_argument("--per-node", type=int, default=8)
+    parser.add_argument("--storage-gbps", type=float, nargs="+", default=[100.0, 1000.0])
+    parser.add_argument("--client-gbps", type=float, default=25.0)
+    parser.add_argument("--network-gbps", type=float, default=25.0)
+    parser.add_argument("--engine")
+    parser.add_argument("--budget", type=float, default=1200.0)
+    args = parser.parse_args()
+    print(f"{args.nodes} hosts x {args.per_node} ranks; client {args.client_gbps:g} GB/s a host (write and read), "
+          f"network {args.network_gbps:g} GB/s a host; GB = 10^9 bytes; seconds")
+    print()
+    print("| config | engine | storage GB/s | a save writes (GB, hosts) | busiest host GB | global steps, save (s) "
+          "| save (s), binding | cached save (s) | restart reads (GB) | restart (s), binding |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for config in args.configs:
+        for storage in args.storage_gbps:
+            result = plan(args.primus, config, args, storage)
+            projection = result.get("projection")
+            if not projection or projection.get("error"):
+                print(f"| {config} | | {storage:g} | {result.get('error') or projection.get('error')} |||||||")
+                continue
+            save, load = projection["save"], projection["load"]
+            steps = sum(t["range_s"][0] or 0 for t in save["terms"] if t["kind"] == "step")
+            traffic, reads = projection["save_traffic"], projection["load_traffic"]
+            print(f"| {config} | {projection['job']['engine']} | {storage:g} | {traffic['bytes'] / 1e9:,.0f} "
+                  f"({traffic['hosts_moving_bytes']}) | {traffic['busiest_host']['bytes'] / 1e9:,.0f} | {steps:,.3g} "
+                  f"| {seconds(save)}, {save['binding']} | {seconds(projection['cached_save'])} "
+                  f"| {reads['bytes'] / 1e9:,.0f} | {seconds(load)}, {load['binding']} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
