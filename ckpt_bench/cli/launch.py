@@ -24,6 +24,7 @@ from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.options import Flag
 from ckpt_bench.core.rundir import write_atomic
 from ckpt_bench.launcher import registry
+from ckpt_bench.report.advice import plan_advice
 from ckpt_bench.report.assembly import to_json
 from ckpt_bench.sweep.limits import DEFAULT_MAX_JOBS
 from ckpt_bench.sweep.results import SweepResults
@@ -157,7 +158,10 @@ def _launch(**values) -> None:
             sys.exit(0)
         runner = registry.runner_for(launch_config)
         if launch_config.plan_only:
-            print_preview(runner.preview(launch_config), launch_config.output, launch_config.format)
+            preview = runner.preview(launch_config)
+            if launch_config.asked:  # the advice's options: the interval at the job's size, from its projection
+                preview["advice"] = plan_advice(preview, launch_config)
+            print_preview(preview, launch_config.output, launch_config.format)
             sys.exit(0)
         from ckpt_bench.launcher.repeat import run
 

@@ -8,8 +8,8 @@ from ckpt_bench.present.rows import NONE, duration
 from ckpt_bench.projection.model import gb
 from ckpt_bench.report.schema import ProjectedTime, Projection, ProjectionFigure, Traffic
 
-__all__ = ["STEP_COLUMNS", "TERM_COLUMNS", "projection_rows", "projection_title", "step_rows", "term_rows",
-           "time_words"]
+__all__ = ["STEP_COLUMNS", "TERM_COLUMNS", "hosts_rows", "projection_rows", "projection_title", "step_rows",
+           "term_rows", "time_words"]
 
 TERM_COLUMNS = ["term", "seconds", "what"]
 STEP_COLUMNS = ["global step", "operation", "CPU here (s)", "busiest host's network", "a rank's buffer", "skipped by"]
@@ -35,9 +35,21 @@ def time_words(time: ProjectedTime | None) -> str:
         return NONE
     low, high = (time.range_s + [None, None])[:2]
     words = f"{range_words(low, high)}, bound by {time.binding}"
+    steps = [term for term in time.terms if term.kind == "step" and term.range_s and term.range_s[0]]
+    if time.binding == "rank-count steps" and steps:
+        largest = max(steps, key=lambda term: term.range_s[0])
+        words += f" (the largest: {largest.name}, {range_words(*(largest.range_s + [None])[:2])})"
     if time.could_also_bind:
         words += f" (could also bind: {', '.join(time.could_also_bind)})"
     return words
+
+
+def hosts_rows(hosts: dict) -> tuple[str, list[tuple[str, str]]]:
+    """--plan's hosts (a workload's preview: what a save and a restart move per host), titled."""
+    traffic = Projection.from_json({"save_traffic": hosts["save"], "load_traffic": hosts["load"]})
+    title = f"per host ({_plural(hosts['nodes'], 'host')} of {hosts['ranks_per_node']} ranks; GB = 10^9 bytes)"
+    return title, [("a save writes", _traffic_words(traffic.save_traffic, "write")),
+                   ("a restart reads", _traffic_words(traffic.load_traffic, "read"))]
 
 
 def _traffic_words(traffic: Traffic | None, verb: str) -> str:

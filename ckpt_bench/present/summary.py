@@ -224,17 +224,21 @@ def print_preview(preview: dict, file: TextIO | None = None) -> None:
         out.print(_grid(f"layout ({len(layout)} ranks{more})", columns,
                         [[str(rank[c]) for c in columns] for rank in layout[:PREVIEW_RANKS_SHOWN]]))
     ranks = preview.get("ranks") or []
-    if not ranks:
-        return
-    shown = ranks[:PREVIEW_RANKS_SHOWN]
-    largest = max(ranks, key=lambda r: r["bytes"], default=None)
-    if largest is not None and largest not in shown:
-        shown.append(largest)
-    rows = [[str(r["rank"]), p.size(r["bytes"]), str(len(r["files"])), ", ".join(r["files"][:2])
-             + (f", ... ({len(r['files']) - 2} more)" if len(r["files"]) > 2 else "")] for r in shown]
-    more = f"; the first {PREVIEW_RANKS_SHOWN} and the largest" if len(ranks) > PREVIEW_RANKS_SHOWN else ""
-    title = f"per rank ({len(ranks)} ranks{more})"
-    out.print(_grid(title, ["rank", "bytes", "files", "names"], rows))
+    if ranks:
+        shown = ranks[:PREVIEW_RANKS_SHOWN]
+        largest = max(ranks, key=lambda r: r["bytes"], default=None)
+        if largest is not None and largest not in shown:
+            shown.append(largest)
+        rows = [[str(r["rank"]), p.size(r["bytes"]), str(len(r["files"])), ", ".join(r["files"][:2])
+                 + (f", ... ({len(r['files']) - 2} more)" if len(r["files"]) > 2 else "")] for r in shown]
+        more = f"; the first {PREVIEW_RANKS_SHOWN} and the largest" if len(ranks) > PREVIEW_RANKS_SHOWN else ""
+        title = f"per rank ({len(ranks)} ranks{more})"
+        out.print(_grid(title, ["rank", "bytes", "files", "names"], rows))
+    if preview.get("hosts"):
+        out.print(_pairs(*pp.hosts_rows(preview["hosts"])))
     if preview.get("projection"):
         for part in projection_renderables(Projection.from_json(preview["projection"])):
+            out.print(part)
+    if preview.get("advice"):
+        for part in advice_renderables(Advice.from_json(preview["advice"])):
             out.print(part)

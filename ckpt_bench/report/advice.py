@@ -474,6 +474,18 @@ def what_if(gpu_mttf_s: float, cost: float | None, restart: float, gpu_counts, p
     return rows
 
 
+def plan_advice(preview: dict, options: AdviceOptions) -> dict:
+    """The advice of a plan (--plan with --mtbf-hours or --gpu-mttf-hours): from its projection of the job, where
+    it has one (a plan measures nothing else)."""
+    job = preview.get("world_size")
+    advice = advise({"world_size": job, "config": {"job_world_size": job}, "projection": preview.get("projection"),
+                     "saves": [], "run": {"status": "plan"}}, options)
+    if preview.get("projection") is None:
+        advice["notes"].append("a plan measures nothing: give a projection figure (--storage-write-gbps, "
+                               "--client-write-gbps, ...) for a projected checkpoint cost")
+    return advice
+
+
 def add_advice(report: dict, options: AdviceOptions | None, strict: bool = True) -> dict:
     """`report` with its `advice` section when the options ask for it (in place; returned too). A report
     without checkpoints (the comms sweep) gets none. Not `strict` (after a run: the report must still be

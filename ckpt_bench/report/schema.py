@@ -332,6 +332,11 @@ class Advice:
     notes: list[str] = field(default_factory=list)
     error: str | None = None
 
+    @classmethod
+    def from_json(cls, data: dict) -> Advice:
+        """An advice section (--plan's, too), typed; raises SchemaError where it has another shape."""
+        return _build(cls, data, "advice")
+
 
 @dataclass
 class ProjectionJob:

@@ -159,3 +159,23 @@ def test_a_checkpoint_budget_gives_the_bandwidth_that_meets_it():
     refused = bandwidth_needed(heavy, 0.05, None, restart, mtbf)
     assert refused["feasible"] is False and "no bandwidth meets it" in refused["why"]
     assert math.isfinite(allowed) and allowed > 0
+
+
+def test_a_plan_shows_its_hosts_and_advises_at_the_jobs_size_from_its_projection():
+    import json
+
+    from helpers import ROOT, launch
+
+    result = launch("--workload", ROOT / "ckpt_bench" / "configs" / "tiny_gpt.yaml", "--set", "ckpt_format=torch",
+                    "--set", "use_distributed_optimizer=true", "--nnodes", "4", "--nproc-per-node", "2", "--plan",
+                    "--format", "json", "--storage-write-gbps", "1", "--client-write-gbps", "0.5", "--network-gbps",
+                    "1", "--gpu-mttf-hours", "50000", "--checkpoint-budget", "5")
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    # Megatron's legacy format with the distributed optimizer: the data-parallel rank 0s write, on one host
+    assert plan["hosts"]["save"]["hosts_moving_bytes"] == 1 and plan["hosts"]["load"]["hosts_moving_bytes"] == 4
+    save = plan["projection"]["save"]
+    assert [t["name"] for t in save["terms"]][0] == "optimizer gather" and save["binding"] == "client"
+    advice = plan["advice"]
+    assert advice["checkpoint_cost_s"] == save["seconds"] and "/ 8 GPUs" in advice["mtbf_from"]
+    assert advice["checkpoint_budget"]["feasible"] is True

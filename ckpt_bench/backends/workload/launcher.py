@@ -234,7 +234,10 @@ def job_checkpoint(run: WorkloadRun, config: WorkloadConfig, per_host: int, stor
     return JobCheckpoint(
         engine=run.engine, world_size=world, ranks_per_node=per_host,
         write_bytes=tuple(share.bytes for share in full.ranks), write_files=tuple(files),
-        read_bytes=tuple(share.load_bytes for share in full.ranks), read_files=tuple(files),
+        read_bytes=tuple(share.load_bytes for share in full.ranks),
+        # files read: its own, or (a rank that reads what others wrote: a replica) at least one
+        read_files=tuple(max(count, 1) if share.load_bytes else 0 for count, share in zip(files, full.ranks,
+                                                                                            strict=True)),
         storage=storage["storage"], storage_endpoint=storage.get("s3_endpoint"),
         storage_part_bytes=storage.get("s3_part_size"),
         thread_count=threads, async_save=config.async_save, workload=dataclasses.asdict(run.workload),
@@ -305,15 +308,18 @@ def preview(config: WorkloadConfig, launch: LaunchConfig, run: WorkloadRun) -> d
 
 
 def _projection(config: WorkloadConfig, launch: LaunchConfig, run: WorkloadRun) -> dict:
-    """--plan's projection of the whole job, where the plan projects (`projects`)."""
-    if not projects(config, run):
-        return {}
+    """--plan's hosts: what a save moves per host (how many write at all, the busiest), and the projection of
+    the whole job where the plan projects (`projects`)."""
     job = job_checkpoint(run, config, launch.topology.nproc_per_node,
                          storage_for(config.save_dir, config).describe())
     if job is None:
-        return {"projection": None, "projection_why": f"the job's {run.layout.world_size} ranks are not whole hosts "
-                f"of --nproc-per-node {launch.topology.nproc_per_node}"}
-    return {"projection": projection(dataclasses.replace(job, hosts_that_ran=None), ProjectionOptions.of(config))}
+        return {"hosts": None, "hosts_why": f"the job's {run.layout.world_size} ranks are not whole hosts of "
+                f"--nproc-per-node {launch.topology.nproc_per_node}"}
+    facts: dict = {"hosts": {"nodes": job.nodes, "ranks_per_node": job.ranks_per_node, "save": job.save.as_dict(),
+                             "load": job.load.as_dict()}}
+    if projects(config, run):
+        facts["projection"] = projection(dataclasses.replace(job, hosts_that_ran=None), ProjectionOptions.of(config))
+    return facts
 
 
 @dataclass(kw_only=True)
