@@ -37,7 +37,7 @@ def refused(*args) -> str:
         (["--backend", "comms", "--save-dir", "/tmp/x"], "--save-dir is not read by the comms backend"),
         (["--backend", "comms", "--warm-load"], "--warm-load is not read by the comms backend"),
         (["--backend", "comms", "--storage-baseline"], "--storage-baseline is not read by the comms backend"),
-        (["--backend", "megatron", "--s3-region", "us-east-1"], "--s3-region is not read by the megatron backend"),
+        (["--backend", "comms", "--s3-region", "us-east-1"], "--s3-region is not read by the comms backend"),
         (["--slurm-partition", "gpu"], "--slurm-partition applies to --emit slurm|k8s only"),
         (["--comms-max-size", "4KiB"], "--comms-max-size applies to --backend comms or --preflight"),
         (["--backend", "dcp", "--framework", "primus"], "--framework primus runs a Megatron experiment"),
@@ -94,7 +94,7 @@ def test_every_option_belongs_to_one_section_and_help_is_grouped():
     names = [name for _title, flags, _readers in registry.sections() for name in flags]
     assert len(names) == len(set(names))
     help_text = CliRunner().invoke(launch, ["--help"]).output
-    titles = ["Common options", "Checkpoints (every backend that saves)", "S3 storage",
+    titles = ["Common options", "Checkpoints (every backend that saves)", "Object storage",
               "Megatron backend", "DCP backend", "Lightning backend", "Workloads",
               "Megatron-LM", "Cluster jobs", "Sweeps"]
     positions = [help_text.find("\n" + title) for title in titles]

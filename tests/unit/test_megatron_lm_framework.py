@@ -16,6 +16,7 @@ from ckpt_bench.backends.frameworks.megatron_lm import (
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.events import CheckpointEvent, EventKind
 from ckpt_bench.report.parsers.megatron import MegatronParser
+from ckpt_bench.storage import LocalStorage
 
 # As megatron_lm_bootstrap.describe_parser prints them, for arguments of each kind Megatron-LM core_v0.16.1 has.
 DESCRIBED = [
@@ -102,7 +103,9 @@ def test_saved_iterations_against_the_folder(tmp_path):
     def logged(*iterations):
         (events / "rank-0.jsonl").write_text("".join(
             CheckpointEvent(EventKind.SAVE_END, rank=0, iteration=i).to_json() + "\n" for i in iterations))
-        return saved_iterations_check(events, str(checkpoints))
+        storage = LocalStorage(str(tmp_path))
+        storage.attach(str(checkpoints), tmp_path / "run")
+        return saved_iterations_check(events, storage)
 
     assert logged(2, 4) == ["the checkpoint folder holds what the log says was saved: iterations 2, 4, "
                             "latest_checkpointed_iteration.txt 4"]
