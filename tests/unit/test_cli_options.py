@@ -48,6 +48,8 @@ def refused(*args) -> str:
         (["--load-tp", "2", "--use-distributed-optimizer"], "add --set dist_ckpt_optim_fully_reshardable=true"),
         (["--load-tp", "3"], "world size 2 is not divisible by TP x PP x CP = 3"),
         (["--ckpt-format", "torch_dcp"], "saves a model wrapped in torch FSDP2 (--use-torch-fsdp2)"),
+        (["--set", "use_torch_fsdp2=true"], "TorchFullyShardedDataParallel builds FSDP2's device mesh on CUDA"),
+        (["--set", "non_persistent_save_interval=2"], "needs non_persistent_ckpt_type global or local"),
         (["--ckpt-format", "fsdp_dtensor"], "run Megatron-LM itself (--framework megatron-lm)"),
         (["--framework", "primus", "--load-pp", "2"], "--load-pp/--load-ep/--load-nproc-per-node run in the built-in"),
     ],

@@ -353,6 +353,8 @@ class MegatronLMBackend(Backend[MegatronLMConfig]):
         check_gpu_extensions(settings, root)
         if not gpu_count() or settings.get("transformer_impl") == "local":  # CPU ranks run the local spec
             rules.check_local_experts(settings)
+        if not gpu_count() and (refused := rules.fsdp_on_cpu_refusal(settings)):
+            raise ConfigError(f"--framework megatron-lm on CPU ranks: {refused}")
         script = str(root / "pretrain_gpt.py")
         # The load reads a cold checkpoint, as ours do: the lifecycle evicts it first.
         passes = [WorkerPass(phase, [], spec=False, evict_before=phase == "load", env=_rank_env(root))

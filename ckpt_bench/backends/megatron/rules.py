@@ -123,6 +123,10 @@ def check_worker_limits(args: Mapping, name: Namer = lambda key: None) -> None:
     """What the built-in worker (megatron-core without Transformer Engine, local files) cannot run,
     though Megatron-LM could."""
     n = lambda key: _spell(name, key)  # noqa: E731
+    refused = fsdp_on_cpu_refusal(args)
+    if refused:
+        raise ConfigError(f"the built-in worker wraps its model in megatron-core's DDP, not in fully sharded data "
+                          f"parallelism; {refused}; --workload EXPERIMENT --plan sizes its checkpoint")
     if args.get("ckpt_format") not in WORKER_FORMATS:
         raise ConfigError(
             f"{n('ckpt_format')} {args.get('ckpt_format')} saves a model wrapped in "
@@ -148,6 +152,19 @@ def check_worker_limits(args: Mapping, name: Namer = lambda key: None) -> None:
         if "://" in location and not (location.startswith("msc://") and args.get("ckpt_format") == "torch_dist"):
             raise ConfigError(f"{key} {args[key]}: megatron-core writes a file system path, or torch_dist through "
                               "multi-storage-client to msc://PROFILE/PATH (msc://BUCKET/PREFIX reaches an S3 bucket)")
+
+
+def fsdp_on_cpu_refusal(args: Mapping) -> str | None:
+    """Why megatron-core 0.16.1 cannot train `args`' fully sharded data parallelism on CPU ranks, or None: its
+    `TorchFullyShardedDataParallel` builds FSDP2's device mesh on "cuda" (and with torch 2.13 fails inside
+    fully_shard even on a CPU mesh), Megatron-FSDP runs on CUDA streams."""
+    if args.get("use_torch_fsdp2"):
+        return ("use_torch_fsdp2: megatron-core 0.16.1's TorchFullyShardedDataParallel builds FSDP2's device mesh on "
+                "CUDA, which CPU ranks do not have; run it on GPUs with --framework megatron-lm")
+    if args.get("use_megatron_fsdp"):
+        return ("use_megatron_fsdp: Megatron-FSDP runs on CUDA devices and streams, which CPU ranks do not have; run "
+                "it on GPUs with --framework megatron-lm")
+    return None
 
 
 def check_non_persistent(args: Mapping, n: Callable[[str], str]) -> None:
