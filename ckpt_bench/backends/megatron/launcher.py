@@ -411,6 +411,9 @@ def load_layout(config: MegatronConfig, args: dict, launch: LaunchConfig) -> tup
     if args["ckpt_format"] != "torch_dist":
         raise ConfigError(f"--load-* with --ckpt-format {args['ckpt_format']}: that format keeps one file per saving "
                           "rank and cannot reshard; use --ckpt-format torch_dist")
+    if args.get("non_persistent_ckpt_type") == "local":
+        raise ConfigError("--load-* with non_persistent_ckpt_type local: the load restores the local checkpoints, "
+                          "one file per rank, which nvidia-resiliency-ext restores on the layout that saved them")
     changes_model_parallel = any(layout[a] != args[a] for a in layout)
     if changes_model_parallel and args.get("use_distributed_optimizer") and not args.get(
             "dist_ckpt_optim_fully_reshardable"):

@@ -150,8 +150,8 @@ def run(spec: MegatronSpec, phase: str) -> None:
                                     layout_independent=spec.load_layout is not None, local_path=storage.local_path)
         tier = non_persistent_format(args, trainer)
         non_persistent = None if tier is None else Checkpointer(
-            args, tier[0], events, spec.integrity_dir, context, local_path=storage.local_path, root=tier[1],
-            tier=f"non_persistent_{args.non_persistent_ckpt_type}")
+            args, tier[0], events, spec.integrity_dir, context, layout_independent=spec.load_layout is not None,
+            local_path=storage.local_path, root=tier[1], tier=f"non_persistent_{args.non_persistent_ckpt_type}")
         if phase == "save":
             train_and_save(args, trainer, checkpointer, non_persistent, spec.run_dir if spec.training_impact else None)
             deletions = checkpointer.deletions + (non_persistent.deletions if non_persistent else [])
