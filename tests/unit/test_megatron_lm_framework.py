@@ -181,3 +181,19 @@ def test_an_moe_the_local_spec_cannot_train_is_refused_before_any_rank_starts(up
                     "1", "--set", "num_experts=4", runs_dir=tmp_path / "runs")
     assert_one_line_error(result, "num_experts with add_bias_linear (Megatron-LM's default) at TP 1 and EP 1")
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_a_set_argument_the_checkout_lacks_is_refused_naming_its_version(tmp_path):
+    """`--set async_strategy=nvrx` (0.17 on) given to a 0.16.1 checkout: one line naming its version, not dropped."""
+    (tmp_path / "megatron" / "core").mkdir(parents=True)
+    info = tmp_path / "megatron" / "core" / "package_info.py"
+    info.write_text('MAJOR = 0\nMINOR = 16\nPATCH = 1\nPRE_RELEASE = ""\n')
+    parser = megatron_lm.ParserFlags.of([
+        {"dest": "enable_msc", "flags": ["--disable-msc"], "takes_value": False, "sets": [["--disable-msc", False]],
+         "default": True},
+        {"dest": "save_retain_interval", "flags": ["--save-retain-interval"], "takes_value": True, "sets": [],
+         "default": None}])
+    megatron_lm.check_given_arguments({"save_retain_interval": 2, "enable_msc": False}, parser, tmp_path)
+    with pytest.raises(ConfigError, match=r"^--set async_strategy=nvrx: not an argument of the Megatron-LM checkout "
+                                          r".* \(megatron-core 0\.16\.1\); a Megatron-LM that defines it takes it$"):
+        megatron_lm.check_given_arguments({"async_strategy": "nvrx"}, parser, tmp_path)
