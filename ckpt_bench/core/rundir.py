@@ -49,6 +49,8 @@ def sweep_results_file(folder: str | os.PathLike) -> Path | None:
     return found[0] if found else None
 # Report sections a worker measured beyond checkpoint events, e.g. {"training": {...}} (Lightning).
 MEASUREMENTS_FILE = "measurements.json"
+# Old checkpoints a Megatron worker deleted after its saves (retention, non-persistent clean-up), each timed.
+DELETIONS_FILE = "deletions.json"
 # A run id names a folder inside --runs-dir: a name, never a path (no `/`, not `.` or `..`).
 RUN_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,199}$")
 

@@ -52,10 +52,15 @@ class SaveConfig:
     """--sync-files, where the backend has the option."""
 
 
+def object_store(storage: dict) -> bool:
+    """Whether a storage (`CheckpointStorage.describe()`) is an object store, where nothing is fsynced: an upload is
+    durable once acknowledged (s3://, or an msc:// profile of any provider but a POSIX folder)."""
+    return storage["storage"] == "s3" or (storage["storage"] == "msc" and storage.get("msc_provider") != "file")
+
+
 def fsynced(sync_files: bool, storage: dict) -> bool | None:
-    """`SaveConfig.fsync` of a backend that fsyncs as --sync-files says: None on object storage
-    (`CheckpointStorage.describe()`'s kind s3), where an upload is durable once acknowledged."""
-    return sync_files if storage["storage"] != "s3" else None
+    """`SaveConfig.fsync` of a backend that fsyncs as --sync-files says: None on object storage (`object_store`)."""
+    return sync_files if not object_store(storage) else None
 
 
 @dataclass(kw_only=True)

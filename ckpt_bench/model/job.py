@@ -16,8 +16,8 @@ from ckpt_bench.model.parallel import ParallelError, Parallelism, megatron_paral
 
 __all__ = ["CKPT_FORMATS", "PrecisionAwareOptimizer", "TrainingJob"]
 
-#: Megatron-LM's `--ckpt-format` values we write, and its default.
-CKPT_FORMATS = ("torch_dist", "torch")
+#: Megatron-LM's `--ckpt-format` values we write (torch_dcp: under FSDP2 only), and its default.
+CKPT_FORMATS = ("torch_dist", "torch", "torch_dcp")
 DEFAULT_CKPT_FORMAT = "torch_dist"
 
 #: Megatron-LM's choices for the precision-aware optimizer's dtypes (`--main-grads-dtype`, ...).
@@ -79,6 +79,9 @@ class TrainingJob:
     """What the experiment saves with (`ckpt_format`)."""
     pp_before_dp: bool = False
     """`--use-tp-pp-dp-mapping`: ranks numbered tp-cp-ep-pp-dp (see `Parallelism`)."""
+    fsdp: str | None = None
+    """"torch_fsdp2" (`--use-torch-fsdp2`: every parameter and its optimizer state sharded over the data-parallel
+    ranks, `backends/workload/megatron_fsdp2.py`); None: megatron-core's DDP."""
 
     def parallelism(self, world_size: int) -> Parallelism:
         return Parallelism(world_size=world_size, num_layers=self.architecture.num_layers, tp=self.tp, pp=self.pp,
@@ -125,8 +128,9 @@ class TrainingJob:
         """The job Megatron-LM runs for `args`; raises ArchitectureError (virtual pipeline arguments Megatron-LM
         refuses included; how the layers split is checked once the job is laid out, `parallelism`)."""
         fmt = str(args.get("ckpt_format") or DEFAULT_CKPT_FORMAT)
+        fsdp = _fsdp(args, fmt)
         if fmt not in CKPT_FORMATS:
-            raise ArchitectureError(f"ckpt_format {fmt!r}: we write {' and '.join(CKPT_FORMATS)}")
+            raise ArchitectureError(f"ckpt_format {fmt!r}: we write {', '.join(CKPT_FORMATS)}")
 
         bucket = args.get("ddp_bucket_size")
         architecture = Architecture.from_megatron_args(args)
@@ -152,7 +156,24 @@ class TrainingJob:
                    grad_dtype=_grad_dtype(args, architecture.params_dtype),
                    overlap_param_gather_with_optimizer_step=overlap_with_step,
                    overlap_grad_reduce=bool(args.get("overlap_grad_reduce")),
-                   ddp_bucket_size=None if bucket is None else int(bucket), ckpt_format=fmt)
+                   ddp_bucket_size=None if bucket is None else int(bucket), ckpt_format=fmt, fsdp=fsdp)
+
+
+def _fsdp(args: Mapping[str, Any], fmt: str) -> str | None:
+    """Which fully sharded data parallelism `args` train with, as Megatron-LM 0.16.1's validate_args takes it
+    (arguments.py 605-617, 671-691, 1041-1050); Megatron-FSDP's checkpoint is refused, never sized as another."""
+    if args.get("use_megatron_fsdp") or fmt == "fsdp_dtensor":
+        raise ArchitectureError("use_megatron_fsdp (ckpt_format fsdp_dtensor): Megatron-FSDP's checkpoint (its flat, "
+                                "bucketed DTensor buffers) is not modelled, so it is not sized rather than sized as "
+                                "another layout")
+    if args.get("use_torch_fsdp2"):
+        if fmt not in ("torch_dist", "torch_dcp"):
+            raise ArchitectureError(f"use_torch_fsdp2 with ckpt_format {fmt!r}: Megatron-LM takes torch_dist or "
+                                    "torch_dcp with it")
+        return "torch_fsdp2"
+    if fmt == "torch_dcp":
+        raise ArchitectureError("ckpt_format torch_dcp: Megatron-LM takes it only with use_torch_fsdp2")
+    return None
 
 
 def expert_bias_refusal(moe: bool, add_bias_linear: bool, expert_tp: int) -> str | None:

@@ -2,6 +2,7 @@
 
     a path              LocalStorage    (ckpt_bench.storage.local)
     s3://bucket/prefix  S3Storage       (ckpt_bench.storage.s3: boto3 here, s3torchconnector in the ranks)
+    msc://profile/path  MscStorage      (ckpt_bench.storage.msc: NVIDIA's multi-storage-client on both sides)
     any other URL       FsspecStorage   (ckpt_bench.storage.fsspec: gs://, az://, file://, memory://, ...)
 
 The launcher needs five things from a storage, whatever it is (`CheckpointStorage`):
@@ -40,26 +41,34 @@ its options, if any, join `StorageOptions`.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ckpt_bench.storage.base import OWNER_MARK, CheckpointStorage, WorkerStorage
 from ckpt_bench.storage.fsspec import FsspecStorage
 from ckpt_bench.storage.local import LocalStorage, check_writable
+from ckpt_bench.storage.msc import MscOptions, MscStorage
 from ckpt_bench.storage.s3 import S3Options, S3Storage
 
 __all__ = [
-    "OWNER_MARK", "CheckpointStorage", "FsspecStorage", "LocalStorage", "S3Storage", "StorageOptions",
+    "OWNER_MARK", "CheckpointStorage", "FsspecStorage", "LocalStorage", "MscStorage", "S3Storage", "StorageOptions",
     "WorkerStorage", "check_writable", "reopen", "storage_for", "worker_storage",
 ]
 
-# The options of every scheme: the dataclass each checkpoint-writing runner's config inherits from.
-StorageOptions = S3Options
+
+@dataclass
+class StorageOptions(MscOptions, S3Options):
+    """The options of every scheme: the dataclass each checkpoint-writing runner's config inherits from."""
+
+    section = "Object storage (--save-dir s3://... or msc://...)"
+
 
 # URL scheme -> storage ("" is a plain path); a scheme not listed is reached through fsspec.
 SCHEMES: dict[str, type[CheckpointStorage]] = {
     "": LocalStorage,
     "s3": S3Storage,
+    "msc": MscStorage,
 }
 FALLBACK: type[CheckpointStorage] = FsspecStorage
 

@@ -37,7 +37,7 @@ def refused(*args) -> str:
         (["--backend", "comms", "--save-dir", "/tmp/x"], "--save-dir is not read by the comms backend"),
         (["--backend", "comms", "--warm-load"], "--warm-load is not read by the comms backend"),
         (["--backend", "comms", "--storage-baseline"], "--storage-baseline is not read by the comms backend"),
-        (["--backend", "megatron", "--s3-region", "us-east-1"], "--s3-region is not read by the megatron backend"),
+        (["--backend", "comms", "--s3-region", "us-east-1"], "--s3-region is not read by the comms backend"),
         (["--slurm-partition", "gpu"], "--slurm-partition applies to --emit slurm|k8s only"),
         (["--comms-max-size", "4KiB"], "--comms-max-size applies to --backend comms or --preflight"),
         (["--backend", "dcp", "--framework", "primus"], "--framework primus runs a Megatron experiment"),
@@ -48,6 +48,8 @@ def refused(*args) -> str:
         (["--load-tp", "2", "--use-distributed-optimizer"], "add --set dist_ckpt_optim_fully_reshardable=true"),
         (["--load-tp", "3"], "world size 2 is not divisible by TP x PP x CP = 3"),
         (["--ckpt-format", "torch_dcp"], "saves a model wrapped in torch FSDP2 (--use-torch-fsdp2)"),
+        (["--set", "use_torch_fsdp2=true"], "TorchFullyShardedDataParallel builds FSDP2's device mesh on CUDA"),
+        (["--set", "non_persistent_save_interval=2"], "needs non_persistent_ckpt_type global or local"),
         (["--ckpt-format", "fsdp_dtensor"], "run Megatron-LM itself (--framework megatron-lm)"),
         (["--framework", "primus", "--load-pp", "2"], "--load-pp/--load-ep/--load-nproc-per-node run in the built-in"),
     ],
@@ -94,7 +96,7 @@ def test_every_option_belongs_to_one_section_and_help_is_grouped():
     names = [name for _title, flags, _readers in registry.sections() for name in flags]
     assert len(names) == len(set(names))
     help_text = CliRunner().invoke(launch, ["--help"]).output
-    titles = ["Common options", "Checkpoints (every backend that saves)", "S3 storage",
+    titles = ["Common options", "Checkpoints (every backend that saves)", "Object storage",
               "Megatron backend", "DCP backend", "Lightning backend", "Workloads",
               "Megatron-LM", "Cluster jobs", "Sweeps"]
     positions = [help_text.find("\n" + title) for title in titles]

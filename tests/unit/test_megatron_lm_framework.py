@@ -16,6 +16,7 @@ from ckpt_bench.backends.frameworks.megatron_lm import (
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.events import CheckpointEvent, EventKind
 from ckpt_bench.report.parsers.megatron import MegatronParser
+from ckpt_bench.storage import LocalStorage
 
 # As megatron_lm_bootstrap.describe_parser prints them, for arguments of each kind Megatron-LM core_v0.16.1 has.
 DESCRIBED = [
@@ -102,7 +103,9 @@ def test_saved_iterations_against_the_folder(tmp_path):
     def logged(*iterations):
         (events / "rank-0.jsonl").write_text("".join(
             CheckpointEvent(EventKind.SAVE_END, rank=0, iteration=i).to_json() + "\n" for i in iterations))
-        return saved_iterations_check(events, str(checkpoints))
+        storage = LocalStorage(str(tmp_path))
+        storage.attach(str(checkpoints), tmp_path / "run")
+        return saved_iterations_check(events, storage)
 
     assert logged(2, 4) == ["the checkpoint folder holds what the log says was saved: iterations 2, 4, "
                             "latest_checkpointed_iteration.txt 4"]
@@ -178,3 +181,19 @@ def test_an_moe_the_local_spec_cannot_train_is_refused_before_any_rank_starts(up
                     "1", "--set", "num_experts=4", runs_dir=tmp_path / "runs")
     assert_one_line_error(result, "num_experts with add_bias_linear (Megatron-LM's default) at TP 1 and EP 1")
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_a_set_argument_the_checkout_lacks_is_refused_naming_its_version(tmp_path):
+    """`--set async_strategy=nvrx` (0.17 on) given to a 0.16.1 checkout: one line naming its version, not dropped."""
+    (tmp_path / "megatron" / "core").mkdir(parents=True)
+    info = tmp_path / "megatron" / "core" / "package_info.py"
+    info.write_text('MAJOR = 0\nMINOR = 16\nPATCH = 1\nPRE_RELEASE = ""\n')
+    parser = megatron_lm.ParserFlags.of([
+        {"dest": "enable_msc", "flags": ["--disable-msc"], "takes_value": False, "sets": [["--disable-msc", False]],
+         "default": True},
+        {"dest": "save_retain_interval", "flags": ["--save-retain-interval"], "takes_value": True, "sets": [],
+         "default": None}])
+    megatron_lm.check_given_arguments({"save_retain_interval": 2, "enable_msc": False}, parser, tmp_path)
+    with pytest.raises(ConfigError, match=r"^--set async_strategy=nvrx: not an argument of the Megatron-LM checkout "
+                                          r".* \(megatron-core 0\.16\.1\); a Megatron-LM that defines it takes it$"):
+        megatron_lm.check_given_arguments({"async_strategy": "nvrx"}, parser, tmp_path)

@@ -65,16 +65,17 @@ def test_an_unknown_scheme_is_refused_in_one_line():
         storage_for("nope://x").check_access()
 
 
-def test_storage_options_are_the_s3_flags():
+def test_storage_options_are_the_s3_and_msc_flags():
     flags = StorageOptions.flags()
     assert [flag.canonical for flag in flags.values()] == [
-        "--s3-region", "--s3-endpoint", "--s3-part-size", "--s3-throughput-target-gbps", "--s3-max-attempts"]
+        "--s3-region", "--s3-endpoint", "--s3-part-size", "--s3-throughput-target-gbps", "--s3-max-attempts",
+        "--msc-config"]
     assert (flags["s3_part_size"].type, flags["s3_part_size"].min, flags["s3_throughput_target_gbps"].type) == (
         int, 1, float)
-    assert StorageOptions.section == "S3 storage (--save-dir s3://...)"
+    assert StorageOptions.section == "Object storage (--save-dir s3://... or msc://...)"
     assert StorageOptions.from_values({"s3_part_size": 8 << 20}).values() == {
         "s3_region": None, "s3_endpoint": None, "s3_part_size": 8 << 20, "s3_throughput_target_gbps": None,
-        "s3_max_attempts": None}
+        "s3_max_attempts": None, "msc_config": None}
 
 
 @pytest.mark.parametrize(

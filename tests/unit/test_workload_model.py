@@ -66,8 +66,13 @@ def test_layouts_and_formats_megatron_lm_refuses_are_refused():
     # two stages on one pipeline rank: virtual stages, which Megatron-LM's interleaved schedule refuses below PP 2
     with pytest.raises(ArchitectureError, match="pipeline_model_parallel_layout makes 2 virtual pipeline stages"):
         TrainingJob.from_megatron_args({**LLAMA, "vocab_size": 32000, "pipeline_model_parallel_layout": "Et|tL"})
-    with pytest.raises(ArchitectureError, match="ckpt_format 'fsdp_dtensor'"):
+    with pytest.raises(ArchitectureError, match=r"use_megatron_fsdp \(ckpt_format fsdp_dtensor\): Megatron-FSDP's "
+                       "checkpoint .* is not modelled, so it is not sized"):
         TrainingJob.from_megatron_args({**LLAMA, "vocab_size": 32000, "ckpt_format": "fsdp_dtensor"})
+    with pytest.raises(ArchitectureError, match="ckpt_format torch_dcp: Megatron-LM takes it only with use_torch_fsdp"):
+        TrainingJob.from_megatron_args({**LLAMA, "vocab_size": 32000, "ckpt_format": "torch_dcp"})
+    with pytest.raises(ArchitectureError, match="use_torch_fsdp2 with ckpt_format 'torch': Megatron-LM takes"):
+        TrainingJob.from_megatron_args({**LLAMA, "vocab_size": 32000, "ckpt_format": "torch", "use_torch_fsdp2": True})
     # megatron-core's TransformerConfig: biases in experts at expert tensor parallel size 1 only (default: TP)
     with pytest.raises(ArchitectureError, match=r"add_bias_linear \(Megatron-LM's default\) at expert tensor "
                                                 r"parallel size 2"):

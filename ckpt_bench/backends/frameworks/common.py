@@ -35,7 +35,7 @@ from ckpt_bench.core.rundir import RunDir
 from ckpt_bench.launcher.base import Plan, WorkerPass
 from ckpt_bench.launcher.config import LaunchConfig
 from ckpt_bench.report.parsers.session import events_of
-from ckpt_bench.storage import storage_for
+from ckpt_bench.storage import CheckpointStorage, storage_for
 
 
 @dataclass
@@ -75,22 +75,28 @@ def resolve_for_framework(launch: LaunchConfig[FrameworkConfig], runner: str) ->
 
 
 def framework_plan(launch: LaunchConfig[FrameworkConfig], experiment, args: dict, sizes: dict,
-                   passes: list[WorkerPass], bind: Callable, collect: Callable, worker_module: str) -> Plan:
+                   passes: list[WorkerPass], bind: Callable, collect: Callable, worker_module: str,
+                   storage: CheckpointStorage | None = None, msc: bool | None = None,
+                   notes: list[str] | None = None) -> Plan:
     """A framework's plan: its own save and load passes, reported from its logs (no integrity check:
-    the framework does not digest what it saved). Its ranks read no spec of ours."""
+    the framework does not digest what it saved). Its ranks read no spec of ours. `storage`: where the checkpoints
+    go (default: the save dir's); `msc`: whether its megatron-core reaches it through multi-storage-client (None:
+    not known)."""
     config = launch.options
+    storage = storage or storage_for(checkpoint_parent(config, args), config)
     return Plan(
         name=experiment.exp_name,
         worker_module=worker_module,
         resolved_config={**replace(experiment, args=args).to_yaml_dict(), "exp_root": str(experiment.exp_root)},
-        run_info=run_info(args, sizes, launch),
+        run_info=run_info(args, sizes, launch, storage, msc),
         passes=[*config.preflight_passes(), *passes],
-        checkpoints=config.checkpoints(storage_for(checkpoint_parent(config, args)),
+        checkpoints=config.checkpoints(storage,
                                        writers_per_rank=rules.writers_per_rank(args)),
         show_progress=shows_progress,
         bind=bind,
         collect=collect,
         verifies=False,
+        notes=list(notes or ()),
     )
 
 

@@ -29,8 +29,8 @@ from ckpt_bench.backends.frameworks.common import (
     resolve_for_framework,
 )
 from ckpt_bench.backends.megatron import rules
-from ckpt_bench.backends.megatron.launcher import preview
-from ckpt_bench.core.checkpoint_dir import iteration_folder_sizes, latest_iteration
+from ckpt_bench.backends.megatron.launcher import checkpoint_parent, msc_note, preview
+from ckpt_bench.core.checkpoint_dir import latest_iteration
 from ckpt_bench.core.environment import gpu_count
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.events import EventKind, event_files, read_event_files
@@ -51,6 +51,8 @@ from ckpt_bench.report.parsers.megatron import (
     TIMER_NAME,
     TIMER_RANK,
 )
+from ckpt_bench.storage import CheckpointStorage, storage_for
+from ckpt_bench.storage.msc import msc_available
 
 # torchrun's --tee prefix on a rank's line in console.log.
 _TEE = re.compile(r"^\[default(?P<rank>\d+)\]:(?P<text>.*)$", re.DOTALL)
@@ -197,21 +199,59 @@ def _names_te_gemm_only_with_te(module: Path) -> bool:
     return "te_general_gemm is not None" in source and not re.search(r"^\s*te_general_gemm\s*=\s*None", source, re.M)
 
 
-def saved_iterations_check(log_events_dir: Path, checkpoint_dir: str | None) -> list[str]:
+def saved_iterations_check(log_events_dir: Path, storage: CheckpointStorage) -> list[str]:
     """The iterations Megatron-LM's log says it saved, against the checkpoint folder: an `iter_NNNNNNN` folder
-    for each and `latest_checkpointed_iteration.txt` naming the last. Returns the report's note."""
-    if checkpoint_dir is None or not Path(checkpoint_dir).is_dir():
+    for each and, where the folder is on this host's disk, `latest_checkpointed_iteration.txt` naming the last.
+    Returns the report's note."""
+    if storage.location is None:
         return []
     logged = sorted({event.iteration for event in read_event_files(event_files(log_events_dir))
                      if event.kind == EventKind.SAVE_END and event.error is None and event.iteration is not None})
-    folders = sorted(iteration_folder_sizes(checkpoint_dir))
-    latest = latest_iteration(checkpoint_dir)
-    if logged and logged == folders and latest == logged[-1]:
-        return [f"the checkpoint folder holds what the log says was saved: iterations {_listed(logged)}, "
-                f"latest_checkpointed_iteration.txt {latest}"]
+    folders = sorted(storage.iteration_sizes())
+    local = storage.worker(storage.describe()).local_path(storage.location)
+    latest = latest_iteration(local) if local else None
+    if logged and logged == folders and (not local or latest == logged[-1]):
+        tracker = f", latest_checkpointed_iteration.txt {latest}" if local else ""
+        return [f"the checkpoint folder holds what the log says was saved: iterations {_listed(logged)}{tracker}"]
+    tracker = f" and latest_checkpointed_iteration.txt says {latest if latest is not None else 'nothing'}"
     return [f"the checkpoint folder differs from the log: the log says iterations {_listed(logged) or 'none'} were "
-            f"saved, the folder holds iter_* folders of {_listed(folders) or 'none'} and "
-            f"latest_checkpointed_iteration.txt says {latest if latest is not None else 'nothing'}"]
+            f"saved, the folder holds iter_* folders of {_listed(folders) or 'none'}{tracker if local else ''}"]
+
+
+def checkout_version(root: Path) -> str:
+    """The checkout's megatron-core version (`megatron/core/package_info.py`), for messages."""
+    try:
+        text = (root / "megatron" / "core" / "package_info.py").read_text()
+    except OSError:
+        return "a version without megatron/core/package_info.py"
+    parts = {key: re.search(rf"^{key}\s*=\s*['\"]?([^'\"\n]*)", text, re.M) for key in ("MAJOR", "MINOR", "PATCH",
+                                                                                  "PRE_RELEASE")}
+    if not all(parts[key] for key in ("MAJOR", "MINOR", "PATCH")):
+        return "an unknown version"
+    return "megatron-core " + ".".join(parts[key][1] for key in ("MAJOR", "MINOR", "PATCH")) + (
+        parts["PRE_RELEASE"][1] if parts["PRE_RELEASE"] else "")
+
+
+def check_given_arguments(settings: dict, parser: ParserFlags, root: Path) -> None:
+    """A `--set` argument this checkout's parser does not define (one of a later release, `async_strategy`,
+    `enable_msc` before 0.18, ...) is refused in one line naming the checkout's version: passed on it would be
+    lost, and the run would measure something else than asked."""
+    _argv, missing = parser.argv(settings)
+    if missing:
+        raise ConfigError(f"--set {missing[0]}={settings[missing[0]]}: not an argument of the Megatron-LM checkout "
+                          f"{root} ({checkout_version(root)}); a Megatron-LM that defines it takes it")
+
+
+def takes_msc(root: Path, settings: dict, storage: CheckpointStorage) -> bool:
+    """Whether the checkout's megatron-core will save and load through multi-storage-client: it has MSC
+    (megatron/core/msc_utils.py), the ranks' Python imports multistorageclient, and MSC is on (`enable_msc`:
+    the default until 0.18's opt-in --enable-msc; --disable-msc turns it off), as it must be for msc://."""
+    has_msc = (root / "megatron" / "core" / "msc_utils.py").is_file()
+    if storage.kind == "msc" and not (has_msc and settings.get("enable_msc")):
+        raise ConfigError(f"--save-dir {storage.url}: the Megatron-LM checkout {root} ({checkout_version(root)}) "
+                          + ("has no multi-storage-client support" if not has_msc
+                             else "has MSC turned off (enable_msc false); drop --set enable_msc=false"))
+    return has_msc and msc_available() and bool(settings.get("enable_msc"))
 
 
 def megatron_stdout(console_lines: Iterable[str]) -> Iterator[str]:
@@ -304,19 +344,24 @@ class MegatronLMBackend(Backend[MegatronLMConfig]):
         args.setdefault("eval_interval", args["train_iters"])
         check_dataset_helpers(root)
         parser = parser_flags(root)
+        check_given_arguments(config.settings, parser, root)
+        storage = storage_for(checkpoint_parent(config, args), config)
+        if storage.kind == "msc" and "enable_msc" in parser.value_flag.keys() | {k for k, _ in parser.switch}:
+            args.setdefault("enable_msc", True)  # 0.18's opt-in; 0.16.1's default
         settings = {**parser.default, **args}
+        msc = takes_msc(root, settings, storage)
         check_gpu_extensions(settings, root)
         if not gpu_count() or settings.get("transformer_impl") == "local":  # CPU ranks run the local spec
             rules.check_local_experts(settings)
+        if not gpu_count() and (refused := rules.fsdp_on_cpu_refusal(settings)):
+            raise ConfigError(f"--framework megatron-lm on CPU ranks: {refused}")
         script = str(root / "pretrain_gpt.py")
         # The load reads a cold checkpoint, as ours do: the lifecycle evicts it first.
         passes = [WorkerPass(phase, [], spec=False, evict_before=phase == "load", env=_rank_env(root))
                   for phase in ("save", "load")]
         notes: list[str] = []
-        bound: dict[str, str | None] = {}
 
         def bind(run: RunDir, checkpoint_dir: str | None) -> None:
-            bound["checkpoint_dir"] = checkpoint_dir
             skipped: set[str] = set()
             for worker_pass in passes:
                 flags, left_out = parser.argv(pass_args(args, checkpoint_dir, worker_pass.name))
@@ -337,6 +382,11 @@ class MegatronLMBackend(Backend[MegatronLMConfig]):
                         log.write_text("".join(megatron_stdout(lines)))
                     logs.append(log)
             events = record_events(run, logs)
-            return notes + events + saved_iterations_check(run.events_dir, bound.get("checkpoint_dir"))
+            return notes + events + saved_iterations_check(run.events_dir, storage)
 
-        return framework_plan(launch, experiment, args, sizes, passes, bind, collect, worker_module=BOOTSTRAP)
+        why = ("an msc:// save dir" if storage.kind == "msc" else
+               "this checkout's megatron-core turns it on whenever multistorageclient imports unless --set "
+               "enable_msc=false (Megatron-LM's --disable-msc)" if msc else
+               "MSC is off for this checkout (enable_msc false, or no MSC in it)")
+        return framework_plan(launch, experiment, args, sizes, passes, bind, collect, worker_module=BOOTSTRAP,
+                              storage=storage, msc=msc, notes=msc_note(msc, storage, why))

@@ -98,6 +98,14 @@ MEGATRON_DEFAULTS = {
     "ckpt_fully_parallel_load": False,
     "ckpt_assume_constant_structure": False,
     "dist_ckpt_optim_fully_reshardable": False,
+    "dist_ckpt_strictness": "assume_ok_unexpected",
+    "save_retain_interval": None,
+    "non_persistent_save_interval": None,
+    "non_persistent_ckpt_type": None,
+    "non_persistent_local_ckpt_algo": "fully_parallel",
+    "replication": False,
+    "replication_jump": None,
+    "replication_factor": 2,
 }
 
 

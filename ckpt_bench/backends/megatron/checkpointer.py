@@ -32,7 +32,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import time
 from collections import deque
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -43,11 +46,11 @@ from megatron.core.dist_checkpointing.mapping import LocalNonpersistentObject, S
 from megatron.core.dist_checkpointing.strategies.async_utils import AsyncCallsQueue, AsyncRequest
 
 from ckpt_bench.backends.megatron import megatron_log
-from ckpt_bench.backends.megatron.formats import TorchDistFormat, TorchFormat, rank_written_bytes
+from ckpt_bench.backends.megatron.formats import TorchDistFormat, TorchFormat, checkpoint_path, rank_written_bytes
 from ckpt_bench.backends.megatron.global_checksums import global_checksums
 from ckpt_bench.backends.megatron.phases import RecordWritten, mark_finalize
 from ckpt_bench.core import progress
-from ckpt_bench.core.checkpoint_dir import TRACKER_FILE, iter_dir_name, latest_iteration
+from ckpt_bench.core.checkpoint_dir import ITER_DIR, TRACKER_FILE, iter_dir_name
 from ckpt_bench.core.events import EventKind, EventRecorder, Phase
 from ckpt_bench.worker import integrity
 from ckpt_bench.worker.entry import WorkerContext, error_text, load_returned, save_returned, timed
@@ -78,8 +81,16 @@ class Checkpointer:
         integrity_dir: str,
         context: WorkerContext,
         layout_independent: bool = False,
+        local_path: Callable[[str], str | None] = lambda path: path,
+        root: str | None = None,
+        tier: str = "persistent",
     ):
         self.args = args
+        self.local_path = local_path  # a checkpoint's folder on this host's disk (None: remote), for eviction
+        # Where this tier's iteration folders and tracker go: --save, or Megatron-LM's non-persistent folder.
+        self.root = root or args.save
+        self.tier = tier
+        self.deletions: list[dict] = []  # old checkpoints removed after a save (retention), timed
         # The load may use another layout than the save: check whole logical tensors (global_checksums).
         self.layout_independent = layout_independent
         self.format = checkpoint_format
@@ -95,12 +106,15 @@ class Checkpointer:
         )
 
     def _event_fields(self, directory: str) -> dict:
-        return {"path": directory, "extra": {"format": self.format.name, "async": bool(self.args.async_save)}}
+        tier = {} if self.tier == "persistent" else {"tier": self.tier}
+        return {"path": directory, "extra": {"format": self.format.name, "async": bool(self.args.async_save), **tier}}
 
     # ---- save -------------------------------------------------------------------------------
 
     def save(self, iteration: int) -> None:
-        directory = os.path.join(self.args.save, iter_dir_name(iteration))
+        directory = os.path.join(self.root, iter_dir_name(iteration))
+        if self.tier == "non_persistent_global":
+            self._remove_older(keep=1)
         # Untimed, as in the bare call: the state dict the save consumes (digested first: reading its
         # local data changes nothing), and the folder.
         state_dict = self.format.state_dict(iteration)
@@ -111,7 +125,7 @@ class Checkpointer:
             checksums = global_checksums(self.format.state_dict(iteration))
             if self.context.rank == 0:
                 self._global_manifest(iteration).write_text(json.dumps(checksums, indent=1))
-        megatron_log.print_rank_0(megatron_log.saving_line(iteration, self.args.save, self.format.name))
+        megatron_log.print_rank_0(megatron_log.saving_line(iteration, self.root, self.format.name))
         self.format.prepare(directory)
         torch.distributed.barrier()
         progress.say_once(progress.FIRST_SAVE)
@@ -128,7 +142,7 @@ class Checkpointer:
             torch.distributed.barrier()  # every rank's part is written before the tracker names it
             self._finalize_iteration(iteration)
         else:
-            megatron_log.print_rank_0(megatron_log.scheduled_line(iteration, self.args.save))
+            megatron_log.print_rank_0(megatron_log.scheduled_line(iteration, self.root))
 
     def _schedule(self, request: AsyncRequest, iteration: int, directory: str) -> None:
         rank = self.context.rank
@@ -148,12 +162,39 @@ class Checkpointer:
         self._async_queue.schedule_async_request(request)
 
     def _finalize_iteration(self, iteration: int) -> None:
-        """Megatron-LM's `iter_finalize_fn`: the checkpoint is complete; name it in the tracker."""
+        """Megatron-LM's `iter_finalize_fn`: the checkpoint is complete; name it in the tracker (a local
+        checkpoint has none: its manager finds the latest). With `save_retain_interval`, the checkpoint the
+        tracker named before is deleted unless its iteration is a multiple of it."""
         if self._in_flight and self._in_flight[0] == iteration:
             self._in_flight.popleft()
-        if self.context.rank == 0:
-            Path(self.args.save, TRACKER_FILE).write_text(str(iteration))
-        megatron_log.print_rank_0(megatron_log.saved_line(iteration, self.args.save, *self._position))
+        if self.context.rank == 0 and self.format.tracked:
+            tracker = checkpoint_path(self.root) / TRACKER_FILE
+            previous = tracker.read_text().strip() if tracker.is_file() else ""
+            tracker.write_text(str(iteration))
+            retain = self.args.save_retain_interval
+            if retain and previous.isdigit() and 0 < int(previous) != iteration and int(previous) % retain:
+                self._delete(int(previous), iteration, "save_retain_interval")
+        megatron_log.print_rank_0(megatron_log.saved_line(iteration, self.root, *self._position))
+
+    def _delete(self, old: int, iteration: int, why: str) -> None:
+        """Rank 0 removes the checkpoint of iteration `old` after saving `iteration`, timed (a storage cost of
+        that save; Megatron-LM does it in a background thread, as its retention and non-persistent clean-up do)."""
+        folder = os.path.join(self.root, iter_dir_name(old))
+        started = time.perf_counter()
+        shutil.rmtree(folder)
+        self.deletions.append({"after_save": iteration, "deleted": old, "tier": self.tier, "rule": why,
+                               "seconds": round(time.perf_counter() - started, 6)})
+        megatron_log.print_rank_0(f"  successfully deleted checkpoint from iteration {old:7d} at {self.root}")
+
+    def _remove_older(self, keep: int) -> None:
+        """Megatron-LM's `cleanup_old_non_persistent_checkpoint` before a non-persistent save: rank 0 removes
+        every iteration folder of the tier but the newest `keep`."""
+        if self.context.rank != 0 or not os.path.isdir(self.root):
+            return
+        iterations = sorted(int(match[1]) for name in os.listdir(self.root) if (match := ITER_DIR.match(name)))
+        upcoming = iterations[-1] if iterations else None
+        for old in iterations[:-keep]:
+            self._delete(old, upcoming, "non-persistent clean-up (the newest kept)")
 
     def _finalized(self, iteration: int, directory: str) -> None:
         """An async save's last finalize function: the tracker names it, and it is complete (SAVE_END, with
@@ -183,20 +224,20 @@ class Checkpointer:
     # ---- load -------------------------------------------------------------------------------
 
     def load(self, warm: bool) -> int:
-        """Loads the latest checkpoint into the model and optimizer; returns its iteration."""
-        iteration = latest_iteration(self.args.load)
+        """Loads the latest checkpoint of this tier into the model and optimizer; returns its iteration."""
+        iteration = self.format.latest(self.root)
         if iteration is None:
-            raise FileNotFoundError(f"no {TRACKER_FILE} with an iteration in {self.args.load}")
-        directory = os.path.join(self.args.load, iter_dir_name(iteration))
-        self.context.evict(directory, warm)
+            raise FileNotFoundError(f"no checkpoint with an iteration in {self.root}")
+        directory = os.path.join(self.root, iter_dir_name(iteration))
+        self.context.evict(self.local_path(directory if self.format.tracked else self.root), warm)
         torch.distributed.barrier()
 
-        megatron_log.print_rank_0(megatron_log.loading_line(self.args.load, iteration, self.format.name))
+        megatron_log.print_rank_0(megatron_log.loading_line(self.root, iteration, self.format.name))
         with timed(self.events, EventKind.LOAD_START, EventKind.LOAD_END, iteration, phases=self.format.phases,
                    first=self.format.first_load_phase, **self._event_fields(directory)):
             nbytes = self.format.load(directory, iteration)
         load_returned(self.events, iteration, directory, self.format.phases, bytes=nbytes)
-        megatron_log.print_rank_0(megatron_log.loaded_line(self.args.load, iteration, *self._position))
+        megatron_log.print_rank_0(megatron_log.loaded_line(self.root, iteration, *self._position))
         return iteration
 
     def verify(self, iteration: int) -> dict:

@@ -36,14 +36,33 @@ from megatron.core.dist_checkpointing.strategies.fully_parallel import (
     FullyParallelLoadStrategyWrapper,
     FullyParallelSaveStrategyWrapper,
 )
+from megatron.core.msc_utils import MultiStorageClientFeature
 from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
 
 from ckpt_bench.backends.megatron.phases import common_check_hook, mark_load_strategy, mark_save_strategy
 from ckpt_bench.backends.megatron.training import Trainer
+from ckpt_bench.core.checkpoint_dir import TRACKER_FILE
 from ckpt_bench.core.events import Phase
 from ckpt_bench.worker.phases import PhaseClock
 
 CHECKPOINT_VERSION = 3.0
+
+
+def use_msc(enabled: bool) -> None:
+    """megatron-core's checkpoint I/O through multi-storage-client (`enabled`: its writers' `msc.open`, the
+    `MultiStorageFileSystemReader` of `get_default_load_sharded_strategy`) or through the file system. Chosen, not
+    inherited: megatron-core 0.16.1 turns MSC on whenever multistorageclient imports, local paths included."""
+    if enabled:
+        MultiStorageClientFeature.enable()
+    else:
+        MultiStorageClientFeature.disable()
+
+
+def checkpoint_path(path: str) -> Path:
+    """`path` as megatron-core reaches it: an MSC path (msc:// or local) where MSC is on, else a file system one."""
+    if MultiStorageClientFeature.is_enabled():
+        return MultiStorageClientFeature.import_package().Path(path)
+    return Path(path)
 
 
 class TorchDistFormat:
@@ -73,7 +92,7 @@ class TorchDistFormat:
         """Before the timed save. As Megatron-LM: rank 0 creates the folder, the others write into it
         only after the planning collectives."""
         if self.rank == 0:
-            os.makedirs(directory, exist_ok=True)
+            checkpoint_path(directory).mkdir(parents=True, exist_ok=True)
 
     def save(self, directory: str, state_dict: dict) -> AsyncRequest | None:
         """Writes (sync) or plans (async: returns the request to schedule) `state_dict` (this format's
@@ -111,7 +130,9 @@ class TorchDistFormat:
         _init_distributed_optimizer_state(self.trainer.optimizer)
         state_dict = self.state_dict(iteration, is_loading=True)
         self.phases.begin(Phase.VALIDATE_COMMON)
-        state = dist_checkpointing.load(state_dict, directory, strategy)
+        state = dist_checkpointing.load(state_dict, directory, strategy, strict=self.args.dist_ckpt_strictness)
+        if isinstance(state, tuple):  # the return_* strictness modes add the missing and unexpected keys
+            state = state[0]
         self.phases.begin(Phase.COPY_IN)
         self.trainer.model.module.load_state_dict(state["model"])
         with torch.no_grad():  # the DistributedOptimizer copies into leaf params that require grad
@@ -120,6 +141,14 @@ class TorchDistFormat:
 
     def written_bytes(self, directory: str) -> int:
         return rank_written_bytes(directory, self.rank)
+
+    tracked = True  # its folder's latest_checkpointed_iteration.txt names the latest checkpoint
+
+    def latest(self, root: str) -> int | None:
+        """The iteration the tracker in `root` names (read through MSC where it is on)."""
+        tracker = checkpoint_path(root) / TRACKER_FILE
+        text = tracker.read_text().strip() if tracker.is_file() else ""
+        return int(text) if text.isdigit() else None
 
     @property
     def writes(self) -> bool:
@@ -146,7 +175,7 @@ def _init_distributed_optimizer_state(optimizer) -> None:
 def rank_written_bytes(directory: str, rank: int) -> int:
     """Bytes of the files `rank` wrote into a torch_dist checkpoint: its `__<rank>_*.distcp` shards
     (megatron-core's FileSystemWriterAsync prefix), and `common.pt`, which rank 0 writes."""
-    root = Path(directory)
+    root = checkpoint_path(directory)
     files = list(root.glob(f"__{rank}_*.distcp"))
     if rank == 0:
         files.append(root / "common.pt")
@@ -203,6 +232,9 @@ class TorchFormat:
     def written_bytes(self, directory: str) -> int:
         return os.path.getsize(self.file(directory)) if self.writes else 0
 
+    tracked = True
+    latest = TorchDistFormat.latest
+
     @property
     def writes(self) -> bool:
         return torch.distributed.get_rank() == self.writer_rank
@@ -210,6 +242,66 @@ class TorchFormat:
     @property
     def manifest_rank(self) -> int:
         return self.writer_rank
+
+
+class LocalFormat(TorchDistFormat):
+    """Megatron-LM's non-persistent `local` checkpoints: the same sharded state, through nvidia-resiliency-ext's
+    `LocalCheckpointManager` (one `torch.save` file a rank in `<root>/<rank>/`, its older ones removed once saved),
+    with `--replication`: `CliqueReplicationStrategy` copies each rank's file to `replication_factor - 1` peers
+    `replication_jump` ranks apart before it is written, so a rank whose copy is lost retrieves it from a peer.
+    Built as Megatron-LM's `save_checkpoint`/`_load_non_persistent_base_checkpoint` build it: megatron-core's
+    `MCoreTensorAwareStateDict` with `non_persistent_local_ckpt_algo` over the data-parallel x context-parallel
+    group. No fsync (the manager's torch.save); synchronous."""
+
+    name = "local"
+    tracked = False  # the manager finds the latest complete checkpoint over every rank's files
+
+    def __init__(self, args: argparse.Namespace, trainer: Trainer, root: str):
+        super().__init__(args, trainer)
+        from nvidia_resiliency_ext.checkpointing.local.ckpt_managers.local_manager import LocalCheckpointManager
+        from nvidia_resiliency_ext.checkpointing.local.replication.strategies import CliqueReplicationStrategy
+
+        replication = (CliqueReplicationStrategy.from_replication_params(args.replication_jump,
+                                                                         args.replication_factor)
+                       if args.replication else None)
+        self.manager = LocalCheckpointManager(root, repl_strategy=replication)
+        self.group = parallel_state.get_data_parallel_group(with_context_parallel=True)
+
+    def prepare(self, directory: str) -> None:
+        pass  # the manager makes each rank's folder
+
+    def save(self, directory: str, state_dict: dict) -> None:
+        from megatron.core.dist_checkpointing.tensor_aware_state_dict import MCoreTensorAwareStateDict
+
+        tensor_aware, _ = MCoreTensorAwareStateDict.from_state_dict(
+            state_dict, algo=self.args.non_persistent_local_ckpt_algo, parallelization_group=self.group)
+        self.phases.begin(Phase.WRITE)  # the replicas' exchange, each file's torch.save, the manager's finalize
+        self.manager.save(tensor_aware, state_dict["iteration"], is_async=False)
+
+    def latest(self, root: str) -> int | None:
+        iteration = self.manager.find_latest()
+        return iteration if iteration >= 0 else None
+
+    def load(self, directory: str, iteration: int) -> int:
+        """Loads through the manager (a lost file retrieved from a peer's replica). Returns None: which files a
+        rank read depends on which were lost."""
+        self.phases.begin(Phase.STATE_DICT)
+        _init_distributed_optimizer_state(self.trainer.optimizer)
+        state_dict = self.state_dict(iteration, is_loading=True)
+        self.phases.begin(Phase.READ)
+        tensor_aware, _ = self.manager.load()
+        state = tensor_aware.to_state_dict(state_dict, algo=self.args.non_persistent_local_ckpt_algo,
+                                           parallelization_group=self.group)
+        self.phases.begin(Phase.COPY_IN)
+        self.trainer.model.module.load_state_dict(state["model"])
+        with torch.no_grad():
+            self.trainer.optimizer.load_state_dict(state["optimizer"])
+        return None
+
+    def written_bytes(self, directory: str) -> int:
+        """This rank's files of the checkpoint: its own and the replicas it holds of its peers'."""
+        iteration = os.path.basename(directory)
+        return sum(f.stat().st_size for f in Path(self.manager.local_ckpt_dir).glob(f"{iteration}_*"))
 
 
 def _sharded_state_dict_metadata(args: argparse.Namespace) -> dict:
@@ -224,3 +316,17 @@ def _sharded_state_dict_metadata(args: argparse.Namespace) -> dict:
 
 def checkpoint_format(args: argparse.Namespace, trainer: Trainer) -> TorchDistFormat | TorchFormat:
     return TorchDistFormat(args, trainer) if args.ckpt_format == "torch_dist" else TorchFormat(args, trainer)
+
+
+# Megatron-LM's folders of non-persistent checkpoints inside --save: its default `non_persistent_global_ckpt_dir`,
+# and ours for the local ones (Megatron-LM asks for --non-persistent-local-ckpt-dir; here the run's folder holds it).
+NON_PERSISTENT_FOLDERS = {"global": "non_persistent", "local": "non_persistent_local"}
+
+
+def non_persistent_format(args: argparse.Namespace, trainer: Trainer) -> tuple[TorchDistFormat, str] | None:
+    """The format and folder of Megatron-LM's non-persistent checkpoints (`non_persistent_ckpt_type`), or None."""
+    kind = args.non_persistent_ckpt_type
+    if kind is None:
+        return None
+    root = os.path.join(args.save, NON_PERSISTENT_FOLDERS[kind])
+    return (TorchDistFormat(args, trainer) if kind == "global" else LocalFormat(args, trainer, root)), root

@@ -9,6 +9,7 @@ run the same experiment with the same overrides.
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
@@ -28,6 +29,7 @@ from ckpt_bench.core.experiment import (
     parse_assignment,
 )
 from ckpt_bench.core.options import Flag
+from ckpt_bench.core.rundir import DELETIONS_FILE, RunDir
 from ckpt_bench.launcher.base import (
     ASYNC_SAVE,
     PRIMUS_PATH,
@@ -39,11 +41,12 @@ from ckpt_bench.launcher.base import (
 )
 from ckpt_bench.launcher.config import LaunchConfig
 from ckpt_bench.launcher.resources import visible_gpus
-from ckpt_bench.launcher.run_info import Ranks, RunInfo, SaveConfig
+from ckpt_bench.launcher.run_info import Ranks, RunInfo, SaveConfig, object_store
 from ckpt_bench.model.architecture import ArchitectureError, vocabulary
 from ckpt_bench.model.families import refuse_unsizable
 from ckpt_bench.model.parallel import ParallelError, Parallelism, megatron_parallel_sizes
-from ckpt_bench.storage import storage_for
+from ckpt_bench.storage import CheckpointStorage, StorageOptions, storage_for
+from ckpt_bench.storage.msc import msc_available
 
 PROGRESS = re.compile(
     r"\biteration\s+\d+/\s*\d+|saving checkpoint|scheduled an async|successfully saved|"
@@ -58,7 +61,7 @@ _DTYPE_NAMES = {"fp32": "torch.float32", "fp16": "torch.float16", "bf16": "torch
 
 
 @dataclass
-class MegatronConfig(CheckpointOptions, PreflightOptions):
+class MegatronConfig(CheckpointOptions, PreflightOptions, StorageOptions):
     """A Megatron experiment and the command line's overrides of its trainer arguments."""
 
     # A trainer argument (--set, the experiment) that no Megatron-LM knows is refused as a typo, and values
@@ -312,10 +315,15 @@ class MegatronRunInfo(RunInfo):
     seq_length, vocab_size, num_experts."""
     load_layout: dict | None = None
     """The load pass's parallel sizes (tp, pp, ep, cp, dp, world_size) where --load-* changes them."""
+    msc: bool | None = None
+    """Whether megatron-core saved and loaded through NVIDIA's multi-storage-client (its `msc.open` writers and
+    `MultiStorageFileSystemReader`) rather than the file system; None where it cannot be known."""
 
 
-def run_info(args: dict, sizes: dict, launch: LaunchConfig) -> MegatronRunInfo:
-    """The report's configuration keys, with the types the Primus tool's report has."""
+def run_info(args: dict, sizes: dict, launch: LaunchConfig, storage: CheckpointStorage,
+             msc: bool | None) -> MegatronRunInfo:
+    """The report's configuration keys, with the types the Primus tool's report has; `msc`: whether megatron-core's
+    checkpoint I/O goes through multi-storage-client."""
     return MegatronRunInfo(
         backend=launch.runner,
         ranks=Ranks.of(launch.topology),
@@ -324,7 +332,7 @@ def run_info(args: dict, sizes: dict, launch: LaunchConfig) -> MegatronRunInfo:
             ckpt_format=args["ckpt_format"],
             # megatron-core's torch_dist writer fsyncs each file it writes; the legacy torch format is plain
             # torch.save.
-            fsync=args["ckpt_format"] == "torch_dist",
+            fsync=args["ckpt_format"] == "torch_dist" if not object_store(storage.describe()) else None,
             ckpt_fully_parallel_save=bool(args.get("ckpt_fully_parallel_save")),
             ckpt_fully_parallel_load=bool(args.get("ckpt_fully_parallel_load")),
             async_save=bool(args.get("async_save")),
@@ -345,7 +353,23 @@ def run_info(args: dict, sizes: dict, launch: LaunchConfig) -> MegatronRunInfo:
         train_iters=args["train_iters"],
         model={key: args.get(key) for key in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
                                               "num_query_groups", "seq_length", "vocab_size", "num_experts")},
+        storage=storage.describe(),
+        msc=msc,
     )
+
+
+def msc_note(msc: bool | None, storage: CheckpointStorage, why: str) -> list[str]:
+    """The report's line on the path megatron-core's checkpoint I/O took (MSC or the file system), where MSC is
+    in play: an msc:// save dir, or the multistorageclient package installed (megatron-core 0.16.1 then turns it
+    on by itself unless told not to); `why` says who decided."""
+    if msc is None or (not msc and storage.kind != "msc" and not msc_available()):
+        return []
+    path = ("multi-storage-client (MSC: msc.open writers, MultiStorageFileSystemReader with 2 threads)" if msc
+            else "the file system (megatron-core's FileSystemWriterAsync and its cached-metadata reader)")
+    return [f"megatron-core's checkpoint I/O went through {path}: {why}"]
+
+
+
 
 
 def checkpoint_parent(config: MegatronConfig, args: dict) -> str | None:
@@ -353,6 +377,20 @@ def checkpoint_parent(config: MegatronConfig, args: dict) -> str | None:
     saving when `save` is null; we always save, by default inside the run directory)."""
     parent = config.save_dir or args.get("save")
     return None if parent is None else str(parent)
+
+
+def deletion_notes(run: RunDir) -> list[str]:
+    """The worker's timed deletions of old checkpoints (`DELETIONS_FILE`) as a line of the report: a storage cost
+    of the saves after which they ran."""
+    path = run.path / DELETIONS_FILE
+    if not path.is_file():
+        return []
+    deletions = json.loads(path.read_text())
+    listed = ", ".join(f"iteration {d['deleted']} after saving {d['after_save']} ({d['seconds']:.3f} s)"
+                       for d in deletions)
+    rules = sorted({d["rule"] for d in deletions})
+    return [f"old checkpoints deleted by rank 0 ({'; '.join(rules)}; time.perf_counter around the folder's "
+            f"removal, Megatron-LM's runs it in a background thread): {listed}"]
 
 
 def async_writer_notes(args: dict) -> list[str]:
@@ -373,6 +411,9 @@ def load_layout(config: MegatronConfig, args: dict, launch: LaunchConfig) -> tup
     if args["ckpt_format"] != "torch_dist":
         raise ConfigError(f"--load-* with --ckpt-format {args['ckpt_format']}: that format keeps one file per saving "
                           "rank and cannot reshard; use --ckpt-format torch_dist")
+    if args.get("non_persistent_ckpt_type") == "local":
+        raise ConfigError("--load-* with non_persistent_ckpt_type local: the load restores the local checkpoints, "
+                          "one file per rank, which nvidia-resiliency-ext restores on the layout that saved them")
     changes_model_parallel = any(layout[a] != args[a] for a in layout)
     if changes_model_parallel and args.get("use_distributed_optimizer") and not args.get(
             "dist_ckpt_optim_fully_reshardable"):
@@ -405,21 +446,30 @@ class MegatronBackend(Backend[MegatronConfig]):
         parent = checkpoint_parent(config, args)
         args["save"] = args["load"] = None  # the lifecycle creates the run's own checkpoint folder
         try:
-            rules.check_worker_limits({**args, "save": parent}, config.spelling)
+            rules.check_worker_limits({**args, "save": parent, "world_size": launch.topology.world_size},
+                                      config.spelling)
         except ConfigError as error:
             raise ConfigError(f"the megatron worker cannot run this: {error}") from None
+        storage = storage_for(parent, config)
         layout, load_sizes = load_layout(config, args, launch)
         experiment.args = args
+        # Chosen, not inherited from what is installed: MSC for an msc:// save dir, the file system otherwise.
+        msc = storage.kind == "msc"
+        why = ("an msc:// save dir" if msc else
+               "a file system save dir; the built-in worker turns MSC off, which megatron-core 0.16.1 turns on "
+               "whenever multistorageclient imports (Megatron-LM's --disable-msc)")
         return Plan(
             name=experiment.exp_name,
             worker_module="ckpt_bench.backends.megatron.worker",
             resolved_config={**experiment.to_yaml_dict(), "exp_root": str(experiment.exp_root)},
-            spec=MegatronSpec(arguments=args, training_impact=config.training_impact, load_layout=layout),
-            run_info=replace(run_info(args, sizes, launch), load_layout=load_sizes),
+            spec=MegatronSpec(arguments=args, training_impact=config.training_impact, load_layout=layout,
+                              storage=storage.describe()),
+            run_info=replace(run_info(args, sizes, launch, storage, msc), load_layout=load_sizes),
             passes=[*config.preflight_passes(), WorkerPass("save", ["--phase", "save"]),
                     WorkerPass("load", ["--phase", "load"], nproc_per_node=config.load_nproc_per_node)],
-            checkpoints=config.checkpoints(storage_for(parent), writers_per_rank=rules.writers_per_rank(args),
+            checkpoints=config.checkpoints(storage, writers_per_rank=rules.writers_per_rank(args),
                                            expected_bytes=kept_bytes),
             show_progress=shows_progress,
-            notes=[*async_writer_notes(args), *unread],
+            collect=deletion_notes,
+            notes=[*async_writer_notes(args), *msc_note(msc, storage, why), *unread],
         )

@@ -123,6 +123,10 @@ def check_worker_limits(args: Mapping, name: Namer = lambda key: None) -> None:
     """What the built-in worker (megatron-core without Transformer Engine, local files) cannot run,
     though Megatron-LM could."""
     n = lambda key: _spell(name, key)  # noqa: E731
+    refused = fsdp_on_cpu_refusal(args)
+    if refused:
+        raise ConfigError(f"the built-in worker wraps its model in megatron-core's DDP, not in fully sharded data "
+                          f"parallelism; {refused}; --workload EXPERIMENT --plan sizes its checkpoint")
     if args.get("ckpt_format") not in WORKER_FORMATS:
         raise ConfigError(
             f"{n('ckpt_format')} {args.get('ckpt_format')} saves a model wrapped in "
@@ -142,10 +146,74 @@ def check_worker_limits(args: Mapping, name: Namer = lambda key: None) -> None:
         raise ConfigError(
             "context_parallel_size > 1 needs Transformer Engine's attention; the built-in worker's local layer "
             "spec (megatron-core without Transformer Engine) supports no context parallelism")
+    check_non_persistent(args, n)
     for key in ("save", "load"):
-        if "://" in str(args.get(key) or ""):
-            raise ConfigError(f"{key} {args[key]}: megatron-core's dist_checkpointing writes to a file system; "
-                              "checkpoint folders must be local paths")
+        location = str(args.get(key) or "")
+        if "://" in location and not (location.startswith("msc://") and args.get("ckpt_format") == "torch_dist"):
+            raise ConfigError(f"{key} {args[key]}: megatron-core writes a file system path, or torch_dist through "
+                              "multi-storage-client to msc://PROFILE/PATH (msc://BUCKET/PREFIX reaches an S3 bucket)")
+
+
+def fsdp_on_cpu_refusal(args: Mapping) -> str | None:
+    """Why megatron-core 0.16.1 cannot train `args`' fully sharded data parallelism on CPU ranks, or None: its
+    `TorchFullyShardedDataParallel` builds FSDP2's device mesh on "cuda" (and with torch 2.13 fails inside
+    fully_shard even on a CPU mesh), Megatron-FSDP runs on CUDA streams."""
+    if args.get("use_torch_fsdp2"):
+        return ("use_torch_fsdp2: megatron-core 0.16.1's TorchFullyShardedDataParallel builds FSDP2's device mesh on "
+                "CUDA, which CPU ranks do not have; run it on GPUs with --framework megatron-lm")
+    if args.get("use_megatron_fsdp"):
+        return ("use_megatron_fsdp: Megatron-FSDP runs on CUDA devices and streams, which CPU ranks do not have; run "
+                "it on GPUs with --framework megatron-lm")
+    return None
+
+
+def check_non_persistent(args: Mapping, n: Callable[[str], str]) -> None:
+    """What the built-in worker runs of Megatron-LM's non-persistent checkpoints and retention: `global` (torch_dist
+    into `<save>/non_persistent`, the older ones removed as Megatron-LM does) and `local` (nvidia-resiliency-ext's
+    LocalCheckpointManager into `<save>/non_persistent_local`, with replication), synchronous, on a file system;
+    `save_retain_interval` on a file system."""
+    kind, interval = args.get("non_persistent_ckpt_type"), args.get("non_persistent_save_interval")
+    if interval and kind is None:
+        raise ConfigError(f"{n('non_persistent_save_interval')} {interval} needs {n('non_persistent_ckpt_type')} "
+                          "global or local: Megatron-LM raises NotImplementedError at the first such save without it")
+    if kind not in (None, "global", "local"):
+        raise ConfigError(f"{n('non_persistent_ckpt_type')} {kind}: Megatron-LM 0.16.1 saves global or local "
+                          "non-persistent checkpoints (it raises NotImplementedError for in_memory)")
+    if kind and not interval:
+        raise ConfigError(f"{n('non_persistent_ckpt_type')} {kind} needs {n('non_persistent_save_interval')} N: "
+                          "how often to save a non-persistent checkpoint")
+    for folder in ("non_persistent_global_ckpt_dir", "non_persistent_local_ckpt_dir"):
+        if args.get(folder):
+            raise ConfigError(f"{n(folder)} {args[folder]}: the built-in worker keeps non-persistent checkpoints "
+                              "inside the run's checkpoint folder (--save-dir), which it removes after the run")
+    remote = "://" in str(args.get("save") or "")
+    if kind and (args.get("ckpt_format") != "torch_dist" or remote or args.get("async_save")):
+        raise ConfigError(f"{n('non_persistent_ckpt_type')} {kind}: the built-in worker saves non-persistent "
+                          "checkpoints synchronously, torch_dist's sharded state, to a file system (Megatron-LM "
+                          "removes the older ones with shutil)")
+    if kind == "local":
+        import importlib.util
+
+        if importlib.util.find_spec("nvidia_resiliency_ext") is None:
+            raise ConfigError(f"{n('non_persistent_ckpt_type')} local needs nvidia-resiliency-ext's "
+                              "LocalCheckpointManager: pip install nvidia-resiliency-ext (ckpt-bench's extra: "
+                              "pip install -e '.[nvrx]')")
+        if args.get("dist_ckpt_optim_fully_reshardable"):
+            raise ConfigError(f"{n('non_persistent_ckpt_type')} local with dist_ckpt_optim_fully_reshardable: "
+                              "Megatron-LM refuses fully reshardable optimizer state in local checkpoints")
+    if args.get("replication"):
+        if kind != "local" or not args.get("replication_jump"):
+            raise ConfigError(f"{n('replication')} needs {n('non_persistent_ckpt_type')} local and "
+                              f"{n('replication_jump')} J (Megatron-LM asserts both)")
+        world = args.get("world_size")
+        group = args["replication_jump"] * (args.get("replication_factor") or 2)
+        if world is not None and world % group:
+            raise ConfigError(f"{n('replication_jump')} {args['replication_jump']} x {n('replication_factor')} "
+                              f"{args.get('replication_factor') or 2} = {group} must divide the world size {world}: "
+                              "nvidia-resiliency-ext groups the ranks into cliques of that span")
+    if args.get("save_retain_interval") and remote:
+        raise ConfigError(f"{n('save_retain_interval')}: Megatron-LM deletes old checkpoints with shutil, on a file "
+                          f"system only (on {args['save']} its deletion fails and is logged); drop it or save locally")
 
 
 def check_local_experts(args: Mapping) -> None:

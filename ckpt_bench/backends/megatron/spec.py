@@ -5,7 +5,8 @@ torch here: the launcher builds it).
       "megatron": {
         "arguments": {<Megatron-LM argument name>: value, ...},
         "training_impact": false,             # true: time the save pass's iterations without and with saves
-        "load_layout": {"tensor_model_parallel_size": 1, ...} | null   # the load pass's parallel sizes
+        "load_layout": {"tensor_model_parallel_size": 1, ...} | null,  # the load pass's parallel sizes
+        "storage": {"storage": "disk" | "msc", ...}   # CheckpointStorage.describe(): msc turns MSC on
       },
       "checkpoint_dir": ..., "events_dir": ..., "integrity_dir": ..., "run_dir": ..., "warm_load": false
     }
@@ -31,6 +32,9 @@ acts on:
     checkpoint   save load save_interval ckpt_format (torch_dist | torch) async_save
                  use_persistent_ckpt_worker ckpt_fully_parallel_save ckpt_fully_parallel_load
                  ckpt_assume_constant_structure dist_ckpt_optim_fully_reshardable
+                 dist_ckpt_strictness save_retain_interval
+                 non_persistent_save_interval non_persistent_ckpt_type (global | local)
+                 non_persistent_local_ckpt_algo replication replication_jump replication_factor
 
 A rank turns the spec into Megatron-LM's `args`, derived values added and validated, with
 `ckpt_bench.backends.megatron.worker_args.megatron_args`.
@@ -58,3 +62,6 @@ class MegatronSpec(WorkerSpec):
     load_layout: dict | None = None
     """The load pass's parallel sizes (Megatron-LM argument -> size) where --load-* changes them; None: as
     saved."""
+    storage: dict | None = None
+    """`CheckpointStorage.describe()` of where the checkpoints go: an `msc` one is reached through multi-storage-client
+    (megatron-core's MSC path), any other through the file system, MSC turned off."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import time
 from pathlib import Path
@@ -32,11 +33,12 @@ from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
 from ckpt_bench.backends.megatron import cpu_compat, megatron_log
 from ckpt_bench.backends.megatron.arguments import MEGATRON_DEFAULTS
 from ckpt_bench.backends.megatron.checkpointer import Checkpointer
-from ckpt_bench.backends.megatron.formats import checkpoint_format
+from ckpt_bench.backends.megatron.formats import checkpoint_format, non_persistent_format, use_msc
 from ckpt_bench.backends.megatron.spec import MegatronSpec
 from ckpt_bench.backends.megatron.training import Trainer
 from ckpt_bench.backends.megatron.worker_args import megatron_args
-from ckpt_bench.core.rundir import MEASUREMENTS_FILE
+from ckpt_bench.core.rundir import DELETIONS_FILE, MEASUREMENTS_FILE
+from ckpt_bench.storage import worker_storage
 from ckpt_bench.worker.entry import WorkerContext, exit_process, worker_main
 
 # megatron-core's persistent async writer is a spawned process that re-imports this module as
@@ -60,9 +62,10 @@ def init_model_parallel(args: argparse.Namespace) -> None:
 
 
 def train(args: argparse.Namespace, trainer: Trainer, checkpointer: Checkpointer, iterations: int,
-          saves: bool) -> list[float]:
-    """Iterations 1..`iterations`, saving when due if `saves`. Returns each iteration's seconds on this
-    rank, its save included: what training waits for (the log line shows the training step alone)."""
+          saves: bool, non_persistent: Checkpointer | None = None) -> list[float]:
+    """Iterations 1..`iterations`, saving when due if `saves` (a persistent save, else, as Megatron-LM, a
+    non-persistent one each `non_persistent_save_interval`). Returns each iteration's seconds on this rank, its
+    save included: what training waits for (the log line shows the training step alone)."""
     seconds = []
     for iteration in range(1, iterations + 1):
         started = time.perf_counter()
@@ -74,6 +77,8 @@ def train(args: argparse.Namespace, trainer: Trainer, checkpointer: Checkpointer
                 iteration, args.train_iters, iteration * args.global_batch_size, (trained - started) * 1000, loss))
         if saves and (iteration % args.save_interval == 0 or iteration == args.train_iters):
             checkpointer.save(iteration)
+        elif saves and non_persistent is not None and iteration % args.non_persistent_save_interval == 0:
+            non_persistent.save(iteration)
         seconds.append(time.perf_counter() - started)
     return seconds
 
@@ -114,16 +119,17 @@ def training_impact(args: argparse.Namespace, without: list[float], with_saves: 
 
 
 def train_and_save(args: argparse.Namespace, trainer: Trainer, checkpointer: Checkpointer,
-                   measure_impact_in: str | None) -> None:
+                   non_persistent: Checkpointer | None, measure_impact_in: str | None) -> None:
     """The save pass; with `measure_impact_in` (a run directory) the training-visible cost of the saves
     is measured first without, then with saves, and written there."""
     if measure_impact_in is None:
-        train(args, trainer, checkpointer, args.train_iters, saves=True)
+        train(args, trainer, checkpointer, args.train_iters, saves=True, non_persistent=non_persistent)
         checkpointer.close()
         return
     train(args, trainer, checkpointer, min(2, args.train_iters), saves=False)  # warm-up: first-iteration costs
     without = slowest(train(args, trainer, checkpointer, args.train_iters, saves=False))
-    with_saves = slowest(train(args, trainer, checkpointer, args.train_iters, saves=True))
+    with_saves = slowest(train(args, trainer, checkpointer, args.train_iters, saves=True,
+                               non_persistent=non_persistent))
     checkpointer.close()  # after the timing: the last async save's wait is the job's end, not training
     if torch.distributed.get_rank() == 0:
         path = Path(measure_impact_in) / MEASUREMENTS_FILE
@@ -133,18 +139,41 @@ def train_and_save(args: argparse.Namespace, trainer: Trainer, checkpointer: Che
 def run(spec: MegatronSpec, phase: str) -> None:
     context = WorkerContext.join()  # nccl and one GPU per local rank where CUDA exists, else gloo on the CPU
     args = megatron_args(spec, context.world_size, phase)
+    storage = worker_storage(spec.storage or {"storage": "disk"})
+    use_msc(spec.storage is not None and spec.storage["storage"] == "msc")
     init_model_parallel(args)
     megatron_log.print_arguments(args, sorted(set(spec.arguments) - set(MEGATRON_DEFAULTS)))
 
     trainer = Trainer(args, context.device)
     with context.recorder(spec.events_dir) as events:
         checkpointer = Checkpointer(args, checkpoint_format(args, trainer), events, spec.integrity_dir, context,
-                                    layout_independent=spec.load_layout is not None)
+                                    layout_independent=spec.load_layout is not None, local_path=storage.local_path)
+        tier = non_persistent_format(args, trainer)
+        non_persistent = None if tier is None else Checkpointer(
+            args, tier[0], events, spec.integrity_dir, context, layout_independent=spec.load_layout is not None,
+            local_path=storage.local_path, root=tier[1], tier=f"non_persistent_{args.non_persistent_ckpt_type}")
         if phase == "save":
-            train_and_save(args, trainer, checkpointer, spec.run_dir if spec.training_impact else None)
+            train_and_save(args, trainer, checkpointer, non_persistent, spec.run_dir if spec.training_impact else None)
+            deletions = checkpointer.deletions + (non_persistent.deletions if non_persistent else [])
+            if deletions and context.rank == 0:
+                Path(spec.run_dir, DELETIONS_FILE).write_text(json.dumps(deletions, indent=1) + "\n")
         else:
-            iteration = checkpointer.load(warm=spec.warm_load)
-            checkpointer.verify(iteration)
+            # A restart after a failure between persistent saves resumes from the non-persistent tier.
+            restored = non_persistent or checkpointer
+            if args.non_persistent_ckpt_type == "local" and args.replication:
+                lose_local_copy(restored.root, context)
+            iteration = restored.load(warm=spec.warm_load)
+            restored.verify(iteration)
+
+
+def lose_local_copy(root: str, context: WorkerContext) -> None:
+    """A node's lost local checkpoints: rank 0's folder of the local tier (its own file and the replicas it
+    held) removed before the load, which must then retrieve rank 0's shard from a peer's replica."""
+    if context.rank == 0:
+        lost = Path(root, "0")
+        megatron_log.print_rank_0(f"removing {lost} before the load: a lost node's local checkpoints")
+        shutil.rmtree(lost)
+    torch.distributed.barrier()
 
 
 def main(argv: list[str] | None = None) -> int:

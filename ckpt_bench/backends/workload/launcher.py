@@ -181,6 +181,10 @@ def resolve(config: WorkloadConfig, launch: LaunchConfig) -> WorkloadRun:
                                                                      launch.topology.nproc_per_node))
     except ValueError as error:
         raise ConfigError(f"--workload {config.workload}: {error}") from None
+    if workload.state == "megatron_fsdp2" and not launch.plan_only:
+        raise ConfigError(f"--workload {config.workload}: use_torch_fsdp2 is sized by --plan (each rank's share of "
+                          "every parameter and its optimizer state); the engines allocate megatron-core DDP's state, "
+                          "so a run would write another checkpoint than the job's: add --plan")
     save_calls = config.save_calls or max(workload.num_checkpoints_write, 0)
     if not save_calls:
         raise ConfigError(f"workload {workload.name!r} writes no checkpoint (num_checkpoints_write "

@@ -240,9 +240,12 @@ class Workload:
     @property
     def state(self) -> str:
         """Whose checkpoint state the workload describes: "megatron", the sharded state of the Megatron job it
-        holds (`megatron`: an experiment's), or "dlio", DLIO's per-rank tensors (a DLIO YAML, the catalog).
+        holds (`megatron`: an experiment's; "megatron_fsdp2" where it trains under FSDP2), or "dlio", DLIO's
+        per-rank tensors (a DLIO YAML, the catalog).
         An engine that can save either saves this one (`engines.saved_state`)."""
-        return "dlio" if self.megatron is None else "megatron"
+        if self.megatron is None:
+            return "dlio"
+        return "megatron_fsdp2" if self.megatron.get("fsdp") == "torch_fsdp2" else "megatron"
 
     @property
     def _writes_model_states(self) -> bool:

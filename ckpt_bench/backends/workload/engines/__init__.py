@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ckpt_bench.backends.workload.checkpoint_layout import Layout
-from ckpt_bench.backends.workload.workload import Workload
+from ckpt_bench.backends.workload.workload import Workload, WorkloadError
 
 _WORKLOAD = "ckpt_bench.backends.workload"
 
@@ -68,29 +68,36 @@ class EngineInfo:
 
 
 _DLIO = {"dlio": f"{_WORKLOAD}.dlio_layout"}
+_FSDP2 = f"{_WORKLOAD}.megatron_fsdp2"  # a Megatron job under FSDP2: sized for --plan (its engines save DDP's state)
 
 ENGINES: dict[str, EngineInfo] = {
     info.name: info for info in (
         EngineInfo("torch-save", f"{_WORKLOAD}.engines.torch_save",
                    "torch.save of each rank's files with DLIO's names (MLPerf Storage's way)", _DLIO,
-                   async_save=False, default_threads=None, storage_kinds=("disk", "s3", "fsspec")),
+                   async_save=False, default_threads=None, storage_kinds=("disk", "s3", "fsspec", "msc")),
         EngineInfo("torch_dist", f"{_WORKLOAD}.engines.torch_dist",
                    "megatron-core dist_checkpointing, torch_dist format, fully-parallel save and load",
-                   {"megatron": f"{_WORKLOAD}.megatron_shapes"},
+                   {"megatron": f"{_WORKLOAD}.megatron_shapes", "megatron_fsdp2": _FSDP2},
                    # 2 writer threads a rank: Megatron-LM's default (--ckpt-fully-parallel-save's torch_dist strategy)
                    async_save=True, default_threads=2, storage_kinds=("disk",), async_staging_copies=1,
                    always_fsyncs=True, fully_parallel=True),
         EngineInfo("torch", f"{_WORKLOAD}.engines.torch_save",
                    "Megatron-LM's legacy torch format: mp_rank_* folders of model_optim_rng.pt and distrib_optim.pt",
                    {"megatron": f"{_WORKLOAD}.megatron_torch"}, async_save=False, default_threads=None,
-                   storage_kinds=("disk", "s3", "fsspec")),
+                   storage_kinds=("disk", "s3", "fsspec", "msc")),
         EngineInfo("dcp", f"{_WORKLOAD}.engines.dcp",
                    "torch.distributed.checkpoint with writer threads, of DLIO's tensors or a Megatron GPT's sharded "
                    "state (whichever the workload describes)",
-                   {**_DLIO, "megatron": f"{_WORKLOAD}.megatron_dcp"},
-                   async_save=True, default_threads=1, storage_kinds=("disk", "s3", "fsspec"), async_staging_copies=1,
+                   {**_DLIO, "megatron": f"{_WORKLOAD}.megatron_dcp", "megatron_fsdp2": _FSDP2},
+                   async_save=True, default_threads=1, storage_kinds=("disk", "s3", "fsspec", "msc"),
+                   async_staging_copies=1,
                    # DCP's writer: one file per writer thread a rank (single_file_per_rank), the coordinator's
                    # .metadata beside rank 0's.
+                   rank_files="__{rank}_{thread}.distcp", coordinator_files=(".metadata",)),
+        EngineInfo("torch_dcp", f"{_WORKLOAD}.engines.dcp",
+                   "Megatron-LM's torch_dcp format: DCP of an FSDP2 model's and optimizer's DTensors (--plan only)",
+                   {"megatron_fsdp2": _FSDP2}, async_save=False, default_threads=1,
+                   storage_kinds=("disk", "s3", "fsspec", "msc"),
                    rank_files="__{rank}_{thread}.distcp", coordinator_files=(".metadata",)),
     )
 }
@@ -100,7 +107,10 @@ def saved_state(info: EngineInfo, workload: Workload) -> str:
     """Whose tensors `info`'s engine saves of `workload`: the workload's own state where the engine saves it
     (a Megatron experiment's sharded state through dcp), else the engine's first (torch_dist lays a DLIO
     workload out as the llama GPT DLIO counts; torch-save lays a dense Megatron experiment out with DLIO's
-    formulas, which refuse a MoE)."""
+    formulas, which refuse a MoE). A job under FSDP2 is sized only by the engines that lay it out."""
+    if workload.state == "megatron_fsdp2" and workload.state not in info.layouts:
+        raise WorkloadError(f"the {info.name} engine does not lay out a job trained with use_torch_fsdp2 (every "
+                            "parameter sharded over the data-parallel ranks): use --engine torch_dist or dcp")
     return workload.state if workload.state in info.layouts else next(iter(info.layouts))
 
 
