@@ -12,6 +12,7 @@ SCANNED = sorted((ROOT / "ckpt_bench" / "present").glob("*.py")) + [ROOT / "ckpt
 # (file, function) -> why it reads a dict by a string key.
 ALLOWED = {
     ("summary.py", "print_preview"): "a plan's preview (--plan), written by a backend's preview(): no report",
+    ("projection.py", "hosts_rows"): "a plan's hosts (--plan), written by the workload's preview(): no report",
     ("rows.py", "swept"): "the sweep file's `sweep:` lists, an open section of sweep.results.SweepResults",
     ("report.py", "_report"): "whether assembly gave one run's report or several runs' (`runs`), before typing",
     ("report.py", "_with_projection"): "a report's run directory, before typing: the projection's inputs are there",
