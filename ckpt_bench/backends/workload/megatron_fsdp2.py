@@ -21,13 +21,14 @@ against real FSDP2 saves on CPU ranks (tests/unit/test_workload_fsdp2.py). Plain
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from ckpt_bench.backends.workload.checkpoint_layout import Layout
 from ckpt_bench.backends.workload.megatron_shapes import MegatronGPT, Shard, megatron_job, rank_layout
 from ckpt_bench.backends.workload.workload import Workload, WorkloadError
 from ckpt_bench.model.parallel import RankCoordinates
 
-__all__ = ["fsdp2_chunk", "layout", "rank_state"]
+__all__ = ["fsdp2_chunk", "layout", "parameter_groups", "rank_state"]
 
 
 def fsdp2_chunk(rows: int, group_size: int, group_rank: int) -> tuple[int, int]:
@@ -37,7 +38,7 @@ def fsdp2_chunk(rows: int, group_size: int, group_rank: int) -> tuple[int, int]:
     return start, min(chunk, rows - start)
 
 
-def _parameters(shards: list[Shard]) -> list[list[Shard]]:
+def parameter_groups(shards: list[Shard]) -> list[list[Shard]]:
     """A rank's model shards grouped by the parameter tensor that holds them: megatron-core saves one parameter as
     several shards (SwiGLU's fc1 as its gate and its up half), FSDP2 shards the parameter as one tensor."""
     grouped: dict[tuple, list[Shard]] = {}
@@ -65,9 +66,9 @@ def _fsdp2_shards(parameter: list[Shard], group_size: int, group_rank: int) -> l
 
 
 def rank_state(gpt: MegatronGPT, c: RankCoordinates, parameters: list[list[Shard]] | None = None) -> list[Shard]:
-    """The model's and the optimizer's shards the rank at `c` holds under FSDP2 (`parameters`: `_parameters` of
+    """The model's and the optimizer's shards the rank at `c` holds under FSDP2 (`parameters`: `parameter_groups` of
     its model shards without FSDP2, the same for every data-parallel rank)."""
-    model = [part for parameter in (parameters or _parameters(gpt.model_shards(c)))
+    model = [part for parameter in (parameters or parameter_groups(gpt.model_shards(c)))
              for part in _fsdp2_shards(parameter, gpt.dp, c.dp_rank)]
     return model + gpt.optimizer_shards(c, model)
 
@@ -81,17 +82,18 @@ def _check(gpt: MegatronGPT) -> None:
                             "FSDP2 shards the optimizer state itself; set use_distributed_optimizer false")
 
 
-def layout(workload: Workload, world_size: int | None = None, subset_ranks: int | None = None) -> Layout:
-    """Every rank's bytes and files for one save of `workload`'s Megatron GPT under FSDP2. Raises `WorkloadError`."""
-    gpt, count = megatron_job(workload, world_size, subset_ranks)
+def layout(workload: Workload, world_size: int | None = None, run_ranks: Sequence[int] | None = None) -> Layout:
+    """Every rank's bytes and files for one save of `workload`'s Megatron GPT under FSDP2 (of the ranks that run:
+    `run_ranks`, default all). Raises `WorkloadError`."""
+    gpt, running = megatron_job(workload, world_size, run_ranks)
     _check(gpt)
     written, resident, replica = {}, {}, {}
     for rank in range(gpt.world_size):
         c = gpt.coordinates(rank)
         model = (c.tp_rank, c.pp_rank)  # the model shards FSDP2 splits: the same on every data-parallel rank
         if model not in replica:
-            replica[model] = _parameters(gpt.model_shards(c))
+            replica[model] = parameter_groups(gpt.model_shards(c))
         shards = rank_state(gpt, c, replica[model])
         written[rank] = sum(s.nbytes for s in shards if s.is_main_replica)
         resident[rank] = sum(s.nbytes for s in shards)
-    return rank_layout(gpt, count, written, resident)
+    return rank_layout(gpt, running, written, resident)

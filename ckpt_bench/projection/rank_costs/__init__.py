@@ -32,11 +32,11 @@ __all__ = ["DEFAULT_BUDGET_S", "ENGINES", "RankCosts", "Step", "rank_costs"]
 _PACKAGE = "ckpt_bench.projection.rank_costs"
 
 #: The engine (`--engine`) -> the module computing its rank-count costs.
-ENGINES = {"torch_dist": f"{_PACKAGE}.torch_dist", "dcp": f"{_PACKAGE}.dcp", "torch": f"{_PACKAGE}.torch",
-           "torch-save": f"{_PACKAGE}.torch_save"}
+ENGINES = {"torch_dist": f"{_PACKAGE}.torch_dist", "dcp": f"{_PACKAGE}.dcp", "torch_dcp": f"{_PACKAGE}.dcp",
+           "torch": f"{_PACKAGE}.torch", "torch-save": f"{_PACKAGE}.torch_save"}
 #: The engines whose steps run torch's or megatron-core's code (in a process of their own); the others' are
 #: plain Python arithmetic, computed in this process.
-RUNS_ENGINE_CODE = ("torch_dist", "dcp")
+RUNS_ENGINE_CODE = ("torch_dist", "dcp", "torch_dcp")
 
 #: The computation's own version: a cached result of another is computed again.
 COMPUTATION_VERSION = 2
@@ -74,6 +74,9 @@ def _key(job: JobCheckpoint) -> str:
 
 def rank_costs(job: JobCheckpoint, budget_s: float = DEFAULT_BUDGET_S) -> RankCosts:
     """The engine's rank-count costs at the job's size (cached); raises RuntimeError if the computation fails."""
+    if job.engine not in ENGINES:
+        return RankCosts(job.engine, job.world_size, [], notes=[f"the {job.engine} engine's global steps are not "
+                                                               "modelled: none computed (a lower bound)"])
     if job.engine not in RUNS_ENGINE_CODE:
         return importlib.import_module(ENGINES[job.engine]).compute(job, Budget(budget_s))
     cached = _cache_dir() / f"{_key(job)}.json"

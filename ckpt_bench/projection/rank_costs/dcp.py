@@ -40,12 +40,12 @@ class DlioItems:
 
 def compute(job: JobCheckpoint, budget: Budget) -> RankCosts:
     workload = Workload(**job.workload)
-    if job.state == "megatron":
+    if job.state in ("megatron", "megatron_fsdp2"):
         items = MegatronState(workload, job.world_size).held_items
     else:
         items = DlioItems(dlio_layout(workload, job.world_size))
     dcp = DcpSteps(job.world_size, job.ranks_per_node, job.thread_count, budget, items, items)
     steps = [dcp.global_plan(DefaultSavePlanner(), decentralized=False), dcp.finalize(), dcp.metadata_read(),
              dcp.load_plan()]
-    return RankCosts("dcp", job.world_size, steps, metadata_file_bytes=dcp.metadata_bytes,
+    return RankCosts(job.engine, job.world_size, steps, metadata_file_bytes=dcp.metadata_bytes,
                      every_rank_reads_metadata=True)

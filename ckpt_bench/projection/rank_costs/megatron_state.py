@@ -11,6 +11,8 @@ from functools import cached_property
 import torch
 from megatron.core.dist_checkpointing.mapping import ShardedObject, ShardedTensor
 
+from ckpt_bench.backends.workload.megatron_fsdp2 import parameter_groups
+from ckpt_bench.backends.workload.megatron_fsdp2 import rank_state as fsdp2_rank_state
 from ckpt_bench.backends.workload.megatron_shapes import MegatronGPT, Shard
 from ckpt_bench.backends.workload.workload import TORCH_DTYPE, Workload
 from ckpt_bench.model.parallel import RankCoordinates
@@ -21,9 +23,12 @@ __all__ = ["MegatronState"]
 _DTYPES = {name: getattr(torch, attr) for name, attr in TORCH_DTYPE.items()}
 
 
-def _sharded_tensor(shard: Shard, replica_id: tuple[int, int, int]) -> ShardedTensor:
+def _sharded_tensor(shard: Shard, regular: bool = True) -> ShardedTensor:
+    """megatron-core's object for the shard; not `regular`: an FSDP2 chunk (torch.chunk's rows, uneven at the end),
+    on no regular grid, whose overlap check megatron-core leaves to DCP."""
     return ShardedTensor(shard.key, None, _DTYPES[shard.dtype], shard.local_shape, shard.global_shape,
-                         shard.global_offset, shard.axis_fragmentations, replica_id, shard.prepend_axis_num)
+                         shard.global_offset, shard.axis_fragmentations if regular else None, shard.replica_id,
+                         shard.prepend_axis_num)
 
 
 def item(shard: Shard) -> Item:
@@ -33,11 +38,14 @@ def item(shard: Shard) -> Item:
 
 
 class MegatronState:
-    """The job's ranks' shards; `classes` of ranks holding the same model shards are built once."""
+    """The job's ranks' shards; `classes` of ranks holding the same model shards are built once. A job trained
+    under FSDP2 (`Workload.state` "megatron_fsdp2") holds `megatron_fsdp2`'s shards: each rank its chunk of every
+    parameter, none of them another rank's replica."""
 
     def __init__(self, workload: Workload, world_size: int):
         self.gpt = MegatronGPT(workload, world_size)
-        self._models: dict[RankCoordinates, list[Shard]] = {}
+        self.fsdp2 = workload.state == "megatron_fsdp2"
+        self._models: dict[RankCoordinates, list] = {}
         self._distributions: dict[tuple[int, int], object] = {}
 
     @property
@@ -57,14 +65,23 @@ class MegatronState:
 
     def shards(self, rank: int) -> tuple[list[Shard], list[Shard]]:
         """(model, optimizer) shards of the rank."""
+        c = self.gpt.coordinates(rank)
+        if self.fsdp2:
+            probe = dataclasses.replace(c, rank=0, cp_rank=0, dp_rank=0, edp_rank=0)
+            parameters = self._models.get(probe)
+            if parameters is None:
+                parameters = self._models[probe] = parameter_groups(self.gpt.model_shards(probe))
+            held = fsdp2_rank_state(self.gpt, c, parameters)
+            optimizer = [shard for shard in held if shard.key.startswith("optimizer.")]
+            return [shard for shard in held if not shard.key.startswith("optimizer.")], optimizer
         model = self.model(rank)
-        return model, self.gpt.optimizer_shards(self.gpt.coordinates(rank), model)
+        return model, self.gpt.optimizer_shards(c, model)
 
     def sharded_metadata(self, rank: int, tensors_only: bool = False) -> list:
         """What megatron-core's metadata collectives carry for the rank: its `ShardedTensor`s (model, then
         optimizer) and, unless `tensors_only`, its `ShardedObject`s, all without data."""
         model, optimizer = self.shards(rank)
-        local: list = [_sharded_tensor(shard, shard.replica_id) for shard in model + optimizer]
+        local: list = [_sharded_tensor(shard, not self.fsdp2) for shard in model + optimizer]
         if not tensors_only:
             local += [ShardedObject(obj.key, None, obj.global_shape, obj.global_offset, obj.replica_id)
                       for obj in self.gpt.objects(self.gpt.coordinates(rank))]
@@ -82,6 +99,8 @@ class MegatronState:
         (`MegatronGPT.save_distribution` replays megatron's), its own distributed-optimizer shards, its
         main-replica objects, keyed as megatron-core keys them."""
         model, optimizer = self.shards(rank)
+        if self.fsdp2:  # no data-parallel replicas: each rank writes its own chunks (tensor-parallel rank 0 a norm)
+            return [item(shard) for shard in model + optimizer if shard.is_main_replica]
         writer = self._distribution(rank).writer
         own = optimizer if self.gpt.job.distributed_optimizer else []
         written = [shard for shard in model + optimizer if writer.get(shard.name) == rank]
@@ -97,6 +116,8 @@ class MegatronState:
 
     def resident_bytes(self, rank: int) -> int:
         """Tensor bytes the rank holds (its model shards and its optimizer's)."""
+        if self.fsdp2:
+            return sum(shard.nbytes for shards in self.shards(rank) for shard in shards)
         return self._distribution(rank).resident[rank]
 
     @cached_property
