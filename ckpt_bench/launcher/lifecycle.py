@@ -45,7 +45,7 @@ from ckpt_bench.core.run_facts import RunFacts
 from ckpt_bench.core.rundir import RunDir, write_atomic
 from ckpt_bench.core.units import MIB
 from ckpt_bench.core.worker_spec import RunPaths
-from ckpt_bench.launcher import nodes
+from ckpt_bench.launcher import hosts_baseline, nodes
 from ckpt_bench.launcher.base import Backend, Plan
 from ckpt_bench.launcher.config import LaunchConfig
 from ckpt_bench.launcher.interrupts import Interrupts
@@ -106,7 +106,7 @@ def execute(runner: Backend, launch: LaunchConfig) -> RunResult:
         if plan.collect is not None:
             notes += plan.collect(run)
         notes += measure(plan, facts)
-        notes += measure_storage(plan, facts, launch, passed=all(s.ok for s in summaries))
+        notes += measure_storage(plan, facts, launch, passed=all(s.ok for s in summaries), run=run)
         notes += clean_up(plan, facts)
         report = write_report(run, facts, launch)
         if plan.outputs is not None:
@@ -256,15 +256,25 @@ def measure(plan: Plan, facts: RunFacts) -> list[str]:
     return []
 
 
-def measure_storage(plan: Plan, facts: RunFacts, launch: LaunchConfig, passed: bool) -> list[str]:
+def measure_storage(plan: Plan, facts: RunFacts, launch: LaunchConfig, passed: bool, run: RunDir) -> list[str]:
     """--storage-baseline: the storage's own write and cold-read bandwidth (the fastest of its rounds) with the
     last saved checkpoint's shape -- its files and their sizes, written by as many writers at once as the
     save had (ranks x writer threads), fsynced as the save was -- into the run facts (`storage_baseline`).
-    Only after passes that all succeeded (`passed`): a failed or interrupted run has no shape to copy.
+    Only after passes that all succeeded (`passed`): a failed or interrupted run has no shape to copy. In a
+    multi-node run, also from 1, 2, 4 ... hosts at once (`hosts_baseline`, every node taking part).
     Returns notes."""
     checkpoints = plan.checkpoints
     if checkpoints is None or not checkpoints.storage_baseline:
         return []
+    try:
+        return _measure_storage(plan, facts, launch, passed, run)
+    finally:
+        if launch.topology.nnodes > 1:
+            hosts_baseline.end_rounds(run)  # no host waits for a round that will not come
+
+
+def _measure_storage(plan: Plan, facts: RunFacts, launch: LaunchConfig, passed: bool, run: RunDir) -> list[str]:
+    checkpoints = plan.checkpoints
     sizes = facts.folder_sizes or {}
     if facts.interrupted or not passed or not sizes:
         facts.storage_baseline = None
@@ -285,10 +295,20 @@ def measure_storage(plan: Plan, facts: RunFacts, launch: LaunchConfig, passed: b
     facts.storage_baseline = result
     progress.say(f"storage baseline ({result['tool']}): write {result['write_bandwidth']} MiB/s, "
                  f"read {result['read_bandwidth']} MiB/s")
-    if launch.topology.nnodes > 1:
-        return [f"storage baseline measured from node 0 alone with all {shape.concurrency} writers: a shared "
-                "filesystem's aggregate over several nodes may be higher"]
-    return []
+    nnodes = launch.topology.nnodes
+    if nnodes == 1:
+        return []
+    progress.say(f"storage baseline from {', '.join(map(str, hosts_baseline.host_counts(nnodes)))} hosts at once: "
+                 "the storage's aggregate ceiling")
+    try:
+        result["hosts"] = hosts_baseline.lead_rounds(
+            run, checkpoints.storage, list(shape.file_sizes), nnodes,
+            launch.topology.nproc_per_node * checkpoints.writers_per_rank, shape.fsync)
+    except Exception as error:  # the storage failed now: the one host's baseline stands
+        result["hosts"] = {"error": _one_line(error)}
+        return [f"storage baseline from several hosts failed ({_one_line(error)})"]
+    return [f"storage baseline measured from node 0 alone with all {shape.concurrency} writers (the fraction of "
+            "peak's), and from 1, 2, 4 ... hosts at once (storage_baseline.hosts: the storage's aggregate ceiling)"]
 
 
 def clean_up(plan: Plan, facts: RunFacts) -> list[str]:
@@ -363,6 +383,10 @@ def follow(plan: Plan, launch: LaunchConfig, interrupts: Interrupts) -> RunResul
         plan.bind(run, RunPaths.from_file(spec_path).checkpoint_dir)
     _, summaries = run_passes(plan, launch, run, spec_path, interrupts)
     status = "interrupted" if interrupts.signal else ("ok" if all(s.ok for s in summaries) else "failed")
+    checkpoints = plan.checkpoints
+    if checkpoints is not None and checkpoints.storage_baseline and status == "ok":
+        checkpoints.storage.attach(RunPaths.from_file(spec_path).checkpoint_dir, run.path)  # node 0's folder
+        hosts_baseline.follow_rounds(run, checkpoints.storage, launch.topology.node_rank, launch.topology.nnodes)
     section = {"dir": str(run.path), "node_rank": launch.topology.node_rank, "status": status,
                "passes": [s.to_json() for s in summaries]}
     if interrupts.signal:

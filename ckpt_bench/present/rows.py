@@ -22,6 +22,7 @@ from ckpt_bench.report.schema import (
     Comparable,
     DlioFigures,
     FirstSave,
+    HostsBaseline,
     LoadRecord,
     MLPerf,
     MlpstorageFigures,
@@ -218,6 +219,8 @@ def headline_rows(report: Report) -> list[tuple[str, str]]:
         tool = f" ({baseline.tool})" if baseline.tool else ""
         rows.append(("storage baseline", f"write {mibps(baseline.write_bandwidth)}, read "
                                          f"{mibps(baseline.read_bandwidth)}{tool}{rounds_words(baseline)}"))
+        if baseline.hosts is not None:
+            rows.append(("storage from several hosts", hosts_baseline_words(baseline.hosts)))
     for fraction, above, label in (
             (report.save_fraction_of_peak, report.save_above_peak, "save fraction of peak (steady)"),
             (report.load_fraction_of_peak, report.load_above_peak, "load fraction of peak")):
@@ -228,6 +231,20 @@ def headline_rows(report: Report) -> list[tuple[str, str]]:
     resolution = fmt(report.time_resolution_s)
     rows.append(("time source", f"{fmt(report.time_source)} (resolution {resolution} s)"))
     return rows
+
+
+def hosts_baseline_words(hosts: HostsBaseline) -> str:
+    """The aggregate from 1, 2, 4 ... hosts at once, and the ceiling it found (or that it is not reached)."""
+    if hosts.error:
+        return f"not measured: {hosts.error}"
+    steps = ", ".join(f"{r.hosts}: {fmt(r.write_gbps)}/{fmt(r.read_gbps)}" for r in hosts.rounds)
+
+    def ceiling(value, reached) -> str:
+        return f"{fmt(value)} GB/s" if reached else f"not reached (at least {fmt(value)} GB/s)"
+
+    write = ceiling(hosts.write_ceiling_gbps, hosts.write_ceiling_reached)
+    return (f"hosts: write/read GB/s {steps}; write ceiling {write}, read "
+            f"{ceiling(hosts.read_ceiling_gbps, hosts.read_ceiling_reached)}")
 
 
 def rounds_words(baseline: StorageBaseline) -> str:

@@ -16,7 +16,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from ckpt_bench.projection.inputs import Figure, ProjectionOptions, measured_clients
+from ckpt_bench.projection.inputs import Figure, ProjectionOptions, measured_clients, measured_storage
 from ckpt_bench.projection.job import JobCheckpoint
 from ckpt_bench.projection.model import Inputs, default_requests, project
 from ckpt_bench.projection.rank_costs import rank_costs
@@ -39,17 +39,19 @@ def projection(job: JobCheckpoint, options: ProjectionOptions, report: dict | No
     write, read, why = measured_clients(report, job) if report is not None else (None, None, "no run: --plan")
     client_missing = (f"not given (--client-{{}}-gbps) and not measured: "
                       f"{why or 'the run has no complete {} with its bytes timed'}")
-    storage_missing = ("not given (--storage-{}-gbps): the storage's ceiling is unknown, so the storage term is not "
-                       "projected")
+    storage_missing = ("not given (--storage-{}-gbps) nor measured (--storage-baseline on several nodes): the "
+                       "storage's ceiling is unknown, so the storage term is not projected")
     write_requests, read_requests, part = default_requests(job, options.storage_requests_per_s)
+    storage_write, storage_read = measured_storage(report)
     inputs = Inputs(
         client_write=_given_or(options.client_write_gbps, "--client-write-gbps", write,
                                client_missing.format("write", "save")),
         client_read=_given_or(options.client_read_gbps, "--client-read-gbps", read,
                               client_missing.format("read", "load")),
-        storage_write=_given_or(options.storage_write_gbps, "--storage-write-gbps", None,
+        storage_write=_given_or(options.storage_write_gbps, "--storage-write-gbps", storage_write,
                                 storage_missing.format("write")),
-        storage_read=_given_or(options.storage_read_gbps, "--storage-read-gbps", None, storage_missing.format("read")),
+        storage_read=_given_or(options.storage_read_gbps, "--storage-read-gbps", storage_read,
+                               storage_missing.format("read")),
         network=_given_or(options.network_gbps, "--network-gbps", None,
                           "not given (--network-gbps): the collectives' bytes are not priced"),
         write_requests=write_requests, read_requests=read_requests)

@@ -18,7 +18,7 @@ from ckpt_bench.core.options import Flag, Options
 from ckpt_bench.projection.job import JobCheckpoint
 from ckpt_bench.projection.rank_costs import DEFAULT_BUDGET_S
 
-__all__ = ["Figure", "ProjectionOptions", "measured_clients"]
+__all__ = ["Figure", "ProjectionOptions", "measured_clients", "measured_storage"]
 
 GB = 1e9
 
@@ -146,3 +146,21 @@ def measured_clients(report: dict, job: JobCheckpoint) -> tuple[Figure | None, F
         read, f"measured: job host {host}, {written / GB:.4g} GB a load over {read_how}, median of {len(loads)} "
               f"{loads[0].get('cache') or ''} load(s){together}")
     return write_figure, read_figure, None
+
+
+def measured_storage(report: dict | None) -> tuple[Figure | None, Figure | None]:
+    """(write, read) aggregate GB/s the storage baseline measured from several hosts at once
+    (`storage_baseline.hosts`, a multi-node run's): its ceiling where the rounds stopped scaling, else a lower bound
+    (the storage takes at least the last round's)."""
+    hosts = ((report or {}).get("storage_baseline") or {}).get("hosts") or {}
+    rounds = hosts.get("rounds") or []
+    if not rounds:
+        return None, None
+    counts = ", ".join(str(r["hosts"]) for r in rounds)
+    figures = []
+    for direction in ("write", "read"):
+        value, reached = hosts.get(f"{direction}_ceiling_gbps"), hosts.get(f"{direction}_ceiling_reached")
+        state = "its ceiling" if reached else "not reached: still scaling at the last round, a lower bound"
+        figures.append(None if value is None else Figure(
+            value, f"measured: the storage baseline from {counts} hosts at once, {state}", at_least=not reached))
+    return figures[0], figures[1]

@@ -524,6 +524,28 @@ class BaselineRound:
 
 
 @dataclass
+class HostsRound:
+    hosts: int = 0
+    bytes: int = 0
+    write_gbps: float | None = None
+    read_gbps: float | None = None
+
+
+@dataclass
+class HostsBaseline:
+    """The storage's aggregate from 1, 2, 4 ... hosts at once (launcher.hosts_baseline; GB/s = 10^9 bytes/s)."""
+
+    rounds: list[HostsRound] = field(default_factory=list)
+    write_ceiling_gbps: float | None = None
+    write_ceiling_reached: bool | None = None
+    """False while the last round still scaled: the storage takes at least `write_ceiling_gbps`."""
+    read_ceiling_gbps: float | None = None
+    read_ceiling_reached: bool | None = None
+    method: str | None = None
+    error: str | None = None
+
+
+@dataclass
 class StorageBaseline:
     """The storage's own write and cold-read bandwidth (MiB/s) with the checkpoint's I/O shape
     (--storage-baseline: storage.baseline, the fastest of its rounds: `peak` says how it was taken)."""
@@ -545,6 +567,8 @@ class StorageBaseline:
     rounds: list[BaselineRound] | None = None
     peak: str | None = None
     shape_of_iteration: int | None = None
+    hosts: HostsBaseline | None = None
+    """A multi-node run's: the storage's aggregate from several hosts at once."""
 
 
 @dataclass

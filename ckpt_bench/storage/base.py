@@ -108,9 +108,10 @@ class CheckpointStorage(Protocol):
         """Bytes of each file (object) below `<location>/iter_NNNNNNN/`: the checkpoint's I/O shape."""
         ...
 
-    def baseline(self) -> Baseline:
+    def baseline(self, folder: str = BASELINE_FOLDER) -> Baseline:
         """How to measure this storage with a checkpoint's I/O shape and nothing on top (ckpt_bench.storage.
-        baseline), in a folder or prefix below `location` that it removes when done."""
+        baseline), in `folder` below `location` (one a host, where several measure at once), which it removes
+        when done."""
         ...
 
     def remove(self) -> bool:

@@ -179,9 +179,8 @@ class FsspecStorage:
         found = self.fs.find(f"{self._root}/{iter_dir_name(iteration)}", detail=True)
         return [int(info.get("size") or 0) for info in found.values() if info.get("type", "file") == "file"]
 
-    def baseline(self) -> Baseline:
-        return PlainIOBaseline(FsspecFiles(self.fs, f"{self._root}/{BASELINE_FOLDER}",
-                                           f"{self.location}/{BASELINE_FOLDER}"))
+    def baseline(self, folder: str = BASELINE_FOLDER) -> Baseline:
+        return PlainIOBaseline(FsspecFiles(self.fs, f"{self._root}/{folder}", f"{self.location}/{folder}"))
 
     def remove(self) -> bool:
         if self._root is None:

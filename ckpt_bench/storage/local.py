@@ -141,8 +141,8 @@ class LocalStorage:
         folder = Path(self.location) / iter_dir_name(iteration)
         return [p.stat().st_size for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink()]
 
-    def baseline(self) -> Baseline:
-        return local_baseline(Path(self.location) / BASELINE_FOLDER)
+    def baseline(self, folder: str = BASELINE_FOLDER) -> Baseline:
+        return local_baseline(Path(self.location) / folder)
 
     def remove(self) -> bool:
         if self.location is None or not carries_mark(Path(self.location), self._run_dir):

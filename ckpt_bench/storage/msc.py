@@ -244,8 +244,8 @@ class MscStorage:
     def iteration_files(self, iteration: int) -> list[int]:
         return [size for _name, size in self._files(f"{self._run_path}/{iter_dir_name(iteration)}")]
 
-    def baseline(self) -> Baseline:
-        return PlainIOBaseline(MscObjects(self, f"{self._run_path}/{BASELINE_FOLDER}"))
+    def baseline(self, folder: str = BASELINE_FOLDER) -> Baseline:
+        return PlainIOBaseline(MscObjects(self, f"{self._run_path}/{folder}"))
 
     def remove(self) -> bool:
         if self._run_path is None:

@@ -298,8 +298,8 @@ class S3Storage:
     def iteration_files(self, iteration: int) -> list[int]:
         return [size for _key, size in self._keys(f"{self._run_prefix}/{iter_dir_name(iteration)}")]
 
-    def baseline(self) -> Baseline:
-        return PlainIOBaseline(S3Objects(self.describe(), self.bucket, f"{self._run_prefix}/{BASELINE_FOLDER}",
+    def baseline(self, folder: str = BASELINE_FOLDER) -> Baseline:
+        return PlainIOBaseline(S3Objects(self.describe(), self.bucket, f"{self._run_prefix}/{folder}",
                                          self._delete_below))
 
     def remove(self) -> bool:

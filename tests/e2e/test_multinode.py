@@ -47,3 +47,27 @@ def test_multi_node_needs_a_run_id_and_a_port(tmp_path):
     assert no_id.returncode == 2 and "--run-id" in no_id.stderr
     assert no_port.returncode == 2 and "--master-port" in no_port.stderr
     assert not any(tmp_path.iterdir())
+
+
+def test_two_hosts_measure_the_storage_from_one_then_both_at_once(tmp_path):
+    """--storage-baseline in a multi-node run: beside node 0's own baseline, rounds of 1 and 2 hosts writing their
+    shares at once (launcher.hosts_baseline); the projection of the job takes the ceiling they found."""
+    runs, port = tmp_path / "runs", free_port()
+    tiny = ROOT / "tests" / "fixtures" / "workloads" / "dlio_tiny_zero3.yaml"
+    agents = [subprocess.Popen(
+        [sys.executable, str(ROOT / "ckpt_launch.py"), "--workload", str(tiny), "--nnodes", "2", "--nproc-per-node",
+         "1", "--node-rank", str(rank), "--master-addr", "127.0.0.1", "--master-port", str(port), "--run-id", "job-2",
+         "--runs-dir", str(runs), "--save-calls", "1", "--load-calls", "1", "--time-between-checkpoints", "0",
+         "--storage-baseline", "--network-gbps", "1", "--format", "json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT) for rank in (1, 0)]
+    (out1, err1), (out0, err0) = (agent.communicate(timeout=300) for agent in agents)
+    assert agents[1].returncode == 0, err0[-2000:]
+    assert agents[0].returncode == 0, err1[-2000:]
+    report = json.loads(out0)
+    hosts = report["storage_baseline"]["hosts"]
+    assert [r["hosts"] for r in hosts["rounds"]] == [1, 2]
+    assert all(r["write_gbps"] > 0 and r["read_gbps"] > 0 for r in hosts["rounds"])
+    assert hosts["rounds"][1]["bytes"] > hosts["rounds"][0]["bytes"]  # both hosts' shares
+    storage = report["projection"]["inputs"]["storage_write_gbps"]
+    assert storage["value"] == hosts["write_ceiling_gbps"] and storage["source"].startswith("measured: the storage")
+    assert storage["at_least"] is (not hosts["write_ceiling_reached"])
