@@ -130,7 +130,7 @@ class MegatronConfig(CheckpointOptions, PreflightOptions):
         super().__post_init__()
         self.settings = dict(parse_assignment(text) for text in self.set or ())
         if self.CHECKS_MEGATRON_LM_NAMES:
-            arguments.check_known({key: f"--set {key}={value}" for key, value in self.settings.items()})
+            arguments.check_settings(self.settings)
         overrides = dict(self.settings)
         for option, argument in self.ARGUMENTS.items():
             if getattr(self, option) is not None:
@@ -176,6 +176,8 @@ def resolve(launch: LaunchConfig[MegatronConfig], runner: str,
     # Primus's presets bring Primus's own keys beside Megatron-LM's: they are Primus's to check.
     if config.CHECKS_MEGATRON_LM_NAMES and experiment.primus is None:
         arguments.check_known({key: f"{experiment.path} (with its presets)" for key in experiment.args})
+    elif not config.CHECKS_MEGATRON_LM_NAMES:  # Primus reads its own keys too: a --set names one or Megatron-LM's
+        arguments.check_settings(config.settings, beside=experiment.args)
     run_length = PRIMUS_BENCHMARK_RUN if experiment.primus else {}
     arguments.check_given_values(config.settings, experiment, parsed=config.CHECKS_MEGATRON_LM_NAMES)
     args = deep_merge(experiment.args, {**run_length, **config.overrides})
