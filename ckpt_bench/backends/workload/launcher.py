@@ -260,7 +260,8 @@ class WorkloadRunInfo(RunInfo):
     """Tensor bytes the ranks that ran save each time."""
     job_tensor_bytes_per_save: int
     mlperf_checkpoint_bytes: int
-    """What DLIO reports as checkpoint_size_GB (the report's MLPerf section is computed from it)."""
+    """MLPerf's checkpoint_size_GB in bytes (`Layout.mlperf_checkpoint_bytes`: what the ranks that ran write a
+    save, or DLIO's own figure for DLIO's formulas); the report's MLPerf section is computed from it."""
     save_calls: int
     load_calls: int
     time_between_checkpoints: float
@@ -318,7 +319,7 @@ def run_info(config: WorkloadConfig, run: WorkloadRun, spec: WorkloadSpec, launc
         zero_stage=workload.zero_stage,
         tensor_bytes_per_save=layout.run_bytes,
         job_tensor_bytes_per_save=layout.total_bytes,
-        mlperf_checkpoint_bytes=layout.dlio_reported_bytes,
+        mlperf_checkpoint_bytes=layout.mlperf_checkpoint_bytes,
         save_calls=run.save_calls,
         load_calls=run.load_calls,
         time_between_checkpoints=run.time_between,
@@ -403,7 +404,7 @@ def _notes(config: WorkloadConfig, run: WorkloadRun, sync_files: bool, storage_k
     if run.state == "megatron":
         notes.append(f"the {run.engine} engine saves a Megatron GPT's sharded state with its optimizer, not DLIO's "
                      "files: bytes and files per rank differ (docs/workloads.md); mlperf.dlio.checkpoint_size_GB is "
-                     "that state's size")
+                     "what these ranks write of that state a save")
     return notes
 
 
