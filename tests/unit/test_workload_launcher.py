@@ -136,8 +136,11 @@ def test_a_workload_report_shows_mlperf_figures_in_the_summary_and_the_html():
     summary.print_report(report, out)
     text = " ".join(out.getvalue().split())
     assert "MLPerf Storage's figures" in text
-    assert "save, DLIO (rank 0) 15.300 s mean (population stdev 8.200), 1.300 GB/s" in text
-    assert "save, mlpstorage (slowest rank) 15.400 s mean of max, 1.200 GB/s from strict times" in text
+    # In MiB as every other figure of the summary, DLIO's own number (its GB: 2**30 bytes) beside it.
+    assert "checkpoint size 14,582 MiB = DLIO's 14.240 GB (DLIO's GB is 2**30 bytes, a GiB)" in text
+    assert "save, DLIO (rank 0) 15.300 s mean (population stdev 8.200), 1,331.2 MiB/s = DLIO's 1.300 GB/s" in text
+    assert ("save, mlpstorage (slowest rank) 15.400 s mean of max, 1,228.8 MiB/s = DLIO's 1.200 GB/s from strict "
+            "times") in text
     assert "load, DLIO" not in text  # no load measured
     assert 'id="mlperf-table"' in render_report(report)
 

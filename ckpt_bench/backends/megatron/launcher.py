@@ -224,6 +224,8 @@ def preview(experiment: Experiment, args: dict, sizes: dict, launch: LaunchConfi
     return {
         "backend": launch.runner,
         "experiment": str(experiment.path),
+        "exp_name": experiment.exp_name,
+        **({"exp_name_differs": " ".join(experiment.name_notes)} if experiment.name_notes else {}),
         "module": experiment.module,
         "presets_from": f"Primus checkout {primus.root} ({primus.found_as})" if primus else "ckpt-bench's own",
         "model_preset": str(experiment.model_preset) if experiment.model_preset else None,
@@ -417,11 +419,11 @@ class MegatronBackend(Backend[MegatronConfig]):
             worker_module="ckpt_bench.backends.megatron.worker",
             resolved_config={**experiment.to_yaml_dict(), "exp_root": str(experiment.exp_root)},
             spec=MegatronSpec(arguments=args, training_impact=config.training_impact, load_layout=layout),
-            run_info=replace(run_info(args, sizes, launch), load_layout=load_sizes),
+            run_info=replace(run_info(args, sizes, launch), load_layout=load_sizes, experiment=experiment.label),
             passes=[*config.preflight_passes(), WorkerPass("save", ["--phase", "save"]),
                     WorkerPass("load", ["--phase", "load"], nproc_per_node=config.load_nproc_per_node)],
             checkpoints=config.checkpoints(storage_for(parent), writers_per_rank=rules.writers_per_rank(args),
                                            expected_bytes=kept_bytes),
             show_progress=shows_progress,
-            notes=[*async_writer_notes(args), *unread],
+            notes=[*experiment.name_notes, *async_writer_notes(args), *unread],
         )

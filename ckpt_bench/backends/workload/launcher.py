@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import ClassVar
 
 from ckpt_bench.backends.workload.checkpoint_layout import Layout
@@ -26,7 +27,7 @@ from ckpt_bench.backends.workload.sources import resolve_workload
 from ckpt_bench.backends.workload.spec import SECTION, WorkloadSpec
 from ckpt_bench.backends.workload.workload import DLIO_APPLIES_FSYNC, Workload
 from ckpt_bench.core.errors import ConfigError
-from ckpt_bench.core.experiment import parse_assignment
+from ckpt_bench.core.experiment import experiment_label, name_mismatch, parse_assignment
 from ckpt_bench.core.options import Flag
 from ckpt_bench.core.rundir import RunDir
 from ckpt_bench.core.units import GIB
@@ -122,6 +123,18 @@ class WorkloadRun:
     save_calls: int
     load_calls: int
     time_between: float
+    experiment: Path | None = None
+    """The experiment file a Megatron workload was read from (its name is the file's exp_name)."""
+
+    @property
+    def label(self) -> str | None:
+        """`exp_name (file.yaml)` of an experiment's workload (`core.experiment.experiment_label`)."""
+        return experiment_label(self.workload.name, self.experiment) if self.experiment else None
+
+    @property
+    def name_notes(self) -> list[str]:
+        note = name_mismatch(self.workload.name, self.experiment) if self.experiment else None
+        return [note] if note else []
 
 
 def default_engine(workload: Workload) -> str:
@@ -175,8 +188,9 @@ def resolve(config: WorkloadConfig, launch: LaunchConfig) -> WorkloadRun:
                           "written; use at most that")
     time_between = (config.time_between_checkpoints if config.time_between_checkpoints is not None
                     else abs(workload.time_between_checkpoints))  # DLIO sleeps the absolute value
+    experiment = Path(config.workload).expanduser() if workload.megatron is not None else None
     return WorkloadRun(workload, engine, info, saved_state(info, workload), layout, ranks, save_calls, load_calls,
-                       time_between)
+                       time_between, experiment if experiment is not None and experiment.is_file() else None)
 
 
 def host_memory_needed(run: WorkloadRun, info: EngineInfo, async_save: bool, nproc_per_node: int) -> int:
@@ -225,6 +239,8 @@ def preview(config: WorkloadConfig, launch: LaunchConfig, run: WorkloadRun) -> d
     layout = run.layout
     return {
         "workload": run.workload.name,
+        **({"experiment": run.label} if run.label else {}),
+        **({"exp_name_differs": " ".join(run.name_notes)} if run.name_notes else {}),
         "engine": run.engine,
         **model_facts(run),
         "world_size": layout.world_size,
@@ -310,6 +326,7 @@ def run_info(config: WorkloadConfig, run: WorkloadRun, spec: WorkloadSpec, launc
             fsync=fsynced(spec.sync_files, spec.storage),
         ),
         storage=spec.storage,
+        experiment=run.label,
         workload=workload.name,
         engine=run.engine,
         job_world_size=layout.world_size,
@@ -391,7 +408,7 @@ class WorkloadBackend(Backend[WorkloadConfig]):
 
 
 def _notes(config: WorkloadConfig, run: WorkloadRun, sync_files: bool, storage_kind: str) -> list[str]:
-    notes = []
+    notes = list(run.name_notes)
     if run.layout.is_subset:
         notes.append(f"subset: ranks 0..{run.ranks - 1} of a {run.layout.world_size}-rank job, each with its real "
                      f"share ({run.layout.run_bytes / GIB:.2f} of {run.layout.total_bytes / GIB:.2f} GiB per save)")
