@@ -266,10 +266,19 @@ class Experiment:
         }
 
 
+# A DLIO workload YAML's own sections (a Primus experiment has neither at its top).
+DLIO_SECTIONS = ("workflow", "checkpoint")
+
+
 def _trainer_module(data: dict, path: Path) -> tuple[str, dict]:
     modules = data.get("modules")
     if not isinstance(modules, dict):
-        raise ConfigError(f"{path}: no `modules` section (a Primus experiment has modules.pre_trainer)")
+        dlio = [f"{key}:" for key in DLIO_SECTIONS if key in data]
+        if dlio:
+            raise ConfigError(f"{path}: a DLIO workload YAML (it has {' and '.join(dlio)}), not a Primus experiment: "
+                              f"run it with --workload {path}")
+        raise ConfigError(f"{path}: no `modules` section (a Primus experiment has modules.pre_trainer; a DLIO "
+                          "workload YAML runs with --workload)")
     for name in TRAINER_MODULES:
         if isinstance(modules.get(name), dict):
             return name, modules[name]

@@ -62,6 +62,9 @@ def test_plan_prints_a_table_on_request():
      "writes to disk only, not s3"),
     (["--workload", str(TINY), "--save-calls", "100000000"], "save fewer or smaller checkpoints"),
     (["--backend", "workload"], "needs --workload NAME|FILE"),
+    # A DLIO workload given where an experiment is read points to the option that reads it (issue 38).
+    (["--config", str(TINY)], "a DLIO workload YAML (it has workflow: and checkpoint:), not a Primus experiment: run "
+                              f"it with --workload {TINY}"),
 ])
 def test_mistakes_are_one_line_before_anything_starts(tmp_path, args, needle):
     result = launch(*args, runs_dir=tmp_path / "runs")
