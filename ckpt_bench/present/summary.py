@@ -241,7 +241,9 @@ def print_comparison(comparison: Comparison, file: TextIO | None = None) -> None
 PREVIEW_RANKS_SHOWN = 16
 # The mappings and lists of a plan shown on a terminal, one line each (the JSON has every one): the layout, the
 # spread of bytes over the ranks, the optimizer states' saved dtypes, the arguments the run will not act on.
-PREVIEW_NESTED_SHOWN = ("parallel", "rank_bytes", "optimizer_states_saved", "not_acted_on")
+PREVIEW_NESTED_SHOWN = ("parallel", "rank_bytes", "subset_rank_bytes", "optimizer_states_saved", "not_acted_on")
+PREVIEW_LABELS = {"total_bytes": "bytes a save of the job", "run_bytes": "bytes a save of the ranks that run",
+                  "rank_bytes": "bytes a rank of the job", "subset_rank_bytes": "bytes a rank of the subset"}
 
 
 def _plan_fact(key: str, value: object) -> str:
@@ -260,7 +262,7 @@ def print_preview(preview: dict, file: TextIO | None = None) -> None:
     """What a run would do (`--plan`): its scalar facts, then per rank its bytes and files (the first
     ranks and the largest one, when there are many)."""
     out = console(file)
-    facts = [("bytes a rank" if key == "rank_bytes" else key.removesuffix("_bytes").replace("_", " "),
+    facts = [(PREVIEW_LABELS.get(key) or key.removesuffix("_bytes").replace("_", " "),
               _plan_fact(key, value)) for key, value in preview.items()
              if not isinstance(value, (list, dict)) or key in PREVIEW_NESTED_SHOWN]
     out.print(_pairs("plan (nothing was run)", facts))
@@ -280,5 +282,7 @@ def print_preview(preview: dict, file: TextIO | None = None) -> None:
     rows = [[str(r["rank"]), p.size(r["bytes"]), str(len(r["files"])), ", ".join(r["files"][:2])
              + (f", ... ({len(r['files']) - 2} more)" if len(r["files"]) > 2 else "")] for r in shown]
     more = f"; the first {PREVIEW_RANKS_SHOWN} and the largest" if len(ranks) > PREVIEW_RANKS_SHOWN else ""
-    title = f"per rank ({len(ranks)} ranks{more})"
+    of_job = f" that runs ({len(ranks)} of the job's {preview['world_size']}" if preview.get("subset") else \
+        f" ({len(ranks)} ranks"
+    title = f"per rank{of_job}{more})"
     out.print(_grid(title, ["rank", "bytes", "files", "names"], rows))

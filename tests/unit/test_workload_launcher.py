@@ -41,12 +41,19 @@ def test_plan_of_a_subset_is_the_first_ranks_of_the_job():
     assert plan["subset"] == 2 and plan["world_size"] == 64 and plan["total_bytes"] == full.total_bytes
     assert [r["bytes"] for r in plan["ranks"]] == [s.bytes for s in full.ranks[:2]]
     assert plan["run_bytes"] == sum(s.bytes for s in full.ranks[:2])
+    # The spread of the ranks listed beside the job's (issue 38: min/median were the job's alone).
+    assert plan["rank_bytes"]["max"] == max(s.bytes for s in full.ranks)
+    assert plan["subset_rank_bytes"] == {"min": min(r["bytes"] for r in plan["ranks"]),
+                                         "median": min(r["bytes"] for r in plan["ranks"]),
+                                         "max": max(r["bytes"] for r in plan["ranks"]), "largest_rank": 0}
+    table = launch("--workload", "llama3-70b", "--subset", "--nproc-per-node", "2", "--plan", "--format", "table")
+    assert "bytes a rank of the subset" in table.stdout and "per rank that runs (2 of the job's 64)" in table.stdout
 
 
 def test_plan_prints_a_table_on_request():
     result = launch("--workload", "llama3-1t", "--plan", "--format", "table")
     assert result.returncode == 0 and "plan (nothing was run)" in result.stdout and "1,024" in result.stdout
-    assert "bytes a rank" in result.stdout and "largest rank" in result.stdout  # the spread, not only the JSON's
+    assert "bytes a rank of the job" in result.stdout and "largest rank" in result.stdout  # not only the JSON's
 
 
 @pytest.mark.parametrize(("args", "needle"), [

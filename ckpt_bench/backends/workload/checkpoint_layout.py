@@ -139,6 +139,12 @@ class RankSpread:
     largest_rank: int
 
 
+def _spread(written: dict[int, int]) -> RankSpread:
+    """The spread of `written` (rank -> bytes); the largest rank is the lowest of those that write the most."""
+    largest = max(sorted(written), key=written.__getitem__)
+    return RankSpread(min(written.values()), statistics.median_low(written.values()), written[largest], largest)
+
+
 @dataclass(frozen=True)
 class Layout:
     """The checkpoint of a workload on a world size: per rank (all of them, or the subset that runs)."""
@@ -173,9 +179,12 @@ class Layout:
     @property
     def spread(self) -> RankSpread:
         """Bytes per rank over the whole job: MoE, pipeline and ZeRO layouts give ranks different shares."""
-        written = self.job_rank_bytes
-        largest = max(range(len(written)), key=written.__getitem__)
-        return RankSpread(min(written), statistics.median_low(written), written[largest], largest)
+        return _spread(dict(enumerate(self.job_rank_bytes)))
+
+    @property
+    def run_spread(self) -> RankSpread:
+        """Bytes per rank over the ranks that run (a subset's, beside the job's `spread`)."""
+        return _spread({share.rank: share.bytes for share in self.ranks})
 
     @property
     def run_bytes(self) -> int:

@@ -248,6 +248,8 @@ def preview(config: WorkloadConfig, launch: LaunchConfig, run: WorkloadRun) -> d
         "total_bytes": layout.total_bytes,
         "run_bytes": layout.run_bytes,
         "rank_bytes": dataclasses.asdict(layout.spread),
+        # A subset's own ranks, as its rank list below shows them (rank_bytes is the whole job's).
+        **({"subset_rank_bytes": dataclasses.asdict(layout.run_spread)} if layout.is_subset else {}),
         "save_calls": run.save_calls,
         "load_calls": run.load_calls,
         "host_memory_needed_bytes": host_memory_needed(run, run.info, config.async_save,
