@@ -47,7 +47,8 @@ from ckpt_bench.storage import storage_for
 
 PROGRESS = re.compile(
     r"\biteration\s+\d+/\s*\d+|saving checkpoint|scheduled an async|successfully saved|"
-    r"loading (distributed )?checkpoint|successfully loaded|verif"
+    # A rank's own verdict line (worker.entry), never an argument of the dump (rl_verify_model_weights_swap).
+    r"loading (distributed )?checkpoint|successfully loaded|\] verification failed"
 )
 
 # Primus's own checkpoint benchmark (benchmark/megatron/checkpoint/ckpt_launch.py) trains 200 iterations and saves
