@@ -115,3 +115,14 @@ def test_compare_tells_sources_apart_and_fits_80_columns():
     assert max(map(len, text.splitlines())) <= 80
     assert f"A: {names[0]}" in text and f"B: {names[1]}" in text  # too long for 80 columns: lettered
     assert json.loads(json.dumps(table.to_json()))["metrics"][0] == "backend"
+
+
+def test_report_html_says_which_operations_its_timeline_cannot_place():
+    """Issue 38: a Megatron-LM run's report.html timeline had no bar for the load, without a word (its load
+    lines carry no timestamp; the load-checkpoint timer gives its duration alone)."""
+    report = _report(FIRST_SLOW)
+    placed = [html.TimedOperation(0, "save", save["iteration"], 10.0 * index, save["block_time"], save["total_time"],
+                                  True) for index, save in enumerate(FIRST_SLOW)]
+    page = html.render_report(report, placed)
+    assert "Not on the time axis, the source giving no start time for it: load 8 (0.500 s)" in page
+    assert "Not on the time axis" not in html.render_report(report)  # no clock at all: every bar by its duration
