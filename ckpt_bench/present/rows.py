@@ -632,8 +632,9 @@ def run_title(report: Report) -> str:
     run = report.run or RunSection()
     ranks = f"{report.world_size} ranks" if report.world_size else "ranks not known"
     if report.workload is None:
+        what = f"{run.backend} run" if run.backend else "logs"
         of = f" of {report.experiment}" if report.experiment else ""
-        return f"{run.backend or 'logs'}{of}: {report.ckpt_format or 'format not known'} on {ranks}"
+        return f"{what}{of}: {report.ckpt_format or 'format not known'} on {ranks}"
     scope = f"{report.world_size} of its {report.subset_of} ranks" if report.subset_of else f"all {ranks}"
     title = f"{report.experiment or report.workload} through {report.ckpt_format or '?'} on {scope}"
     return title + (f": {model_words(report.model_size)}" if report.model_size is not None else "")

@@ -77,7 +77,8 @@ class _Grid:
         self.first_left, self.remarks, self.lettered = first_left, remarks, lettered
 
     def _table(self, columns: list[str], rows: list[list[str]], compact: bool) -> Table:
-        table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+        # Compact: one space between columns (the box's divider), none beside it.
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0) if compact else (0, 1))
         for index, column in enumerate(columns):
             cells = [row[index] for row in rows if row[index]]
             widest = max(map(len, cells), default=0)
