@@ -640,14 +640,19 @@ def run_title(report: Report) -> str:
     return title + (f": {model_words(report.model_size)}" if report.model_size is not None else "")
 
 
+def _count(parameters: int) -> str:
+    """A parameter count in words: 46.7 B, 5.3 M."""
+    return f"{parameters / 1e9:,.1f} B" if parameters >= 1e9 else f"{parameters / 1e6:,.1f} M"
+
+
 def model_words(model: ModelSize) -> str:
     """A workload's model as a phrase: its kind, parameters (active ones of a MoE), bytes a rank writes."""
     words = f"a {model.kind} model"
     if model.parameters is not None:
-        words += f" of {model.parameters / 1e9:,.1f} B parameters"
+        words += f" of {_count(model.parameters)} parameters"
         if model.active_parameters != model.parameters:
-            words += f" ({model.active_parameters / 1e9:,.1f} B active)"
-    if model.rank_bytes_min == model.rank_bytes_max:
+            words += f" ({_count(model.active_parameters)} active)"
+    if size(model.rank_bytes_min) == size(model.rank_bytes_max):
         return f"{words}, each rank of the job writing {size(model.rank_bytes_max)} a save"
     return (f"{words}, each rank of the job writing {size(model.rank_bytes_min)} to {size(model.rank_bytes_max)} "
             f"a save (median {size(model.rank_bytes_median)}, rank {model.largest_rank} the most)")

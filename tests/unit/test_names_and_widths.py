@@ -126,3 +126,10 @@ def test_report_html_says_which_operations_its_timeline_cannot_place():
     page = html.render_report(report, placed)
     assert "Not on the time axis, the source giving no start time for it: load 8 (0.500 s)" in page
     assert "Not on the time axis" not in html.render_report(report)  # no clock at all: every bar by its duration
+
+
+def test_a_small_models_title_counts_millions_and_says_one_size_once():
+    from ckpt_bench.report.schema import ModelSize
+
+    tiny = ModelSize("dense", 5_289_472, 5_289_472, 15_867_904, 15_867_904, 15_868_928, 0)
+    assert rows.model_words(tiny) == "a dense model of 5.3 M parameters, each rank of the job writing 15.13 MiB a save"
