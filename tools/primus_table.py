@@ -51,19 +51,19 @@ def _billions(count: int | None) -> str:
     return "" if count is None else f"{count / 1e9:,.1f} B"
 
 
-def _gb(count: int) -> str:
-    return f"{count / 1e9:,.1f}"
+def _gib(count: int) -> str:
+    return f"{count / 2**30:,.1f}"  # GiB, as ckpt_launch.py prints sizes
 
 
 def row(config: Path, result: dict | str) -> str:
     if isinstance(result, str):
         return f"| {config.stem} | | | | | | | {result} |"
     spread = result["rank_bytes"]
-    ranks = (f"{_gb(spread['min'])} / {_gb(spread['median'])} / {_gb(spread['max'])} "
+    ranks = (f"{_gib(spread['min'])} / {_gib(spread['median'])} / {_gib(spread['max'])} "
              f"(rank {spread['largest_rank']})")
     return (f"| {config.stem} | {result['model']} | {_billions(result['parameters'])} | "
             f"{_billions(result['active_parameters'])} | {result['engine']} | {result['world_size']} | "
-            f"{_gb(result['total_bytes'])} | {ranks} |")
+            f"{_gib(result['total_bytes'])} | {ranks} |")
 
 
 def main() -> None:
@@ -78,7 +78,7 @@ def main() -> None:
     if not configs:
         sys.exit(f"error: no example configs in {folder}")
     os.chdir(options.primus)  # Primus's presets are found from the checkout, as inside it
-    print("| config | model | parameters | active | engine | ranks | GB a save | GB a rank: min / median / max "
+    print("| config | model | parameters | active | engine | ranks | GiB a save | GiB a rank: min / median / max "
           "(largest) |")
     print("|---|---|---|---|---|---|---|---|")
     for config in configs:

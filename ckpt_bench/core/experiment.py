@@ -187,6 +187,28 @@ def _our_preset(name: str, kind: str, framework: str, experiment: Path) -> Path:
                       "or with --primus-path DIR / PRIMUS_PATH, Primus's own presets are read)")
 
 
+def _name_words(text: str) -> set[str]:
+    return set(re.split(r"[-_\s]+", text.lower())) - {""}
+
+
+def experiment_label(exp_name: str, path: Path) -> str:
+    """How a run shows the experiment it came from: its `exp_name` (what Primus names the run, its workspace
+    and our run folder from) beside its file's name (what the model is): `llama3_70B-pretrain
+    (llama3.1_70B-BF16-pretrain.yaml)`."""
+    return f"{exp_name} ({path.name})"
+
+
+def name_mismatch(exp_name: str, path: Path) -> str | None:
+    """A note for a run whose `exp_name` has words its file's name lacks (Primus's Mixtral 8x7B example is
+    named mixtral_8x22B_v0.1-pretrain, its Llama 3.1 70B llama3_70B-pretrain); None where they agree."""
+    missing = sorted(_name_words(exp_name) - _name_words(path.stem))
+    if not missing:
+        return None
+    return (f"exp_name {exp_name!r} is not the name of its file {path.name} ({', '.join(missing)} not in the file's "
+            "name): the run and its folder are named from exp_name, as Primus names its workspace; the model is "
+            "the one the file and its presets describe")
+
+
 @dataclass
 class Experiment:
     """A resolved Primus experiment: where it lives and the trainer arguments it asks for."""
@@ -205,6 +227,16 @@ class Experiment:
     overrides: dict = field(default_factory=dict)  # the experiment's own `overrides`
     model_args: dict = field(default_factory=dict)  # what the model preset sets
     primus: PrimusCheckout | None = None  # where the presets came from, when from a Primus checkout
+
+    @property
+    def label(self) -> str:
+        """`exp_name (file.yaml)`: see `experiment_label`."""
+        return experiment_label(self.exp_name, self.path)
+
+    @property
+    def name_notes(self) -> list[str]:
+        """The note of `name_mismatch`, where exp_name and the file's name disagree."""
+        return [note for note in [name_mismatch(self.exp_name, self.path)] if note]
 
     @property
     def exp_root(self) -> Path:
@@ -234,10 +266,19 @@ class Experiment:
         }
 
 
+# A DLIO workload YAML's own sections (a Primus experiment has neither at its top).
+DLIO_SECTIONS = ("workflow", "checkpoint")
+
+
 def _trainer_module(data: dict, path: Path) -> tuple[str, dict]:
     modules = data.get("modules")
     if not isinstance(modules, dict):
-        raise ConfigError(f"{path}: no `modules` section (a Primus experiment has modules.pre_trainer)")
+        dlio = [f"{key}:" for key in DLIO_SECTIONS if key in data]
+        if dlio:
+            raise ConfigError(f"{path}: a DLIO workload YAML (it has {' and '.join(dlio)}), not a Primus experiment: "
+                              f"run it with --workload {path}")
+        raise ConfigError(f"{path}: no `modules` section (a Primus experiment has modules.pre_trainer; a DLIO "
+                          "workload YAML runs with --workload)")
     for name in TRAINER_MODULES:
         if isinstance(modules.get(name), dict):
             return name, modules[name]

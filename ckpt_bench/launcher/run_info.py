@@ -75,6 +75,8 @@ class RunInfo:
     """None: the run saves no checkpoint (the comms sweep)."""
     storage: dict | None = None
     """`CheckpointStorage.describe()` of the checkpoints' storage, where the backend reports it."""
+    experiment: str | None = None
+    """The experiment file the run came from, beside its exp_name (`core.experiment.experiment_label`)."""
 
     @property
     def fsync(self) -> bool | None:

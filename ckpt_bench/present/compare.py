@@ -19,11 +19,26 @@ from ckpt_bench.core.errors import ReportError
 from ckpt_bench.core.rundir import RunDir, sweep_results_file
 from ckpt_bench.present.rows import MLPERF_KEYS, as_report, as_results, mlperf_figures, mlperf_meanings, number
 from ckpt_bench.report.metrics import HEADLINE_KEYS, STEADY
-from ckpt_bench.report.schema import Report, SchemaError
+from ckpt_bench.report.schema import Report, RunSection, SchemaError
+
 
 # (metric, how to read it from a report), in table order. The steady figures are report.metrics' one
 # definition (the median of the saves after the first), as in the summary, sweeps and the advice.
+def _framework(report: Report) -> str | None:
+    """The --framework that ran the job (Primus, Megatron-LM); None: a backend's own worker, or logs."""
+    from ckpt_bench.launcher.registry import FRAMEWORKS
+
+    backend = (report.run or RunSection()).backend
+    return backend if backend in FRAMEWORKS else None
+
+
 METRICS: tuple[tuple[str, Callable[[Report], object]], ...] = (
+    # What each source is: sources named alike (two runs of one experiment) are told apart here.
+    ("backend", lambda report: (report.run or RunSection()).backend or "none (logs)"),
+    ("framework", _framework),
+    ("engine", lambda report: report.engine),
+    ("experiment", lambda report: report.experiment),
+    ("workload", lambda report: report.workload),
     ("world_size", lambda report: report.world_size),
     ("ckpt_format", lambda report: report.ckpt_format),
     ("async_save", lambda report: report.async_save),
@@ -57,9 +72,13 @@ METRICS: tuple[tuple[str, Callable[[Report], object]], ...] = (
     *((key, lambda report, key=key: mlperf_figures(report).get(key)) for key in MLPERF_KEYS),
 )
 # Always shown, even when no source has them (the rest only when one source does).
-CORE = (*HEADLINE_KEYS, "verified", "fsync")
+CORE = ("backend", *HEADLINE_KEYS, "verified", "fsync")
 # What a metric's name does not say by itself.
 MEANINGS = {
+    "backend": "what ran it: the --backend, or the --framework",
+    "framework": "the --framework that ran the job (none: the backend's own worker)",
+    "engine": "a workload run's checkpoint engine (--engine)",
+    "experiment": "the experiment file the run came from, beside its exp_name",
     "fsync": "a save counted as complete only once fsynced (no: page cache only; none: object storage)",
     "steady_block_time": STEADY, "steady_total_time": STEADY, "steady_bandwidth": STEADY,
     "first_save_total_time": "the first save, counted apart (one-off start-up)",

@@ -254,6 +254,23 @@ def plot_timeline(report: Report, operations: list[TimedOperation]) -> str | Non
     return _svg(figure)
 
 
+def _unplaced_words(report: Report, operations: list[TimedOperation]) -> str:
+    """The saves and loads of the report the timeline cannot place, said under it: a log that times an
+    operation without a clock for its start (Megatron-LM's load lines carry no timestamp; its load-checkpoint
+    timer gives the duration alone)."""
+    if not operations:  # no clock at all: the plot draws every save and load by its durations instead
+        return ""
+    placed = {(op.kind, op.iteration) for op in operations}
+    missing = [f"save {_label(save.iteration)} ({p.seconds(save.total_time)})" for save in report.saves or []
+               if ("save", save.iteration) not in placed and save.total_time is not None]
+    missing += [f"load {_label(load.iteration)} ({p.seconds(load.time)})" for load in report.every_load
+                if ("load", load.iteration) not in placed and load.time is not None]
+    if not missing:
+        return ""
+    return (f" Not on the time axis, the source giving no start time for it: {', '.join(missing)} (its figures are "
+            "in the tables).")
+
+
 MAX_PANELS = 12  # operations drawn one by one under the timeline
 
 
@@ -623,8 +640,8 @@ def render_report(report: Report | dict, operations: list[TimedOperation] | None
     sections.append(("timeline", "Timeline", _figure_html(
         plot_timeline(report, operations),
         "Each bar is one save or load of one rank; a save's dark part blocks training, its light part is written "
-        "in the background (async saves) until the checkpoint is complete on storage. x: no end recorded.",
-        "No save or load to draw.") + _figure_html(
+        "in the background (async saves) until the checkpoint is complete on storage. x: no end recorded."
+        + _unplaced_words(report, operations), "No save or load to draw.") + _figure_html(
         plot_operations(operations), "Each save and load on a time axis of its own start (the first "
                                      f"{MAX_PANELS}): one band per checkpoint, one bar per rank (rank 0 on top).",
         "")))

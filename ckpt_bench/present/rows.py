@@ -84,7 +84,7 @@ def size(nbytes: int) -> str:
     """A message or file size in binary units (64 KiB, 1 MiB)."""
     for unit, scale in (("GiB", 1 << 30), ("MiB", MIB), ("KiB", 1 << 10)):
         if nbytes >= scale:
-            return f"{nbytes / scale:g} {unit}"
+            return f"{nbytes / scale:,.2f}".rstrip("0").rstrip(".") + f" {unit}"  # 1.17 GiB, 815.35 MiB, 64 KiB
     return f"{nbytes} B"
 
 
@@ -176,9 +176,13 @@ def headline_rows(report: Report) -> list[tuple[str, str]]:
     overlapped = sum(1 for save in saves if save.overlapped)
     rows = [
         ("status", f"{run.status} ({run.backend or NONE})" if run.status else "from logs"),
+        *([("experiment", report.experiment)] if report.experiment else
+          [("workload", report.workload)] if report.workload else []),
         ("format", f"{fmt(report.ckpt_format)}, async save: {fmt(report.async_save)}"),
         ("fsync", fsync_words(report)),
-        ("world size", f"{fmt(report.world_size)} (data parallel {fmt(report.data_parallel_size)})"),
+        ("world size", f"{fmt(report.world_size)} of the job's {fmt(report.subset_of)} ranks (a subset; the job's "
+                       f"data parallel {fmt(report.data_parallel_size)})" if report.subset_of else
+                       f"{fmt(report.world_size)} (data parallel {fmt(report.data_parallel_size)})"),
         ("saves complete", f"{fmt(report.num_saved)} of {len(saves)}; "
                            + (f"{overlapped} overlapped the previous one (accurate: no)" if overlapped
                               else "none overlapped another (accurate: yes)") if saves
@@ -599,7 +603,8 @@ def mlperf_meanings(keys: list[str]) -> dict[str, str]:
 
 
 # The sweep table's MLPerf columns: each definition's save and load (duration, bandwidth), and the verdict.
-MLPERF_COLUMNS_MEAN = ("GB = 2**30 bytes; DLIO: rank 0's mean duration and bandwidth (its summary.json); max: "
+MLPERF_COLUMNS_MEAN = ("GB = 2**30 bytes (DLIO's GB, a GiB); DLIO: rank 0's mean duration and bandwidth (its "
+                       "summary.json); max: "
                        "mlpstorage's mean of the slowest rank's; strict: mlpstorage's bandwidth from strict times")
 MLPERF_COLUMNS = (
     ("mlperf.dlio.save_checkpoint_duration_mean_seconds", "DLIO save s", 3),
@@ -662,29 +667,35 @@ def comms_table(comms: Comms) -> tuple[list[str], list[list[str]]]:
 
 
 def run_title(report: Report) -> str:
-    """What a run is, in a few words: its backend, the workload and subset it wrote, its engine or format, its
-    world size."""
+    """What a run is, as a sentence: what it saved (its workload or experiment, and of a workload's job the
+    ranks that ran), in which format on how many ranks, and a workload's model and bytes a rank."""
     run = report.run or RunSection()
-    what = [run.backend or "logs"]
-    if report.workload is not None:
-        what = [f"{run.backend or 'workload'} {report.workload}"
-                + (f" (subset: {report.world_size} of {report.subset_of} ranks)" if report.subset_of
-                   else " (the whole job)")]
-        if report.model_size is not None:
-            what.append(model_words(report.model_size))
-    return ", ".join([*what, report.ckpt_format or "?", f"world size {report.world_size or '?'}"])
+    ranks = f"{report.world_size} ranks" if report.world_size else "ranks not known"
+    if report.workload is None:
+        what = f"{run.backend} run" if run.backend else "logs"
+        of = f" of {report.experiment}" if report.experiment else ""
+        return f"{what}{of}: {report.ckpt_format or 'format not known'} on {ranks}"
+    scope = f"{report.world_size} of its {report.subset_of} ranks" if report.subset_of else f"all {ranks}"
+    title = f"{report.experiment or report.workload} through {report.ckpt_format or '?'} on {scope}"
+    return title + (f": {model_words(report.model_size)}" if report.model_size is not None else "")
+
+
+def _count(parameters: int) -> str:
+    """A parameter count in words: 46.7 B, 5.3 M."""
+    return f"{parameters / 1e9:,.1f} B" if parameters >= 1e9 else f"{parameters / 1e6:,.1f} M"
 
 
 def model_words(model: ModelSize) -> str:
-    """A workload's model in a few words: its kind, parameters (active ones of a MoE), bytes per rank."""
-    words = model.kind
+    """A workload's model as a phrase: its kind, parameters (active ones of a MoE), bytes a rank writes."""
+    words = f"a {model.kind} model"
     if model.parameters is not None:
-        words += f" {model.parameters / 1e9:,.1f} B parameters"
+        words += f" of {_count(model.parameters)} parameters"
         if model.active_parameters != model.parameters:
-            words += f" ({model.active_parameters / 1e9:,.1f} B active)"
-    spread = (f"{size(model.rank_bytes_min)} to {size(model.rank_bytes_max)} a rank (median "
-              f"{size(model.rank_bytes_median)}, rank {model.largest_rank} the largest)")
-    return f"{words}, {spread}"
+            words += f" ({_count(model.active_parameters)} active)"
+    if size(model.rank_bytes_min) == size(model.rank_bytes_max):
+        return f"{words}, each rank of the job writing {size(model.rank_bytes_max)} a save"
+    return (f"{words}, each rank of the job writing {size(model.rank_bytes_min)} to {size(model.rank_bytes_max)} "
+            f"a save (median {size(model.rank_bytes_median)}, rank {model.largest_rank} the most)")
 
 
 def comparable_words(comparable: Comparable) -> str:
@@ -701,11 +712,20 @@ def comparable_rows(comparable: Comparable) -> list[list[str]]:
     return [[check.rule, check.outcome, check.detail] for check in comparable.checks]
 
 
+def _gib_words(gib: float | None, per_second: str = "") -> str:
+    """An MLPerf figure counted in DLIO's GB (2**30 bytes) as the rest of the summary counts (MiB), with
+    DLIO's own number beside it: `790.5 MiB/s = DLIO's 0.772 GB/s`."""
+    if number(gib) is None:
+        return NONE
+    return f"{fmt(gib * 1024, 1)} MiB{per_second} = DLIO's {fmt(gib)} GB{per_second}"
+
+
 def mlperf_rows(mlperf: MLPerf) -> list[tuple[str, str]]:
     """A workload run's MLPerf Storage figures: DLIO's (rank 0) and mlpstorage's (the slowest rank, strict
-    times), GB = 2**30 bytes as DLIO counts it."""
+    times), in MiB as every other figure, each with DLIO's number in its GB (2**30 bytes)."""
     dlio, strict = mlperf.dlio or DlioFigures(), mlperf.mlpstorage or MlpstorageFigures()
-    rows = [("checkpoint size", f"{fmt(dlio.checkpoint_size_GB)} GB (2**30 bytes)")]
+    rows = [("checkpoint size", f"{_gib_words(dlio.checkpoint_size_GB)} (DLIO's GB is 2**30 bytes, a GiB): what the "
+                                "ranks that ran write a save")]
     if mlperf.comparable is not None:
         rows.insert(0, ("comparable with published results", comparable_words(mlperf.comparable)))
     for kind, mean, stdev, bandwidth, mean_of_max, strict_bandwidth in (
@@ -718,7 +738,7 @@ def mlperf_rows(mlperf: MLPerf) -> list[tuple[str, str]]:
         if mean is None:
             continue
         rows.append((f"{kind}, DLIO (rank 0)",
-                     f"{fmt(mean)} s mean (population stdev {fmt(stdev)}), {fmt(bandwidth)} GB/s"))
+                     f"{fmt(mean)} s mean (population stdev {fmt(stdev)}), {_gib_words(bandwidth, '/s')}"))
         rows.append((f"{kind}, mlpstorage (slowest rank)", f"{fmt(mean_of_max)} s mean of max, "
-                                                           f"{fmt(strict_bandwidth)} GB/s from strict times"))
+                                                           f"{_gib_words(strict_bandwidth, '/s')} from strict times"))
     return rows

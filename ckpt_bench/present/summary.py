@@ -3,12 +3,14 @@ sweep and of a comparison. The rows come from `ckpt_bench.present.rows`; this on
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 from typing import TextIO
 
 from rich import box
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -42,16 +44,83 @@ def _pairs(title: str, rows: list[tuple[str, str]]) -> Group:
     return _titled(title, table)
 
 
+# A cell that is a figure: no letters once its units are taken out (1,648.5; 66 %; 2.261 (0.130); 15.3 MiB;
+# x1.20; yes).
+_UNITS = re.compile(r"\b(?:[KMG]iB(?:/s)?|B|s|yes|no)\b|(?<![\w.])x(?=\d)")
+_LETTER = re.compile(r"[A-Za-z]")
+LABEL_WIDTH = 24  # a first column's labels up to this wide are never wrapped
+UNBOUNDED = 100_000  # the width a table is measured at, to know how wide it would be unwrapped
+
+
+def _is_figure(cell: str) -> bool:
+    return not _LETTER.search(_UNITS.sub("", cell))
+
+
+def _lines(text: str, width: int) -> str:
+    """`text` wrapped at its spaces into lines of at most `width` (a longer word on a line of its own)."""
+    lines: list[str] = []
+    for word in text.split():
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return "\n".join(lines)
+
+
+class _Grid:
+    """A titled table that fits the terminal: where it would not, its headers wrap at their words, a figure
+    is never split (columns of figures keep their width; the label and text columns wrap), and the text of a
+    `remarks` column becomes numbered notes under the table, each text once."""
+
+    def __init__(self, title: str, columns: list[str], rows: list[list[str]], first_left: bool = True,
+                 remarks: int | None = None, lettered: bool = False, text_columns: tuple[int, ...] = ()):
+        self.title, self.columns, self.rows = title, columns, rows
+        self.first_left, self.remarks, self.lettered = first_left, remarks, lettered
+        self.text_columns = text_columns  # words, left-aligned (numbers are right-aligned)
+
+    def _table(self, columns: list[str], rows: list[list[str]], compact: bool) -> Table:
+        # Compact: one space between columns (the box's divider), none beside it.
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0) if compact else (0, 1))
+        for index, column in enumerate(columns):
+            cells = [row[index] for row in rows if row[index]]
+            widest = max(map(len, cells), default=0)
+            keep = all(map(_is_figure, cells)) if index else widest <= LABEL_WIDTH
+            header = _lines(column, max(widest, *map(len, column.split()))) if compact and keep else column
+            left = (self.first_left and index == 0) or index in self.text_columns
+            table.add_column(header, justify="left" if left else "right", no_wrap=keep, overflow="fold")
+        for row in rows:
+            table.add_row(*row)
+        return table
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions):
+        yield Text(self.title, style="bold")
+        table = self._table(self.columns, self.rows, compact=False)
+        # It fits when its figures, its labels and its headers do, each on one line (text wraps at its words).
+        if Measurement.get(console, options.update_width(UNBOUNDED), table).minimum <= options.max_width:
+            yield table
+            return
+        columns, rows, notes = self.columns, self.rows, {}
+        if self.lettered:  # long column names (a comparison's sources) as A, B, ..., each named once below
+            notes = {f"{letter}: {name}": letter for letter, name in zip(LETTERS, columns[1:], strict=False)}
+            columns = [columns[0], *LETTERS[:len(columns) - 1]]
+        if self.remarks is not None:  # its texts as notes: [1] in the table, the text once below it
+            columns = [*columns[:self.remarks], "note", *columns[self.remarks + 1:]]
+            rows = [list(row) for row in rows]
+            for row in rows:
+                if row[self.remarks]:
+                    row[self.remarks] = f"[{notes.setdefault(row[self.remarks], len(notes) + 1)}]"
+        yield self._table(columns, rows, compact=True)
+        if notes:
+            yield Text("\n".join(text if self.lettered else f"[{number}] {text}" for text, number in notes.items())
+                       + "\n")
+
+
 def _grid(title: str, columns: list[str], rows: list[list[str]], first_left: bool = True,
-          text_columns: tuple[int, ...] = ()) -> Group:
-    """A table: numbers right-aligned, the first column (and `text_columns`: words) left-aligned."""
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for index, column in enumerate(columns):
-        left = (first_left and index == 0) or index in text_columns
-        table.add_column(column, justify="left" if left else "right", overflow="fold")
-    for row in rows:
-        table.add_row(*row)
-    return _titled(title, table)
+          remarks: int | None = None, text_columns: tuple[int, ...] = ()) -> _Grid:
+    return _Grid(title, columns, rows, first_left, remarks, text_columns=text_columns)
+
+
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
 def report_renderables(report: Report) -> list[RenderableType]:
@@ -63,7 +132,8 @@ def report_renderables(report: Report) -> list[RenderableType]:
     rows = p.save_rows(report)
     loads = p.load_rows(report)
     if rows or loads:
-        parts.append(_grid("Saves and load (seconds; slowest rank: the longest total time)", columns, rows + loads))
+        parts.append(_grid("Saves and load (seconds; slowest rank: the longest total time)", columns, rows + loads,
+                           remarks=len(columns) - 1))
     phases = p.phase_table(report)
     if phases:
         parts.append(_grid("Where the time went: phases (the slowest rank's; docs/report.md)", *phases))
@@ -170,22 +240,20 @@ def print_sweep(summary: dict, results: SweepResults | dict, file: TextIO | None
 
 
 def print_comparison(comparison: Comparison, file: TextIO | None = None) -> None:
-    """`ckpt_report.py --compare`: every headline metric side by side, each column named by its source,
-    with its ratio to the first."""
+    """`ckpt_report.py --compare`: every headline metric side by side, each column named by its source (on a
+    narrow terminal by a letter, named under the table), with its ratio to the first."""
     sources = comparison.sources
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("metric", no_wrap=True)
-    for source in sources:
-        table.add_column(source.label, justify="right", overflow="fold")
+    rows = []
     for metric in comparison.metrics:
         row = [metric]
         for index, source in enumerate(sources):
             value = p.fmt(source.metrics.get(metric), 2 if "bandwidth" in metric else 3)
             ratio = source.ratio_to_first.get(metric)
             row.append(value if index == 0 or ratio is None else f"{value}\nx{ratio:.2f}")
-        table.add_row(*row)
+        rows.append(row)
     out = console(file)
-    out.print(_titled(f"Comparison (under each value: its ratio to {sources[0].label}'s)", table))
+    out.print(_Grid(f"Comparison (under each value: its ratio to the first source's, {sources[0].label})",
+                    ["metric", *(source.label for source in sources)], rows, lettered=True))
     if comparison.meanings:
         out.print(Text("\n".join(f"  {name}: {meaning}" for name, meaning in comparison.meanings.items())))
     _print_paths(out, [(source.label, source.path) for source in sources])
@@ -194,7 +262,9 @@ def print_comparison(comparison: Comparison, file: TextIO | None = None) -> None
 PREVIEW_RANKS_SHOWN = 16
 # The mappings and lists of a plan shown on a terminal, one line each (the JSON has every one): the layout, the
 # spread of bytes over the ranks, the optimizer states' saved dtypes, the arguments the run will not act on.
-PREVIEW_NESTED_SHOWN = ("parallel", "rank_bytes", "optimizer_states_saved", "not_acted_on")
+PREVIEW_NESTED_SHOWN = ("parallel", "rank_bytes", "subset_rank_bytes", "optimizer_states_saved", "not_acted_on")
+PREVIEW_LABELS = {"total_bytes": "bytes a save of the job", "run_bytes": "bytes a save of the ranks that run",
+                  "rank_bytes": "bytes a rank of the job", "subset_rank_bytes": "bytes a rank of the subset"}
 
 
 def _plan_fact(key: str, value: object) -> str:
@@ -213,7 +283,7 @@ def print_preview(preview: dict, file: TextIO | None = None) -> None:
     """What a run would do (`--plan`): its scalar facts, then per rank its bytes and files (the first
     ranks and the largest one, when there are many)."""
     out = console(file)
-    facts = [("bytes a rank" if key == "rank_bytes" else key.removesuffix("_bytes").replace("_", " "),
+    facts = [(PREVIEW_LABELS.get(key) or key.removesuffix("_bytes").replace("_", " "),
               _plan_fact(key, value)) for key, value in preview.items()
              if not isinstance(value, (list, dict)) or key in PREVIEW_NESTED_SHOWN]
     out.print(_pairs("plan (nothing was run)", facts))
@@ -232,8 +302,9 @@ def print_preview(preview: dict, file: TextIO | None = None) -> None:
         rows = [[str(r["rank"]), p.size(r["bytes"]), str(len(r["files"])), ", ".join(r["files"][:2])
                  + (f", ... ({len(r['files']) - 2} more)" if len(r["files"]) > 2 else "")] for r in shown]
         more = f"; the first {PREVIEW_RANKS_SHOWN} and the largest" if len(ranks) > PREVIEW_RANKS_SHOWN else ""
-        title = f"per rank ({len(ranks)} ranks{more})"
-        out.print(_grid(title, ["rank", "bytes", "files", "names"], rows))
+        of_job = (f" that runs ({len(ranks)} of the job's {preview['world_size']}" if preview.get("subset") else
+                  f" ({len(ranks)} ranks")
+        out.print(_grid(f"per rank{of_job}{more})", ["rank", "bytes", "files", "names"], rows))
     if preview.get("hosts"):
         out.print(_pairs(*pp.hosts_rows(preview["hosts"])))
     if preview.get("projection"):

@@ -4,8 +4,9 @@ Two definitions, both kept because results are compared under each:
 
 * DLIO's own (`summary.json`, `metric.*`): per save, the duration of **rank 0 alone** and
   `checkpoint_size_GB / duration`; their means and standard deviations (`numpy.std`, population); GB is
-  2**30 bytes. `checkpoint_size_GB` is what DLIO allocates over the ranks that run (ZeRO-2's unwritten
-  model copies included), which the launcher records as `mlperf_checkpoint_bytes`.
+  2**30 bytes. `checkpoint_size_GB` is DLIO's all-reduced sum of what each rank that ran writes a save (for
+  DLIO's own formulas, exactly DLIO's figure: ZeRO-2's unwritten model copies included), which the launcher
+  records as `mlperf_checkpoint_bytes` (`Layout.mlperf_checkpoint_bytes`).
 * mlpstorage's (MLPerf's submission rules): per save, the duration of the **slowest rank**
   (`mean_of_max_save_duration`) and the throughput from strict times, `checkpoint_size_GB / (latest end -
   earliest start)` over the ranks (`calculated_mean_save_throughput_from_strict_times`), averaged.

@@ -837,6 +837,17 @@ class Report:
         return (self.config or {}).get("workload")
 
     @property
+    def engine(self) -> str | None:
+        """The checkpoint engine of a workload run (--engine), None for other runs."""
+        return (self.config or {}).get("engine")
+
+    @property
+    def experiment(self) -> str | None:
+        """The experiment file a run came from, beside its exp_name (`exp_name (file.yaml)`); None: no
+        experiment (DLIO's workloads, DCP, Lightning, logs)."""
+        return (self.config or {}).get("experiment")
+
+    @property
     def model_size(self) -> ModelSize | None:
         """A workload run's model, parameters and bytes per rank over the whole job; None for other runs."""
         config = self.config or {}

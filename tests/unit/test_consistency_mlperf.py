@@ -92,8 +92,8 @@ def test_the_summary_rows_carry_the_verdict_with_its_reasons():
 def test_report_html_names_the_workload_and_subset_and_has_mlperf_in_its_navigation():
     page = render_report(with_verdict(workload="llama3-70b", world=2, job_world=64, per_host=2, subset=2))
     heading = re.search(r"<h1>(.*?)</h1>", page).group(1)
-    assert heading == "Checkpoint benchmark: workload llama3-70b (subset: 2 of 64 ranks), torch-save, world size 2"
-    assert "llama3-70b (subset: 2 of 64 ranks)" in re.search(r"<title>(.*?)</title>", page).group(1)
+    assert heading == "Checkpoint benchmark: llama3-70b through torch-save on 2 of its 64 ranks"
+    assert "llama3-70b through torch-save on 2 of its 64 ranks" in re.search(r"<title>(.*?)</title>", page).group(1)
     nav = re.search(r"<nav>(.*?)</nav>", page).group(1)
     assert '<a href="#mlperf">MLPerf Storage</a>' in nav
     configuration = page[page.index('id="configuration"'):]

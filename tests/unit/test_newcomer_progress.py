@@ -55,3 +55,16 @@ def test_rich_on_a_terminal(monkeypatch):
     line = terminal.getvalue()
     assert "\x1b[" in line and "[save]" in line and "storage baseline: 4 files, 64.0 MiB" in line
     assert re.search(r"\d+\.\ds", line)  # the seconds since the launcher started
+
+
+def test_megatrons_progress_lines_leave_out_the_arguments_dump():
+    """Issue 38: Megatron-LM's progress line showed `rl_verify_model_weights_swap .... False` for ~40 s (its
+    arguments dump matched `verif`). Iterations, saves, loads and a rank's failed verification show; no argument."""
+    from ckpt_bench.backends.megatron.launcher import shows_progress
+
+    dump = ["  rl_verify_model_weights_swap .................... False", "  verify_integrity ........ False",
+            "  save_interval ..................................... 100"]
+    assert not any(map(shows_progress, dump))
+    assert all(map(shows_progress, [" [2026-05-14 10:25:03] iteration        2/       6 | consumed samples: 4",
+                                    "saving checkpoint at iteration       2 to /ckpt in torch_dist format",
+                                    "[rank 1] verification failed: checkpoint of iteration 2 differs"]))

@@ -45,9 +45,14 @@ def test_a_megatron_lm_argument_the_worker_ignores_is_accepted_and_noted():
 
 
 def test_primus_reads_keys_of_its_own(upstream_primus):
+    """A --set under Primus names a Megatron-LM argument or a key of the experiment (its Primus presets' own
+    included, as `disable_wandb`); any other is a typo Primus would pass on silently (issue 38)."""
     experiment = upstream_primus / "examples/megatron/configs/MI300X/llama2_7B-BF16-pretrain.yaml"
-    plan("--framework", "primus", "--primus-path", str(upstream_primus), "--config", str(experiment),
-         "--set", "primus_only_setting=1")
+    primus = ("--framework", "primus", "--primus-path", str(upstream_primus), "--config", str(experiment))
+    plan(*primus, "--set", "disable_wandb=true", "--set", "num_layers=4")
+    with pytest.raises(ConfigError, match=r"^--set disable_wandbb=True: disable_wandbb is not a Megatron-LM argument "
+                                          r"nor a key of the experiment or its presets .*; did you mean disable_wandb"):
+        plan(*primus, "--set", "disable_wandbb=true")
 
 
 def test_lightning_set_keys_name_the_closest_setting():
@@ -123,3 +128,26 @@ def test_a_rank_killed_by_sigkill_is_named_as_far_as_the_host_can_tell(tmp_path,
     [failure] = result.failures
     assert failure.signal == "SIGKILL" and cause in failure.describe()
     assert cause in result.summary().failed_ranks[0].killed_by
+
+
+SET_TYPO = ("--set", "expert_model_paralel_size=16")
+
+
+@pytest.mark.parametrize("path", ["built-in", "workload", "workload-primus", "framework-primus"])
+def test_every_path_refuses_a_mistyped_set_key_before_planning(upstream_primus, path):
+    """Issue 38: `--workload ... --set expert_model_paralel_size=16 --plan` planned EP 8 and exited 0. Every path
+    that reads an experiment names the typo and the closest argument, in --plan as in a run."""
+    deepseek = upstream_primus / "examples/megatron/configs/MI300X/deepseek_v2_lite-BF16-pretrain.yaml"
+    argv = {
+        "built-in": ("--config", str(ROOT / "ckpt_bench" / "configs" / "tiny_gpt.yaml")),
+        "workload": ("--workload", str(ROOT / "ckpt_bench" / "configs" / "tiny_gpt.yaml")),
+        "workload-primus": ("--workload", str(deepseek), "--primus-path", str(upstream_primus), "--job-ranks", "256",
+                            "--subset", "--engine", "torch_dist"),
+        "framework-primus": ("--framework", "primus", "--primus-path", str(upstream_primus), "--config",
+                             str(deepseek), "--nproc-per-node", "8"),
+    }[path]
+    values, given = parse_argv([*argv, *SET_TYPO, "--plan"])
+    with pytest.raises(ConfigError, match=r"^--set expert_model_paralel_size=16: expert_model_paralel_size is not a "
+                                          r"Megatron-LM argument.*; did you mean expert_model_parallel_size"):
+        config, _emit = registry.build_launch(values, given, os.environ)
+        registry.runner_for(config).preview(config)

@@ -270,7 +270,7 @@ def test_fixture_files_match_real_dlio(name, ranks):
     ours = {f.name: f.nbytes for r in layout.ranks for f in r.files}
     assert ours == files
     assert layout.run_bytes == sum(files.values())
-    assert layout.dlio_reported_bytes == checkpoint_size_gb * GIB
+    assert layout.dlio_reported_bytes == layout.mlperf_checkpoint_bytes == checkpoint_size_gb * GIB
 
 
 def test_fixture_tensors_match_real_dlio():

@@ -42,6 +42,13 @@ def test_plan_of_a_subset_is_the_first_ranks_of_the_job():
     assert plan["subset"] == 2 and plan["world_size"] == 64 and plan["total_bytes"] == full.total_bytes
     assert [r["bytes"] for r in plan["ranks"]] == [s.bytes for s in full.ranks[:2]]
     assert plan["run_bytes"] == sum(s.bytes for s in full.ranks[:2])
+    # The spread of the ranks listed beside the job's (issue 38: min/median were the job's alone).
+    assert plan["rank_bytes"]["max"] == max(s.bytes for s in full.ranks)
+    assert plan["subset_rank_bytes"] == {"min": min(r["bytes"] for r in plan["ranks"]),
+                                         "median": min(r["bytes"] for r in plan["ranks"]),
+                                         "max": max(r["bytes"] for r in plan["ranks"]), "largest_rank": 0}
+    table = launch("--workload", "llama3-70b", "--subset", "--nproc-per-node", "2", "--plan", "--format", "table")
+    assert "bytes a rank of the subset" in table.stdout and "per rank that runs (2 of the job's 64)" in table.stdout
 
 
 def test_busiest_hosts_are_whole_hosts_the_most_bytes_first():
@@ -66,7 +73,7 @@ def test_plan_of_a_subset_of_the_busiest_host_runs_that_hosts_ranks():
 def test_plan_prints_a_table_on_request():
     result = launch("--workload", "llama3-1t", "--plan", "--format", "table")
     assert result.returncode == 0 and "plan (nothing was run)" in result.stdout and "1,024" in result.stdout
-    assert "bytes a rank" in result.stdout and "largest rank" in result.stdout  # the spread, not only the JSON's
+    assert "bytes a rank of the job" in result.stdout and "largest rank" in result.stdout  # not only the JSON's
 
 
 @pytest.mark.parametrize(("args", "needle"), [
@@ -86,6 +93,9 @@ def test_plan_prints_a_table_on_request():
      "writes to disk only, not s3"),
     (["--workload", str(TINY), "--save-calls", "100000000"], "save fewer or smaller checkpoints"),
     (["--backend", "workload"], "needs --workload NAME|FILE"),
+    # A DLIO workload given where an experiment is read points to the option that reads it (issue 38).
+    (["--config", str(TINY)], "a DLIO workload YAML (it has workflow: and checkpoint:), not a Primus experiment: run "
+                              f"it with --workload {TINY}"),
 ])
 def test_mistakes_are_one_line_before_anything_starts(tmp_path, args, needle):
     result = launch(*args, runs_dir=tmp_path / "runs")
@@ -160,8 +170,11 @@ def test_a_workload_report_shows_mlperf_figures_in_the_summary_and_the_html():
     summary.print_report(report, out)
     text = " ".join(out.getvalue().split())
     assert "MLPerf Storage's figures" in text
-    assert "save, DLIO (rank 0) 15.300 s mean (population stdev 8.200), 1.300 GB/s" in text
-    assert "save, mlpstorage (slowest rank) 15.400 s mean of max, 1.200 GB/s from strict times" in text
+    # In MiB as every other figure of the summary, DLIO's own number (its GB: 2**30 bytes) beside it.
+    assert "checkpoint size 14,582 MiB = DLIO's 14.240 GB (DLIO's GB is 2**30 bytes, a GiB)" in text
+    assert "save, DLIO (rank 0) 15.300 s mean (population stdev 8.200), 1,331.2 MiB/s = DLIO's 1.300 GB/s" in text
+    assert ("save, mlpstorage (slowest rank) 15.400 s mean of max, 1,228.8 MiB/s = DLIO's 1.200 GB/s from strict "
+            "times") in text
     assert "load, DLIO" not in text  # no load measured
     assert 'id="mlperf-table"' in render_report(report)
 

@@ -88,7 +88,7 @@ def framework_plan(launch: LaunchConfig[FrameworkConfig], experiment, args: dict
         name=experiment.exp_name,
         worker_module=worker_module,
         resolved_config={**replace(experiment, args=args).to_yaml_dict(), "exp_root": str(experiment.exp_root)},
-        run_info=run_info(args, sizes, launch, storage, msc),
+        run_info=replace(run_info(args, sizes, launch, storage, msc), experiment=experiment.label),
         passes=[*config.preflight_passes(), *passes],
         checkpoints=config.checkpoints(storage,
                                        writers_per_rank=rules.writers_per_rank(args)),
@@ -96,7 +96,7 @@ def framework_plan(launch: LaunchConfig[FrameworkConfig], experiment, args: dict
         bind=bind,
         collect=collect,
         verifies=False,
-        notes=list(notes or ()),
+        notes=[*experiment.name_notes, *(notes or ())],
     )
 
 

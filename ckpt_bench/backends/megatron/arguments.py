@@ -11,6 +11,7 @@ silently ignored and no value is passed on that Megatron-LM would not read.
     MEGATRON_DEFAULTS  the arguments the built-in worker acts on, with its defaults
 
     check_known(sources)          a name no Megatron-LM knows: ConfigError, one line, the closest names
+    check_settings(settings)      the same for `--set` (beside an experiment's own keys, for Primus's)
     check_values(values, sources) a value Megatron-LM's parser would refuse: ConfigError, one line
     check_given_values(settings, experiment)   the same for `--set` and an experiment's values
     not_acted_on(args, given)     names Megatron-LM knows that the worker ignores: the report's notes
@@ -116,13 +117,23 @@ def megatron_lm_names() -> frozenset[str]:
     return frozenset(line for line in lines if line and not line.startswith("#")) | set(MEGATRON_DEFAULTS)
 
 
-def check_known(sources: Mapping[str, str]) -> None:
-    """Refuse the first key that is no Megatron-LM argument; `sources` maps each key to where it was
+def check_known(sources: Mapping[str, str], beside: Iterable[str] = ()) -> None:
+    """Refuse the first key that is no Megatron-LM argument nor one of `beside` (the keys a framework reads
+    beside them: a Primus experiment's, its presets' included); `sources` maps each key to where it was
     given (`--set num_layer=3`, the experiment file), for the message."""
-    known = megatron_lm_names()
+    known = megatron_lm_names() | set(beside)
+    # A key a framework reads off its arguments without listing it in a preset can still be given in the
+    # experiment's own overrides, which are the framework's to check.
+    what = "a Megatron-LM argument" + (" nor a key of the experiment or its presets (one the framework reads "
+                                       "but lists nowhere goes in the experiment's overrides)" if beside else "")
     for key, source in sources.items():
         if key not in known:
-            raise ConfigError(f"{source}: {key} is not a Megatron-LM argument{did_you_mean(key, known)}")
+            raise ConfigError(f"{source}: {key} is not {what}{did_you_mean(key, known)}")
+
+
+def check_settings(settings: Mapping[str, object], beside: Iterable[str] = ()) -> None:
+    """`check_known` on the `--set KEY=VALUE` settings: every path that reads an experiment refuses a typo."""
+    check_known({key: f"--set {key}={value}" for key, value in settings.items()}, beside)
 
 
 _PYTHON_TYPES = {"bool": bool, "int": int, "float": int | float, "str": str | int | float}

@@ -50,7 +50,8 @@ from ckpt_bench.storage.msc import msc_available
 
 PROGRESS = re.compile(
     r"\biteration\s+\d+/\s*\d+|saving checkpoint|scheduled an async|successfully saved|"
-    r"loading (distributed )?checkpoint|successfully loaded|verif"
+    # A rank's own verdict line (worker.entry), never an argument of the dump (rl_verify_model_weights_swap).
+    r"loading (distributed )?checkpoint|successfully loaded|\] verification failed"
 )
 
 # Primus's own checkpoint benchmark (benchmark/megatron/checkpoint/ckpt_launch.py) trains 200 iterations and saves
@@ -133,7 +134,7 @@ class MegatronConfig(CheckpointOptions, PreflightOptions, StorageOptions):
         super().__post_init__()
         self.settings = dict(parse_assignment(text) for text in self.set or ())
         if self.CHECKS_MEGATRON_LM_NAMES:
-            arguments.check_known({key: f"--set {key}={value}" for key, value in self.settings.items()})
+            arguments.check_settings(self.settings)
         overrides = dict(self.settings)
         for option, argument in self.ARGUMENTS.items():
             if getattr(self, option) is not None:
@@ -179,6 +180,8 @@ def resolve(launch: LaunchConfig[MegatronConfig], runner: str,
     # Primus's presets bring Primus's own keys beside Megatron-LM's: they are Primus's to check.
     if config.CHECKS_MEGATRON_LM_NAMES and experiment.primus is None:
         arguments.check_known({key: f"{experiment.path} (with its presets)" for key in experiment.args})
+    elif not config.CHECKS_MEGATRON_LM_NAMES:  # Primus reads its own keys too: a --set names one or Megatron-LM's
+        arguments.check_settings(config.settings, beside=experiment.args)
     run_length = PRIMUS_BENCHMARK_RUN if experiment.primus else {}
     arguments.check_given_values(config.settings, experiment, parsed=config.CHECKS_MEGATRON_LM_NAMES)
     args = deep_merge(experiment.args, {**run_length, **config.overrides})
@@ -225,6 +228,8 @@ def preview(experiment: Experiment, args: dict, sizes: dict, launch: LaunchConfi
     return {
         "backend": launch.runner,
         "experiment": str(experiment.path),
+        "exp_name": experiment.exp_name,
+        **({"exp_name_differs": " ".join(experiment.name_notes)} if experiment.name_notes else {}),
         "module": experiment.module,
         "presets_from": f"Primus checkout {primus.root} ({primus.found_as})" if primus else "ckpt-bench's own",
         "model_preset": str(experiment.model_preset) if experiment.model_preset else None,
@@ -464,12 +469,13 @@ class MegatronBackend(Backend[MegatronConfig]):
             resolved_config={**experiment.to_yaml_dict(), "exp_root": str(experiment.exp_root)},
             spec=MegatronSpec(arguments=args, training_impact=config.training_impact, load_layout=layout,
                               storage=storage.describe()),
-            run_info=replace(run_info(args, sizes, launch, storage, msc), load_layout=load_sizes),
+            run_info=replace(run_info(args, sizes, launch, storage, msc), load_layout=load_sizes,
+                             experiment=experiment.label),
             passes=[*config.preflight_passes(), WorkerPass("save", ["--phase", "save"]),
                     WorkerPass("load", ["--phase", "load"], nproc_per_node=config.load_nproc_per_node)],
             checkpoints=config.checkpoints(storage, writers_per_rank=rules.writers_per_rank(args),
                                            expected_bytes=kept_bytes),
             show_progress=shows_progress,
             collect=deletion_notes,
-            notes=[*async_writer_notes(args), *msc_note(msc, storage, why), *unread],
+            notes=[*experiment.name_notes, *async_writer_notes(args), *msc_note(msc, storage, why), *unread],
         )

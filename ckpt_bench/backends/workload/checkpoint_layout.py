@@ -163,6 +163,12 @@ class RankSpread:
     largest_rank: int
 
 
+def _spread(written: dict[int, int]) -> RankSpread:
+    """The spread of `written` (rank -> bytes); the largest rank is the lowest of those that write the most."""
+    largest = max(sorted(written), key=written.__getitem__)
+    return RankSpread(min(written.values()), statistics.median_low(written.values()), written[largest], largest)
+
+
 @dataclass(frozen=True)
 class Layout:
     """The checkpoint of a workload on a world size: per rank (all of them, or the subset that runs)."""
@@ -183,10 +189,11 @@ class Layout:
     total_bytes: int
     """Tensor bytes the whole job (all ``world_size`` ranks) writes per save."""
 
-    dlio_reported_bytes: int
-    """What DLIO reports as ``checkpoint_size_GB`` (× 2**30) for a run of exactly these ranks: the allocated
-    model bytes (including ZeRO-2 copies it does not write; a non-transformer's ``model_size_bytes`` instead,
-    once) plus the optimizer bytes, summed over the ranks that run. DLIO divides it by rank 0's duration."""
+    dlio_reported_bytes: int | None = None
+    """DLIO's formulas only (`dlio_layout`): what DLIO itself reports as ``checkpoint_size_GB`` (× 2**30) for a
+    run of exactly these ranks -- the model bytes it allocates (ZeRO-2's copies it does not write included; a
+    non-transformer's ``model_size_bytes`` instead, once) plus the optimizer bytes, summed over the ranks that
+    run. None: a state DLIO does not lay out (a Megatron GPT's)."""
 
     parameters: ParameterCounts | None = None
     """The model's total and active parameters (each once), where it is a transformer."""
@@ -197,14 +204,24 @@ class Layout:
     @property
     def spread(self) -> RankSpread:
         """Bytes per rank over the whole job: MoE, pipeline and ZeRO layouts give ranks different shares."""
-        written = self.job_rank_bytes
-        largest = max(range(len(written)), key=written.__getitem__)
-        return RankSpread(min(written), statistics.median_low(written), written[largest], largest)
+        return _spread(dict(enumerate(self.job_rank_bytes)))
+
+    @property
+    def run_spread(self) -> RankSpread:
+        """Bytes per rank over the ranks that run (a subset's, beside the job's `spread`)."""
+        return _spread({share.rank: share.bytes for share in self.ranks})
 
     @property
     def run_bytes(self) -> int:
         """Tensor bytes written per save by the ranks in :attr:`ranks`."""
         return sum(r.bytes for r in self.ranks)
+
+    @property
+    def mlperf_checkpoint_bytes(self) -> int:
+        """MLPerf's ``checkpoint_size_GB`` (× 2**30) of a run of these ranks, which DLIO divides by rank 0's
+        duration: DLIO's all-reduced sum of the state each rank that runs writes -- :attr:`run_bytes` -- or,
+        laid out by DLIO's own formulas, exactly the figure DLIO reports (:attr:`dlio_reported_bytes`)."""
+        return self.run_bytes if self.dlio_reported_bytes is None else self.dlio_reported_bytes
 
     @property
     def is_subset(self) -> bool:

@@ -19,6 +19,7 @@ import dataclasses
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import ClassVar
 
 from ckpt_bench.backends.workload.checkpoint_layout import Layout
@@ -27,7 +28,7 @@ from ckpt_bench.backends.workload.sources import resolve_workload
 from ckpt_bench.backends.workload.spec import SECTION, WorkloadSpec
 from ckpt_bench.backends.workload.workload import DLIO_APPLIES_FSYNC, Workload
 from ckpt_bench.core.errors import ConfigError
-from ckpt_bench.core.experiment import parse_assignment
+from ckpt_bench.core.experiment import experiment_label, name_mismatch, parse_assignment
 from ckpt_bench.core.options import Flag
 from ckpt_bench.core.rundir import RunDir
 from ckpt_bench.core.units import GIB
@@ -132,6 +133,18 @@ class WorkloadRun:
     save_calls: int
     load_calls: int
     time_between: float
+    experiment: Path | None = None
+    """The experiment file a Megatron workload was read from (its name is the file's exp_name)."""
+
+    @property
+    def label(self) -> str | None:
+        """`exp_name (file.yaml)` of an experiment's workload (`core.experiment.experiment_label`)."""
+        return experiment_label(self.workload.name, self.experiment) if self.experiment else None
+
+    @property
+    def name_notes(self) -> list[str]:
+        note = name_mismatch(self.workload.name, self.experiment) if self.experiment else None
+        return [note] if note else []
 
 
 def default_engine(workload: Workload) -> str:
@@ -195,8 +208,9 @@ def resolve(config: WorkloadConfig, launch: LaunchConfig) -> WorkloadRun:
                           "written; use at most that")
     time_between = (config.time_between_checkpoints if config.time_between_checkpoints is not None
                     else abs(workload.time_between_checkpoints))  # DLIO sleeps the absolute value
+    experiment = Path(config.workload).expanduser() if workload.megatron is not None else None
     return WorkloadRun(workload, engine, info, saved_state(info, workload), layout, ranks, save_calls, load_calls,
-                       time_between)
+                       time_between, experiment if experiment is not None and experiment.is_file() else None)
 
 
 def busiest_hosts(rank_bytes: Sequence[int], ranks: int, per_host: int) -> list[int]:
@@ -292,6 +306,8 @@ def preview(config: WorkloadConfig, launch: LaunchConfig, run: WorkloadRun) -> d
     layout = run.layout
     return {
         "workload": run.workload.name,
+        **({"experiment": run.label} if run.label else {}),
+        **({"exp_name_differs": " ".join(run.name_notes)} if run.name_notes else {}),
         "engine": run.engine,
         **model_facts(run),
         "world_size": layout.world_size,
@@ -299,6 +315,8 @@ def preview(config: WorkloadConfig, launch: LaunchConfig, run: WorkloadRun) -> d
         "total_bytes": layout.total_bytes,
         "run_bytes": layout.run_bytes,
         "rank_bytes": dataclasses.asdict(layout.spread),
+        # A subset's own ranks, as its rank list below shows them (rank_bytes is the whole job's).
+        **({"subset_rank_bytes": dataclasses.asdict(layout.run_spread)} if layout.is_subset else {}),
         "save_calls": run.save_calls,
         "load_calls": run.load_calls,
         "host_memory_needed_bytes": host_memory_needed(run, run.info, config.async_save,
@@ -345,7 +363,8 @@ class WorkloadRunInfo(RunInfo):
     """Tensor bytes the ranks that ran save each time."""
     job_tensor_bytes_per_save: int
     mlperf_checkpoint_bytes: int
-    """What DLIO reports as checkpoint_size_GB (the report's MLPerf section is computed from it)."""
+    """MLPerf's checkpoint_size_GB in bytes (`Layout.mlperf_checkpoint_bytes`: what the ranks that ran write a
+    save, or DLIO's own figure for DLIO's formulas); the report's MLPerf section is computed from it."""
     save_calls: int
     load_calls: int
     time_between_checkpoints: float
@@ -394,6 +413,7 @@ def run_info(config: WorkloadConfig, run: WorkloadRun, spec: WorkloadSpec, launc
             fsync=fsynced(spec.sync_files, spec.storage),
         ),
         storage=spec.storage,
+        experiment=run.label,
         workload=workload.name,
         engine=run.engine,
         job_world_size=layout.world_size,
@@ -404,7 +424,7 @@ def run_info(config: WorkloadConfig, run: WorkloadRun, spec: WorkloadSpec, launc
         zero_stage=workload.zero_stage,
         tensor_bytes_per_save=layout.run_bytes,
         job_tensor_bytes_per_save=layout.total_bytes,
-        mlperf_checkpoint_bytes=layout.dlio_reported_bytes,
+        mlperf_checkpoint_bytes=layout.mlperf_checkpoint_bytes,
         save_calls=run.save_calls,
         load_calls=run.load_calls,
         time_between_checkpoints=run.time_between,
@@ -486,7 +506,7 @@ class WorkloadBackend(Backend[WorkloadConfig]):
 
 
 def _notes(config: WorkloadConfig, run: WorkloadRun, sync_files: bool, storage_kind: str) -> list[str]:
-    notes = []
+    notes = list(run.name_notes)
     if run.layout.is_subset:
         notes.append(f"subset: {_job_ranks([share.rank for share in run.layout.ranks])} of a "
                      f"{run.layout.world_size}-rank job, each with its real share ({run.layout.run_bytes / GIB:.2f} "
@@ -500,7 +520,7 @@ def _notes(config: WorkloadConfig, run: WorkloadRun, sync_files: bool, storage_k
     if run.state == "megatron":
         notes.append(f"the {run.engine} engine saves a Megatron GPT's sharded state with its optimizer, not DLIO's "
                      "files: bytes and files per rank differ (docs/workloads.md); mlperf.dlio.checkpoint_size_GB is "
-                     "that state's size")
+                     "what these ranks write of that state a save")
     return notes
 
 

@@ -763,8 +763,7 @@ def rank_layout(gpt: MegatronGPT, running: Sequence[int], written: Sequence[int]
             pp_rank=c.pp_rank, dp_rank=c.dp_rank, mp_rank=gpt.parallel.model_parallel_rank(c.tp_rank, c.pp_rank),
             ep_rank=c.ep_rank, read_bytes=None if read is None else read[rank]))
     return Layout(workload=gpt.workload, world_size=world, data_parallelism=gpt.dp, ranks=tuple(ranks),
-                  total_bytes=sum(written[r] for r in range(world)),
-                  dlio_reported_bytes=sum(r.resident_bytes for r in ranks), parameters=gpt.parameters,
+                  total_bytes=sum(written[r] for r in range(world)), parameters=gpt.parameters,
                   job_rank_bytes=tuple(written[r] for r in range(world)))
 
 
@@ -774,8 +773,7 @@ def layout(workload: Workload, world_size: int | None = None, run_ranks: Sequenc
 
     `RankShare.bytes`: the tensor bytes the rank writes under the fully-parallel save; `resident_bytes`: the
     tensor bytes it holds (its model shards and its optimizer shards). `Layout.total_bytes`: the whole job's
-    (each replicated shard once); `dlio_reported_bytes`: the state held by the ranks that run, as DLIO's
-    `checkpoint_size_GB` counts its own. Raises `WorkloadError`.
+    (each replicated shard once). Raises `WorkloadError`.
     """
     gpt, running = megatron_job(workload, world_size, run_ranks)
     return rank_layout(gpt, running, *fully_parallel_bytes(gpt))

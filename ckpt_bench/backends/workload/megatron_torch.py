@@ -160,5 +160,4 @@ def layout(workload: Workload, world_size: int | None = None, run_ranks: Sequenc
                                mp_rank=gpt.parallel.model_parallel_rank(c.tp_rank, c.pp_rank), ep_rank=c.ep_rank,
                                read_bytes=read))
     return Layout(workload=workload, world_size=world, data_parallelism=gpt.dp, ranks=tuple(ranks),
-                  total_bytes=sum(written), dlio_reported_bytes=sum(r.resident_bytes for r in ranks),
-                  parameters=gpt.parameters, job_rank_bytes=tuple(written))
+                  total_bytes=sum(written), parameters=gpt.parameters, job_rank_bytes=tuple(written))

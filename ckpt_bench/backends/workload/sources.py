@@ -78,6 +78,7 @@ def from_experiment(path: Path, overrides: Mapping[str, object], primus_path: st
     if experiment.framework != "megatron":
         raise ConfigError(f"--workload {path}: framework {experiment.framework!r}; only Megatron experiments "
                           "describe a model shape")
+    arguments.check_settings(overrides, beside=experiment.args)  # a typo is refused, never an unused key
     arguments.check_given_values(overrides, experiment)
     return from_megatron_args(experiment.exp_name, deep_merge(experiment.args, dict(overrides)), f"--workload {path}")
 

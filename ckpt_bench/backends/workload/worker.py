@@ -141,7 +141,12 @@ def load_pass(spec: WorkloadSpec, engine: Engine, events: EventRecorder, context
 
 
 def run(spec: WorkloadSpec, phase: str) -> None:
-    context = WorkerContext.join(spec.dist_backend)
+    run_pass(spec, phase, WorkerContext.join(spec.dist_backend))
+
+
+def run_pass(spec: WorkloadSpec, phase: str, context: WorkerContext) -> None:
+    """This rank's `phase` pass of `spec`, in the process group `context` joined (a test runs the passes of
+    several runs in one torchrun: tests/workload_runs.py)."""
     torch.manual_seed(spec.seed + context.rank)
     engine_class = importlib.import_module(ENGINES[spec.engine].module).ENGINE
     engine = engine_class(spec, spec.layout(), context, worker_storage(spec.storage))

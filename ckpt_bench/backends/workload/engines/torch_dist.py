@@ -150,11 +150,13 @@ class TorchDistEngine(Engine):
 
     def _allocate(self, fill: bool) -> RankState:
         """All the rank's shards, random (or ones, as the workload says), or for a load the checkpointed ones,
-        uninitialized."""
+        uninitialized. The perturbed shard is the one megatron's layout picks where this rank checkpoints it
+        (a subset rank may not write it: then the worker picks its smallest, as it loads only what it wrote)."""
         self._tensors = allocate_shards(self.shards.shards if fill else self._checkpointed, self.spec.seed,
                                         self.layout.workload.randomize_tensor, self.context.device, fill)
-        return RankState({shard.name: self._tensors[shard.name] for shard in self._checkpointed}, [],
-                         perturbed=self.shards.perturbed)
+        checkpointed = {shard.name: self._tensors[shard.name] for shard in self._checkpointed}
+        perturbed = self.shards.perturbed if self.shards.perturbed in checkpointed else None
+        return RankState(checkpointed, [], perturbed=perturbed)
 
     def allocate(self) -> RankState:
         return self._allocate(fill=True)
