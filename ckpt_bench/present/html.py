@@ -76,6 +76,7 @@ th { background: #eaf2f8; font-weight: 600; }
 td:first-child, th:first-child { text-align: left; }
 table.pairs th { text-align: left; background: none; white-space: nowrap; }
 table.pairs td { text-align: left; }
+table.terms td:last-child, table.terms th:last-child { text-align: left; }
 table.pairs td code, td code { font-size: 0.95em; word-break: break-all; }
 figure { margin: 8px 0 20px; }
 figure svg { display: block; max-width: 100%; height: auto; }
@@ -560,7 +561,7 @@ def projection_html(projection: Projection) -> str:
         if time is not None and time.terms:
             content += (f"<h3>{title}: {_e(pp.time_words(time))}</h3><p class=\"hint\">Global steps run one after "
                         "another; of the transfer limits (client, storage, requests) the slowest counts.</p>"
-                        + _grid_table(pp.TERM_COLUMNS, pp.term_rows(time), table_id))
+                        + _grid_table(pp.TERM_COLUMNS, pp.term_rows(time), table_id, table_class="terms"))
     steps = pp.step_rows(projection)
     if steps:
         content += ("<h3>The engine's global steps at the job's size</h3><p class=\"hint\">Computed here with the "
@@ -576,8 +577,9 @@ def _pairs_table(rows: list[tuple[str, str]], table_id: str | None = None) -> st
     return f'<table class="pairs"{attrs}>{body}</table>'
 
 
-def _grid_table(columns: list[str], rows: list[list[str]], table_id: str | None = None, raw: bool = False) -> str:
-    attrs = f' id="{table_id}"' if table_id else ""
+def _grid_table(columns: list[str], rows: list[list[str]], table_id: str | None = None, raw: bool = False,
+                table_class: str | None = None) -> str:
+    attrs = (f' id="{table_id}"' if table_id else "") + (f' class="{table_class}"' if table_class else "")
     head = "".join(f"<th>{_e(c)}</th>" for c in columns)
     body = "".join("<tr>" + "".join(f"<td>{cell if raw else _e(cell)}</td>" for cell in row) + "</tr>" for row in rows)
     return f"<table{attrs}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
