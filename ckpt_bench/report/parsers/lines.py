@@ -312,18 +312,6 @@ def scan_lines(files: list[Path], grammar: Grammar, notes: list[str], block: int
             yield files, where, text
 
 
-class OneFileFormat:
-    """A format whose logs are single files (no folder layout), read with its `grammar`."""
-
-    folder_layout = None
-    grammar: Grammar
-
-    @classmethod
-    def lines(cls, streams: list[list[Path]], notes: list[str]) -> Iterator[Line]:
-        (files,) = streams
-        return scan_lines(files, cls.grammar, notes)
-
-
 class _Blocks:
     """A file's blocks of whole lines: `buf[:end]`, the last line without its newline only at the end of the
     file or when it is cut (`MAX_LINE`). The caller says how far it used each (`keep`): the next block

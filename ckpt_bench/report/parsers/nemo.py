@@ -74,9 +74,10 @@ from dataclasses import dataclass, field
 
 from ckpt_bench.core.events import OVERLAPS_PREVIOUS, CheckpointEvent, EventKind, TimeSource
 from ckpt_bench.report.engine import MEASURES
+from ckpt_bench.report.parsers.base import LogFormat, OneFileFormat
 from ckpt_bench.report.parsers.launchers import KEYWORDS as LAUNCHER_KEYWORDS
-from ckpt_bench.report.parsers.launchers import Launcher, LogFormat
-from ckpt_bench.report.parsers.lines import MEGATRON, Counted, Grammar, OneFileFormat, megatron_time_ns
+from ckpt_bench.report.parsers.launchers import Launcher
+from ckpt_bench.report.parsers.lines import MEGATRON, Counted, Grammar, megatron_time_ns
 from ckpt_bench.report.parsers.megatron import MegatronParser
 
 PREFIX = re.compile(r"\[NeMo (?P<level>[A-Z]) (?P<stamp>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) [^\]]*\]\s?(?P<message>.*)$")

@@ -32,8 +32,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ckpt_bench.core.events import CheckpointEvent, TimeSource
+from ckpt_bench.report.parsers.base import LogFormat
 from ckpt_bench.report.parsers.iterations import IterationTimes
-from ckpt_bench.report.parsers.launchers import LogFormat, split
+from ckpt_bench.report.parsers.launchers import split
 from ckpt_bench.report.parsers.lines import (
     ARGUMENTS_START,
     ITERATION_TIME,
