@@ -13,7 +13,7 @@ loguru-style rotation (`debug.<timestamp>.log`). The shapes:
 
 * last-rank: the last rank's training line every step (issue 30's tree), 10 MB rotation;
 * all-ranks: every rank's training line every 4 steps (issue 39's tree);
-* rotated: all-ranks rotated at 1 MB (hundreds of files a rank);
+* rotated: all-ranks rotated at 1 MB (about 130 files a rank);
 * timers: `--timing-log-option all`, 40 timers of 8 ranks every step, a line each;
 * long-lines: all-ranks with a 256 KiB line a rank every 50 steps, a 1 MiB one naming the checkpoint at
   each save;
@@ -88,7 +88,7 @@ SHAPES = {shape.name: shape for shape in (
     Shape("last-rank", "8 ranks, the last rank's training line every step (issue 30's tree)"),
     Shape("all-ranks", "8 ranks, every rank's training line every 4 steps at INFO (rank 0's debug.log holds "
           "its own too)", training_ranks="all", training_every=4),
-    Shape("rotated", "as all-ranks, rotated at 1 MB (hundreds of files a rank)", training_ranks="all",
+    Shape("rotated", "as all-ranks, rotated at 1 MB (about 130 files a rank)", training_ranks="all",
           training_every=4, rotate_bytes=1 << 20),
     Shape("timers", "8 ranks, --timing-log-option all: 40 timers x 8 ranks every step, save-checkpoint's per rank",
           timers_every=1, timers=40, timers_all_ranks=True),
