@@ -230,3 +230,25 @@ def test_a_refusal_names_where_the_bad_value_came_from(tmp_path, monkeypatch):
                                           r"pre_trainer.yaml's tensor_model_parallel_size 1, exp.yaml's pipeline_"
                                           r"model_parallel_size 2, --cp 2\)"):
         _megatron_plan("--config", str(experiment), "--nproc-per-node", "2", "--cp", "2")
+
+
+def test_the_built_in_worker_refuses_a_pipeline_it_cannot_split_and_plans_megatron_lms():
+    """An uneven split the worker's even one cannot stand in for (5 layers on 2 stages): `--plan` gives
+    Megatron-LM's layout and why; a run stops with that line before anything starts."""
+    from ckpt_bench.cli.launch import parse_argv
+    from ckpt_bench.launcher import registry
+
+    argv = ["--pp", "2", "--set", "num_layers=5", "--set", "decoder_first_pipeline_num_layers=1",
+            "--nproc-per-node", "2"]
+    plan = _megatron_plan(*argv)
+    assert plan["pipeline"] == "layers per pipeline stage [1, 4]" and "worker_pipeline" not in plan
+    assert "(from --set num_layers 5, --pp 2, --set decoder_first_pipeline_num_layers 1)" in plan["worker_refuses"]
+    values, given = parse_argv(argv)
+    launch_config, _ = registry.build_launch(values, given, {})
+    with pytest.raises(ConfigError, match=r"^the megatron worker cannot run this: Megatron-LM lays this job out as "
+                                          r"layers per pipeline stage \[1, 4\]"):
+        registry.runner_for(launch_config).plan(launch_config)
+    even = _megatron_plan("--pp", "2", "--set", "num_layers=6", "--set", "decoder_first_pipeline_num_layers=2",
+                          "--nproc-per-node", "2")  # the worker runs its even split, and says so
+    assert (even["pipeline"], even["worker_pipeline"]) == ("layers per pipeline stage [2, 4]",
+                                                           "layers per pipeline stage [3, 3]")
