@@ -2,7 +2,7 @@
 """DLIO itself and ckpt-bench's `--workload` on the same workload file and disk, side by side.
 
     python benchmarks/dlio_side_by_side.py [--workload FILE ...] [--ranks 2] [--saves 5] [--min-rounds 3]
-        [--max-rounds 10] [--budget-s 600] [--settle 5] [--dir DIR]
+        [--max-rounds 10] [--budget-s 600] [--settle 5] [--dir DIR] [--fsync]
         [--dlio-venv /tmp/dlio-venv --dlio-src /tmp/dlio-src]
 
 Two sizes by default, each compared on its own: tests/fixtures/workloads/dlio_tiny_zero3.yaml (28 M parameters,
@@ -14,8 +14,12 @@ docs/workloads.md). Without it the script says so and exits 0.
 
 Both sides run the workload's torch.save checkpointing without fsync (DLIO never fsyncs: ours gets
 --no-sync-files) and read back right after writing (DLIO's loads are warm: ours gets --warm-load), with no
-wait between checkpoints. Rounds are interleaved (the order flips every round: drift in a shared,
-host-cached disk hits both alike), and each run starts on a synced disk idle for --settle seconds. Per side
+wait between checkpoints. With --fsync both fsync every file, as MLPerf's CLOSED rules ask (ours
+--sync-files): DLIO e1919d7 reads its YAML's `checkpoint.fsync` into `checkpoint_sync` and saves with
+`checkpoint_fsync`, so --fsync needs a DLIO source whose utils/config.py sets `args.checkpoint_fsync` from it
+(that one name changed; DLIO runs from --dlio-src, first on its PYTHONPATH); the script checks and says so.
+Rounds are interleaved (the order flips every round: drift in a shared, host-cached disk hits both alike), and
+each run starts on a synced disk idle for --settle seconds. Per side
 and round: the tensor bytes of every file written (loaded back with torch and summed), DLIO's
 `checkpoint_size_GB`, the save and load figures under DLIO's own definition
 (`metric.save_checkpoint_io_mean_GB_per_second`: the mean of each save's own GB/s, rank 0's durations; ours:
@@ -45,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -138,7 +143,8 @@ def run_dlio(args, workload: Path, work: Path) -> dict:
                f"++workload.checkpoint.num_checkpoints_write={args.saves}",
                f"++workload.checkpoint.num_checkpoints_read={args.saves}",
                "++workload.checkpoint.time_between_checkpoints=0"]
-    subprocess.run(command, cwd=work, check=True, capture_output=True, text=True)
+    env = {**os.environ, "PYTHONPATH": str(args.dlio_src)}  # this source, whatever the venv installed
+    subprocess.run(command, cwd=work, check=True, capture_output=True, text=True, env=env)
     metric = json.loads((out / "summary.json").read_text())["metric"]
     stats = json.loads((out / "0_per_epoch_stats.json").read_text())["1"]
     durations = [stats[f"save_ckpt{k}"]["duration"] for k in range(1, args.saves + 1)]
@@ -154,7 +160,8 @@ def run_ours(args, workload: Path, work: Path) -> dict:
     """One ckpt-bench run of `workload` through torch-save, as DLIO does it."""
     command = [sys.executable, str(ROOT / "ckpt_launch.py"), "--workload", str(workload), "--engine", "torch-save",
                "--nproc-per-node", str(args.ranks), "--save-calls", str(args.saves), "--load-calls", str(args.saves),
-               "--time-between-checkpoints", "0", "--no-sync-files", "--warm-load", "--keep-checkpoints",
+               "--time-between-checkpoints", "0", "--sync-files" if args.fsync else "--no-sync-files", "--warm-load",
+               "--keep-checkpoints",
                "--save-dir", str(work / "ours-ckpt"), "--runs-dir", str(work / "ours-runs"), "--format", "json"]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     if result.returncode:
@@ -209,7 +216,8 @@ def compare(args, workload: Path, base: Path) -> None:
 
     rounds = len(rows["dlio"])
     print(f"\n{workload.name}, {args.ranks} ranks, {args.saves} saves and loads a run, {rounds} rounds "
-          f"interleaved in {time.monotonic() - started:.0f} s, no fsync, warm loads (medians over rounds)")
+          f"interleaved in {time.monotonic() - started:.0f} s, {'every file fsynced' if args.fsync else 'no fsync'}, "
+          "warm loads (medians over rounds)")
     print(f"{'':36}{'DLIO':>14}{'ckpt-bench':>14}{'ours/DLIO':>11}")
     for key, label in (("bytes", "tensor bytes written a save"), ("size_GB", "checkpoint_size_GB"),
                        ("save_GBps", "save GB/s (rank 0, DLIO's mean)"),
@@ -239,6 +247,7 @@ def main() -> int:
     parser.add_argument("--settle", type=float, default=5.0, help="seconds of a synced, idle disk before each run "
                         "(default 5): without fsync a run leaves its writes dirty for the next to flush")
     parser.add_argument("--dir", type=Path, default=None, help="where both write (default: a temporary folder)")
+    parser.add_argument("--fsync", action="store_true", help="both fsync every file (needs DLIO's fsync name fixed)")
     parser.add_argument("--dlio-venv", type=Path, default=Path("/tmp/dlio-venv"))
     parser.add_argument("--dlio-src", type=Path, default=Path("/tmp/dlio-src"))
     args = parser.parse_args()
@@ -249,6 +258,11 @@ def main() -> int:
     if not (args.dlio_venv / "bin" / "dlio_benchmark").exists():
         print(f"DLIO not found in {args.dlio_venv}: nothing to compare (see docs/workloads.md to install it)")
         return 0
+    config = args.dlio_src / "dlio_benchmark" / "utils" / "config.py"
+    if args.fsync and "args.checkpoint_fsync = config['checkpoint']['fsync']" not in config.read_text():
+        print(f"--fsync: {config} reads the YAML's checkpoint.fsync into checkpoint_sync, which DLIO's saves never "
+              "read (they read checkpoint_fsync): change that name there to make DLIO fsync", file=sys.stderr)
+        return 2
     base = Path(tempfile.mkdtemp(prefix="dlio-side-", dir=args.dir))
     try:
         for workload in args.workload or WORKLOADS:
