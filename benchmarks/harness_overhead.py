@@ -33,7 +33,7 @@ over rounds (rounds drawn with replacement, BOOTSTRAP_SAMPLES times, the 2.5th a
 of the geometric mean). The verdict: `within 5%` when the whole interval is at most 1.05, `over 5%`
 when it is all above, else `undecided` (more rounds narrow it). Beside it the rounds' median ratio, with its
 own bootstrap interval and verdict: on a shared disk a round's whole process now and then meets a slower
-disk (here 5 of 16 rounds, saves at 0.9 s against 0.65, as often ours as the bare script), which moves the
+disk (here 6 of 24 rounds, saves at 0.8-0.9 s against 0.65, either side), which moves the
 mean of the rounds and not their median. Run it on an otherwise idle machine.
 
 A disk shared and cached by its host swings from round to round (a round's ratio from 0.7 to 1.4 on this
