@@ -1,14 +1,25 @@
 #!/usr/bin/env python3
-"""How fast `ckpt_report.py` reads a big Primus log tree, and in how much memory.
+"""How fast `ckpt_report.py` reads big Primus log trees of several shapes, and in how much memory.
 
-    python benchmarks/parse_speed.py [--dir DIR] [--size-gib 1.0] [--keep] [--repeat 5] [--output R.json]
+    python benchmarks/parse_speed.py [--shape NAME ...] [--dir DIR] [--size-gib 1.0] [--keep] [--repeat 5]
+                                     [--output DIR]
 
-Generates (unless DIR already holds one) a Primus `logs/pre_trainer/` tree of 8 ranks with the line
-mix of a long run: an iteration line per step on the last rank, at INFO, in the info.log a report reads
-(Primus's `log_rank_last` logs at INFO; its Megatron backend of 2026 prints the training line, which lands
-at DEBUG, unread): the worst case, the tree of issue 30; per-rank debug/info chatter, a timer block every
-10 steps, a checkpoint save every 500 steps, an arguments dump, loguru-style 10 MB rotation
-(`debug.<timestamp>.log`). Then:
+Generates (unless DIR/<shape>/ already holds one) a Primus `logs/pre_trainer/` tree for each shape
+(`SHAPES`, all by default), each with the line mix of a long run: per-rank debug/info chatter every step,
+the training line at INFO (Primus's `log_rank_last` logs it at INFO on the last rank; a run logging INFO on
+all ranks has it in every rank's files, rank 0's debug.log, which a report reads, included), timer blocks,
+a checkpoint save every 500 steps with its `save-checkpoint` timer on the last rank, an arguments dump,
+loguru-style rotation (`debug.<timestamp>.log`). The shapes:
+
+* last-rank: the last rank's training line every step (issue 30's tree), 10 MB rotation;
+* all-ranks: every rank's training line every 4 steps (issue 39's tree);
+* rotated: all-ranks rotated at 1 MB (about 130 files a rank);
+* timers: `--timing-log-option all`, 40 timers of 8 ranks every step, a line each;
+* long-lines: all-ranks with a 256 KiB line a rank every 50 steps, a 1 MiB one naming the checkpoint at
+  each save;
+* ranks64: 64 rank folders, every rank's training line every 4 steps.
+
+For each:
 
 * parses it in a fresh process (so peak RSS is the parse's alone) and prints MB/s over the bytes read
   and over the whole tree;
@@ -25,7 +36,7 @@ at DEBUG, unread): the worst case, the tree of issue 30; per-rank debug/info cha
 * prints the SHA-256 of the report's JSON (`--output` keeps it), to compare the numbers of two
   versions on one tree (`--dir`).
 
-The machine should be otherwise idle: the ratio compares wall-clock times.
+Then one table, a line per shape. The machine should be otherwise idle: the ratio compares wall-clock times.
 """
 
 from __future__ import annotations
@@ -41,6 +52,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -48,28 +60,61 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 GREP_PATTERN = "checkpoint|time across ranks|arguments"
 
-RANKS = 8
 ROTATE_BYTES = 10 << 20  # Primus's loguru sinks rotate at "10 MB"
-SAVE_EVERY, TIMERS_EVERY = 500, 10
+SAVE_EVERY = 500
 START = datetime(2026, 5, 14)  # the run's clock: days go on (a clock that went back would be another test)
+TIMERS = ["forward-backward", "forward-compute", "backward-compute", "batch-generator", "layernorm-grads-all-reduce",
+          "all-grads-sync", "params-all-gather", "optimizer-copy-to-main-grad", "optimizer-clip-main-grad",
+          "optimizer-count-zeros", "optimizer-inner-step", "optimizer"]
 
 
-def _prefix(seconds: int, rank: int, level: str, location: str) -> str:
+@dataclass(frozen=True)
+class Shape:
+    """The line mix of one generated Primus tree."""
+
+    name: str
+    about: str
+    ranks: int = 8
+    training_ranks: str = "last"  # which ranks log the training line at INFO: "last" (log_rank_last) or "all"
+    training_every: int = 1  # a training line every N steps (Megatron's --log-interval)
+    timers_every: int = 10
+    timers: int = len(TIMERS)  # timers in a block (the names above, then numbered ones)
+    timers_all_ranks: bool = False  # --timing-log-option all: `times across ranks`, a line per timer and rank
+    rotate_bytes: int = ROTATE_BYTES
+    long_line_bytes: int = 0  # > 0: each rank logs a line this long every 50 steps, rank 0 one at each save
+
+
+SHAPES = {shape.name: shape for shape in (
+    Shape("last-rank", "8 ranks, the last rank's training line every step (issue 30's tree)"),
+    Shape("all-ranks", "8 ranks, every rank's training line every 4 steps at INFO (rank 0's debug.log holds "
+          "its own too)", training_ranks="all", training_every=4),
+    Shape("rotated", "as all-ranks, rotated at 1 MB (about 130 files a rank)", training_ranks="all",
+          training_every=4, rotate_bytes=1 << 20),
+    Shape("timers", "8 ranks, --timing-log-option all: 40 timers x 8 ranks every step, save-checkpoint's per rank",
+          timers_every=1, timers=40, timers_all_ranks=True),
+    Shape("long-lines", "as all-ranks, and a 256 KiB line a rank every 50 steps, a 1 MiB one naming the "
+          "checkpoint at each save", training_ranks="all", training_every=4, long_line_bytes=256 << 10),
+    Shape("ranks64", "64 rank folders, every rank's training line every 4 steps", ranks=64, training_ranks="all",
+          training_every=4),
+)}
+
+
+def _prefix(seconds: int, rank: int, ranks: int, level: str, location: str) -> str:
     clock = (START + timedelta(seconds=seconds)).strftime("%Y%m%d %H:%M:%S")
-    return (f"[{clock}][bench/llm][pre_trainer][ip-10.0.0.{rank}][rank-{rank}/{RANKS}]"
+    return (f"[{clock}][bench/llm][pre_trainer][ip-10.0.0.{rank}][rank-{rank}/{ranks}]"
             f"{f'[{level}]':<11}[{location:->23}] : ")
 
 
 class _RotatingSink:
     """One level file of one rank, rotated as loguru does: the full file gets a timestamped name."""
 
-    def __init__(self, folder: Path, level: str):
-        self.folder, self.level, self.rotations = folder, level, 0
+    def __init__(self, folder: Path, level: str, rotate_bytes: int):
+        self.folder, self.level, self.rotate_bytes, self.rotations = folder, level, rotate_bytes, 0
         self.file = open(folder / f"{level}.log", "w", buffering=1 << 20)  # noqa: SIM115
         self.written = 0
 
     def write(self, text: str) -> None:
-        if self.written + len(text) > ROTATE_BYTES:
+        if self.written + len(text) > self.rotate_bytes and self.written:
             self.file.close()
             self.rotations += 1
             stamp = f"2026-05-14_{self.rotations // 3600:02d}-{self.rotations // 60 % 60:02d}-" \
@@ -84,15 +129,28 @@ class _RotatingSink:
         self.file.close()
 
 
-def generate(root: Path, size_bytes: int) -> None:
+def _timer_block(shape: Shape, times: dict[str, tuple[float, float]]) -> str:
+    """A timer block as Megatron's `Timers.log` prints it: name -> (min, max), or each rank's value
+    (spread evenly from min to max) with `--timing-log-option all`."""
+    if not shape.timers_all_ranks:
+        return "(min, max) time across ranks (ms):" + "".join(
+            f"\n    {(name + ' ').ljust(48, '.')}: ({low:.2f}, {high:.2f})" for name, (low, high) in times.items())
+    return "times across ranks (ms):" + "".join(
+        f"\n  {name}:" + "".join(f"\n     rank {rank:2d}: {low + (high - low) * rank / shape.ranks:.2f}"
+                                 for rank in range(shape.ranks))
+        for name, (low, high) in times.items())
+
+
+def generate(root: Path, size_bytes: int, shape: Shape) -> None:
     sinks = {}
-    for rank in range(RANKS):
+    for rank in range(shape.ranks):
         folder = root / f"rank-{rank}"
         folder.mkdir(parents=True)
-        sinks[rank] = {level: _RotatingSink(folder, level) for level in ("debug", "info", "warning", "error")}
+        sinks[rank] = {level: _RotatingSink(folder, level, shape.rotate_bytes)
+                       for level in ("debug", "info", "warning", "error")}
 
     def log(rank: int, seconds: int, level: str, location: str, message: str) -> int:
-        text = _prefix(seconds, rank, level, location) + message + "\n"
+        text = _prefix(seconds, rank, shape.ranks, level, location) + message + "\n"
         sinks[rank]["debug"].write(text)
         if level != "DEBUG":
             sinks[rank]["info"].write(text)
@@ -100,48 +158,57 @@ def generate(root: Path, size_bytes: int) -> None:
             sinks[rank]["warning"].write(text)
         return len(text) * (1 + (level != "DEBUG") + (level == "WARNING"))
 
-    last = RANKS - 1
+    last = shape.ranks - 1
+    training_ranks = range(shape.ranks) if shape.training_ranks == "all" else [last]
     dump = ["------------------------ arguments ------------------------"]
     dump += [f"  argument_number_{i:03d} {'.' * 29} {i}" for i in range(480)]
     dump += ["  async_save ...................................... True",
-             "  world_size ...................................... 8",
+             f"  world_size ...................................... {shape.ranks}",
              "-------------------- end of arguments ---------------------"]
     written = log(0, 0, "DEBUG", "arguments.py:812", "\n".join(dump))
-    timers = "(min, max) time across ranks (ms):\n" + "\n".join(
-        f"    {(name + ' ').ljust(48, '.')}: ({i * 3.1:.2f}, {i * 3.3:.2f})"
-        for i, name in enumerate(["forward-backward", "forward-compute", "backward-compute",
-                                  "batch-generator", "layernorm-grads-all-reduce", "all-grads-sync",
-                                  "params-all-gather", "optimizer-copy-to-main-grad", "optimizer-clip-main-grad",
-                                  "optimizer-count-zeros", "optimizer-inner-step", "optimizer"], 1))
+    names = (TIMERS + [f"timer-{i:02d}" for i in range(len(TIMERS), shape.timers)])[:shape.timers]
+    timers = _timer_block(shape, {name: (i * 3.1, i * 3.3) for i, name in enumerate(names, 1)})
+    long_line = "gradient norms per parameter: " + ", ".join(
+        f"decoder.layers.{i % 96}.mlp.linear_fc{1 + i % 2}.weight: 0.{i:06d}"
+        for i in range(shape.long_line_bytes // 50))
+    keys = "sharded state dict keys of the checkpoint: " + ", ".join(
+        f"decoder.layers.{i % 96}.self_attention.linear_qkv.weight/shard_{i}"
+        for i in range(4 * shape.long_line_bytes // 60))
     iteration = 0
     while written < size_bytes:
         iteration += 1
         t = iteration * 2
         stamp = f"{START + timedelta(seconds=t)}.428589"
-        written += log(last, t, "INFO", "utils.py:425", (
-            f"[{stamp}] iteration {iteration:8d}/ 1000000 | consumed samples: {iteration * 256:12d} | "
-            "elapsed time per iteration (ms): 2031.4 | throughput per GPU (TFLOP/s/GPU): 412.6 | "
-            "learning rate: 2.999871E-04 | global batch size:   256 | lm loss: 2.318562E+00 | "
-            "loss scale: 1.0 | grad norm: 0.213 | number of skipped iterations:   0 | "
-            "number of nan iterations:   0 | hip mem usage/free/total/usage_ratio: "
-            "134.43GB/153.55GB/287.98GB/46.68% |"))
-        for rank in range(RANKS):
+        if iteration % shape.training_every == 0:
+            for rank in training_ranks:
+                written += log(rank, t, "INFO", "utils.py:425", (
+                    f"[{stamp}] iteration {iteration:8d}/ 1000000 | consumed samples: {iteration * 256:12d} | "
+                    "elapsed time per iteration (ms): 2031.4 | throughput per GPU (TFLOP/s/GPU): 412.6 | "
+                    "learning rate: 2.999871E-04 | global batch size:   256 | lm loss: 2.318562E+00 | "
+                    "loss scale: 1.0 | grad norm: 0.213 | number of skipped iterations:   0 | "
+                    "number of nan iterations:   0 | hip mem usage/free/total/usage_ratio: "
+                    "134.43GB/153.55GB/287.98GB/46.68% |"))
+        for rank in range(shape.ranks):
             written += log(rank, t, "DEBUG", "memory.py:77",
                            f"[rank {rank}] step {iteration}: allocated 61.2 GiB, reserved 70.0 GiB, "
                            "peak 66.9 GiB, fragmentation 4.1%")
             written += log(rank, t, "INFO", "trainer.py:1204",
                            f"step {iteration} rank {rank}: tokens/s/GPU 8123.4, mfu 41.2%")
-        if iteration % TIMERS_EVERY == 0:
+            if shape.long_line_bytes and iteration % 50 == rank % 50:
+                written += log(rank, t, "DEBUG", "grads.py:61", long_line)
+        if iteration % shape.timers_every == 0:
             written += log(last, t, "INFO", "timers.py:430", timers)
         if iteration % 997 == 0:
-            written += log(3, t, "WARNING", "ddp.py:311", "bucket rebuilt: gradient layout changed")
+            written += log(3 % shape.ranks, t, "WARNING", "ddp.py:311", "bucket rebuilt: gradient layout changed")
         if iteration % SAVE_EVERY == 0:
             written += log(0, t, "DEBUG", "checkpointing.py:411",
                            f"[{stamp}] saving checkpoint at iteration {iteration:7d} to /ckpt in torch_dist format")
+            if shape.long_line_bytes:
+                written += log(0, t, "DEBUG", "checkpointing.py:415", keys)
             written += log(0, t, "DEBUG", "checkpointing.py:520",
                            f"  [{stamp}] scheduled an async checkpoint save at iteration {iteration:7d} to /ckpt")
-            written += log(last, t + 1, "INFO", "timers.py:430", "(min, max) time across ranks (ms):\n"
-                           f"    {'save-checkpoint '.ljust(48, '.')}: (1180.00, 1234.50)")
+            written += log(last, t + 1, "INFO", "timers.py:430", _timer_block(
+                shape, {"save-checkpoint": (1180.0, 1234.5)}))
             written += log(0, t + 20, "DEBUG", "checkpointing.py:560",
                            f"  [{stamp}] successfully saved checkpoint from iteration {iteration:7d} "
                            "to /ckpt [ t 1/1, p 1/1 ]")
@@ -224,13 +291,57 @@ def against_grep(root: Path, repeat: int, output: Path) -> dict:
             "ratio_per_turn": statistics.median(per_turn), "ratio_cpu": median["report_cpu"] / median["grep_cpu"]}
 
 
+def measure(shape: Shape, base: Path, size_gib: float, repeat: int, output: Path | None) -> dict:
+    """One shape: its tree generated under `base` unless there, parsed, timed against grep; prints its lines."""
+    root = base / shape.name / "logs" / "pre_trainer"
+    print(f"== {shape.name}: {shape.about}")
+    if not root.is_dir():
+        started = time.perf_counter()
+        generate(root, int(size_gib * (1 << 30)), shape)
+        print(f"generated {root} in {time.perf_counter() - started:.1f} s")
+    total = tree_bytes(root)
+    child = subprocess.run([sys.executable, __file__, "--parse-only", str(root)],
+                           capture_output=True, text=True, check=True)
+    figures = json.loads(child.stdout)
+    mb = 1e6
+    print(f"tree: {total / mb:.0f} MB in {sum(1 for f in root.rglob('*') if f.is_file())} files, "
+          f"{shape.ranks} ranks; read {figures['bytes_read'] / mb:.0f} MB (rank-0 debug + rank-{shape.ranks - 1} "
+          "info)")
+    print(f"parse: {figures['seconds']} s, {figures['bytes_read'] / mb / figures['seconds']:.0f} MB/s read, "
+          f"{total / mb / figures['seconds']:.0f} MB/s of tree; {figures['saves']} saves; "
+          f"peak RSS {figures['peak_rss_mib']} MiB")
+    with tempfile.TemporaryDirectory(prefix="ckpt-bench-report-") as scratch:
+        report = output / f"{shape.name}.json" if output else Path(scratch) / "report.json"
+        result = against_grep(root, repeat, report)
+        digest = hashlib.sha256(report.read_bytes()).hexdigest()
+    median = result["median"]
+    runs = ", ".join(f"{t:.2f}" for t in result["times"]["report"])
+    print(f"ckpt_report.py: median {median['report']:.2f} s over {repeat} runs ({runs}), "
+          f"peak RSS {result['peak_rss_mib']:.1f} MiB")
+    print(f"grep -rE \"{GREP_PATTERN}\" > file: median {median['grep']:.2f} s "
+          f"({', '.join(f'{t:.2f}' for t in result['times']['grep'])}); > /dev/null: median "
+          f"{median['grep_null']:.2f} s")
+    print(f"ratio ckpt_report.py / grep: {result['ratio']:.2f} (grep > /dev/null: {result['ratio_null']:.2f}); "
+          f"median of each turn's ratio {result['ratio_per_turn']:.2f}; CPU time {median['report_cpu']:.2f} s "
+          f"against {median['grep_cpu']:.2f} s, ratio {result['ratio_cpu']:.2f}")
+    print(f"of which start-up (ckpt_report.py --help): median {median['startup']:.2f} s, CPU time "
+          f"{median['startup_cpu']:.2f} s")
+    print(f"load average (1 min) before and after the turns: {result['load'][0]:.2f}, {result['load'][1]:.2f}")
+    print(f"report sha256 {digest}", flush=True)
+    return {"shape": shape.name, "tree_mb": total / mb, "read_mb": figures["bytes_read"] / mb, **result,
+            "sha256": digest}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dir", type=Path, help="where the tree is (generated there if absent)")
-    parser.add_argument("--size-gib", type=float, default=1.0)
-    parser.add_argument("--keep", action="store_true", help="keep a generated temporary tree")
+    parser.add_argument("--dir", type=Path, help="where the trees are (DIR/<shape>/logs/pre_trainer; generated "
+                        "there if absent)")
+    parser.add_argument("--shape", action="append", choices=sorted(SHAPES),
+                        help="a shape to measure (repeatable; default: every one)")
+    parser.add_argument("--size-gib", type=float, default=1.0, help="each generated tree's size (default 1.0)")
+    parser.add_argument("--keep", action="store_true", help="keep generated temporary trees")
     parser.add_argument("--repeat", type=int, default=5, help="runs of ckpt_report.py and of grep (default 5)")
-    parser.add_argument("--output", type=Path, help="keep the report's JSON here")
+    parser.add_argument("--output", type=Path, help="keep each report's JSON here (<shape>.json)")
     parser.add_argument("--parse-only", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.parse_only:
@@ -238,43 +349,22 @@ def main() -> None:
         return
 
     base = args.dir or Path(tempfile.mkdtemp(prefix="ckpt-bench-parse-"))
-    root = base / "logs" / "pre_trainer"
+    if args.output:
+        args.output.mkdir(parents=True, exist_ok=True)
+    results = []
     try:
-        if not root.is_dir():
-            started = time.perf_counter()
-            generate(root, int(args.size_gib * (1 << 30)))
-            print(f"generated {root} in {time.perf_counter() - started:.1f} s")
-        total = tree_bytes(root)
-        child = subprocess.run([sys.executable, __file__, "--parse-only", str(root)],
-                               capture_output=True, text=True, check=True)
-        figures = json.loads(child.stdout)
-        mb = 1e6
-        print(f"tree: {total / mb:.0f} MB in {sum(1 for f in root.rglob('*') if f.is_file())} files, "
-              f"{RANKS} ranks; read {figures['bytes_read'] / mb:.0f} MB (rank-0 debug + rank-{RANKS - 1} info)")
-        print(f"parse: {figures['seconds']} s, {figures['bytes_read'] / mb / figures['seconds']:.0f} MB/s read, "
-              f"{total / mb / figures['seconds']:.0f} MB/s of tree; {figures['saves']} saves; "
-              f"peak RSS {figures['peak_rss_mib']} MiB")
-        with tempfile.TemporaryDirectory(prefix="ckpt-bench-report-") as scratch:
-            output = args.output or Path(scratch) / "report.json"
-            result = against_grep(root, max(1, args.repeat), output)
-            digest = hashlib.sha256(output.read_bytes()).hexdigest()
-        median = result["median"]
-        runs = ", ".join(f"{t:.2f}" for t in result["times"]["report"])
-        print(f"ckpt_report.py {root}: median {median['report']:.2f} s over {args.repeat} runs ({runs}), "
-              f"peak RSS {result['peak_rss_mib']:.1f} MiB")
-        print(f"grep -rE \"{GREP_PATTERN}\" > file: median {median['grep']:.2f} s "
-              f"({', '.join(f'{t:.2f}' for t in result['times']['grep'])}); > /dev/null: median "
-              f"{median['grep_null']:.2f} s")
-        print(f"ratio ckpt_report.py / grep: {result['ratio']:.2f} (grep > /dev/null: {result['ratio_null']:.2f}); "
-              f"median of each turn's ratio {result['ratio_per_turn']:.2f}; CPU time {median['report_cpu']:.2f} s "
-              f"against {median['grep_cpu']:.2f} s, ratio {result['ratio_cpu']:.2f}")
-        print(f"of which start-up (ckpt_report.py --help): median {median['startup']:.2f} s, CPU time "
-              f"{median['startup_cpu']:.2f} s")
-        print(f"load average (1 min) before and after the turns: {result['load'][0]:.2f}, {result['load'][1]:.2f}")
-        print(f"report sha256 {digest}")
+        for name in args.shape or SHAPES:
+            results.append(measure(SHAPES[name], base, args.size_gib, max(1, args.repeat), args.output))
     finally:
         if args.dir is None and not args.keep:
             shutil.rmtree(base, ignore_errors=True)
+    print(f"\n{'shape':<11} {'tree MB':>8} {'read MB':>8} {'ours s':>7} {'grep s':>7} {'ratio':>6} {'per turn':>8} "
+          f"{'CPU':>6}  report sha256")
+    for result in results:
+        median = result["median"]
+        print(f"{result['shape']:<11} {result['tree_mb']:8.0f} {result['read_mb']:8.0f} {median['report']:7.2f} "
+              f"{median['grep']:7.2f} {result['ratio']:6.2f} {result['ratio_per_turn']:8.2f} "
+              f"{result['ratio_cpu']:6.2f}  {result['sha256'][:16]}")
 
 
 if __name__ == "__main__":

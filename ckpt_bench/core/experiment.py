@@ -248,6 +248,18 @@ class Experiment:
         defaults its module preset brings."""
         return set(self.model_args) | set(self.overrides)
 
+    def origin(self, key: str) -> str | None:
+        """Which file sets the experiment's `key`, by its name for messages (`--plan` gives their paths): the
+        experiment itself (its overrides or module keys), its model preset or its module preset; None where none
+        does (the trainer's default)."""
+        if key in self.overrides:
+            return self.path.name
+        if key in self.model_args:
+            return f"model preset {self.model_preset.name}"
+        if key in self.args:
+            return f"module preset {self.module_preset.name}" if self.module_preset else self.path.name
+        return None
+
     def to_yaml_dict(self) -> dict:
         """The resolved experiment, as written into the run directory."""
         return {

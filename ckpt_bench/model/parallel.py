@@ -14,14 +14,22 @@ Which layers each pipeline rank holds, in one model chunk or several (virtual pi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
 from ckpt_bench.model.pipeline_layout import ModelChunk, ParallelError, PipelineLayout, parse_layout
 
-__all__ = ["ParallelError", "Parallelism", "RankCoordinates", "megatron_parallel_sizes"]
+__all__ = ["PIPELINE_ARGUMENTS", "ParallelError", "Parallelism", "RankCoordinates", "megatron_parallel_sizes",
+           "megatron_parallelism", "pipeline_settings"]
+
+#: Megatron-LM's arguments a job's pipeline layout is made from (`megatron_parallel_sizes`).
+PIPELINE_ARGUMENTS = ("num_layers", "pipeline_model_parallel_size", "decoder_first_pipeline_num_layers",
+                      "decoder_last_pipeline_num_layers", "pipeline_model_parallel_layout",
+                      "num_layers_per_virtual_pipeline_stage", "num_virtual_stages_per_pipeline_rank",
+                      "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
+                      "mtp_num_layers", "overlap_p2p_comm")
 
 
 def megatron_parallel_sizes(args: Mapping[str, Any]) -> dict[str, Any]:
@@ -76,6 +84,32 @@ def megatron_parallel_sizes(args: Mapping[str, Any]) -> dict[str, Any]:
                                 "overlap_p2p_comm")
         sizes["virtual_stages"] = vp
     return sizes
+
+
+def megatron_parallelism(args: Mapping[str, Any], world_size: int,
+                         name: Callable[[str], str | None] = lambda key: None) -> Parallelism:
+    """The layout Megatron-LM makes of `args` on `world_size` ranks. Its ParallelError gives the rule refused and,
+    after it, the pipeline arguments set, each named by `name` (where it came from: `--pp`, an experiment's
+    key; None: the argument's own name)."""
+    try:
+        return Parallelism(world_size=world_size, num_layers=args["num_layers"], **megatron_parallel_sizes(args))
+    except ParallelError as error:
+        raise ParallelError(f"{error} (from {pipeline_settings(args, name, str(error))})") from None
+
+
+def pipeline_settings(args: Mapping[str, Any], name: Callable[[str], str | None] = lambda key: None,
+                      said: str = "") -> str:
+    """The pipeline arguments `args` sets, each named by `name` with its value (but a value `said` already
+    quotes): where a layout came from, for a message. `num_layers` and the pipeline size always; the others
+    where set (not 0 or false), `overlap_p2p_comm` and `mtp_num_layers` where `said` names them."""
+    parts = []
+    for key in PIPELINE_ARGUMENTS:
+        value = args.get(key)
+        if value in (None, False) or (key in ("overlap_p2p_comm", "mtp_num_layers") and key not in said):
+            continue
+        shown = "" if isinstance(value, str) and repr(value) in said else f" {value!r}"
+        parts.append(f"{name(key) or key}{shown}")
+    return ", ".join(parts)
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,6 +52,7 @@ METRICS: tuple[tuple[str, Callable[[Report], object]], ...] = (
     ("steady_block_time", lambda report: report.steady_median("block_time")),
     ("steady_total_time", lambda report: report.steady_median("total_time")),
     ("steady_bandwidth", lambda report: report.steady_median("bandwidth")),
+    ("steady_total_time_at_least", lambda report: report.steady_median("total_time_at_least")),
     ("first_save_total_time", lambda report: report.first_save_apart and report.first_save_apart.total_time),
     ("iter_folder_size", lambda report: report.iter_folder_size),
     ("load_time", lambda report: report.load_time),
@@ -81,6 +82,8 @@ MEANINGS = {
     "experiment": "the experiment file the run came from, beside its exp_name",
     "fsync": "a save counted as complete only once fsynced (no: page cache only; none: object storage)",
     "steady_block_time": STEADY, "steady_total_time": STEADY, "steady_bandwidth": STEADY,
+    "steady_total_time_at_least": f"{STEADY}, of saves timed only from their call's return (their start not in "
+                                  "the log): a lower bound on their total time",
     "first_save_total_time": "the first save, counted apart (one-off start-up)",
     "save_block_time": "the last complete save", "save_total_time": "the last complete save",
     "save_bandwidth_in_mbps": "the last complete save",

@@ -136,6 +136,8 @@ def _against_steady(report: Report, save: FirstSave) -> str:
     if number(save.total_time) and steady is not None and number(steady.median) and \
             save.total_time > 1.05 * steady.median:
         return f"{save.total_time / steady.median:.2f}x the later saves' median here"
+    if number(save.total_time) is None:
+        return "its total time is not known, so not compared with the later ones"
     return "no slower than the later ones here"
 
 
@@ -147,6 +149,8 @@ def save_remarks(report: Report, save: SaveRecord) -> list[str]:
         remarks.append(f"first save: {first_save_reason(report)[0]} (counted apart)")
     if save.overlapped:
         remarks.append("overlapped the previous save (an async save started before that one was written)")
+    if number(save.total_time_at_least) is not None:
+        remarks.append("total from the call's return (its start is not in the log)")
     if number(save.wait_for_previous) and save.wait_for_previous >= 0.01:
         remarks.append(f"waited {seconds(save.wait_for_previous)} for the previous save's write")
     spread = save.block_time_per_rank
@@ -171,6 +175,7 @@ def headline_rows(report: Report) -> list[tuple[str, str]]:
     run = report.run or RunSection()
     saves = report.saves or []
     last = [part for part in (f"block {seconds(report.save_block_time)}", f"total {seconds(report.save_total_time)}",
+                              f"total at least {seconds(report.save_total_time_at_least)}",
                               mibps(report.save_bandwidth_in_mbps), mib(report.iter_folder_size))
             if not part.endswith(NONE)]
     overlapped = sum(1 for save in saves if save.overlapped)
@@ -192,13 +197,17 @@ def headline_rows(report: Report) -> list[tuple[str, str]]:
     if first is not None:
         slow = _slower_than_steady(report, first)
         why = first_save_reason(report)[1] if slow else _against_steady(report, first)
-        rows.append(("first save", f"iteration {fmt(first.iteration)}: block {seconds(first.block_time)}, total "
-                                   f"{seconds(first.total_time)}, {mibps(first.bandwidth)} -- counted apart: {why}"))
+        total = f"total at least {seconds(first.total_time_at_least)}" if first.total_time is None and \
+            number(first.total_time_at_least) is not None else f"total {seconds(first.total_time)}"
+        rows.append(("first save", f"iteration {fmt(first.iteration)}: block {seconds(first.block_time)}, {total}, "
+                                   f"{mibps(first.bandwidth)} -- counted apart: {why}"))
     steady = report.steady
-    count = next((figures.n for figures in (steady.total_time, steady.block_time) if figures), None)
+    count = next((figures.n for figures in (steady.total_time, steady.block_time, steady.total_time_at_least)
+                  if figures), None)
     parts = [f"{word} {_range(figures, render, digits)}" for figures, word, render, digits in
              ((steady.block_time, "block", seconds, 3), (steady.total_time, "total", seconds, 3),
-              (steady.bandwidth, "", mibps, 1)) if figures]
+              (steady.total_time_at_least, "total at least", seconds, 3), (steady.bandwidth, "", mibps, 1))
+             if figures]
     if parts and first is not None:
         rows.append((f"steady save (n={count})", f"{metrics.STEADY}: " + ", ".join(part.strip() for part in parts)))
     elif parts:
@@ -370,10 +379,15 @@ def mib_number(nbytes) -> str:
 
 
 def save_rows(report: Report) -> list[list[str]]:
-    """One row per save (columns: `save_columns`)."""
+    """One row per save (columns: `save_columns`; a total known only as a lower bound: `>= seconds`)."""
     memory = "peak RSS MiB" in save_columns(report)
-    return [[*_record_row(_which(save), save.block_time, save, save.total_time, memory),
-             "; ".join(save_remarks(report, save))] for save in report.saves or []]
+    rows = []
+    for save in report.saves or []:
+        row = _record_row(_which(save), save.block_time, save, save.total_time, memory)
+        if save.total_time is None and number(save.total_time_at_least) is not None:
+            row[2] = f">= {fmt(save.total_time_at_least)}"
+        rows.append([*row, "; ".join(save_remarks(report, save))])
+    return rows
 
 
 def _which(record: SaveRecord | LoadRecord) -> str:

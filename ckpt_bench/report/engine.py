@@ -21,6 +21,8 @@ Every backend and every log parser ends here, so each number has one definition:
   process, later), the time between is `awaiting_finalize`. They sum to the operation's time on that rank; a
   save's or a load's `phases` are its slowest rank's: the one whose own work ended last (before its closing
   collective, `finalize`, and any wait for it, where it has one).
+* Where a source times a save only from its call's return to durable (its start is not in the log), its
+  total time stays unknown (null) and that part is its `total_time_at_least`, a lower bound.
 * Bandwidth is bytes / total time in MiB/s. Bytes come from the checkpoint folder on disk when the
   caller measured it, else from the bytes the ranks reported; never from a parameter count.
 * Top-level keys follow the Primus checkpoint tool's report (last complete save), with real types.
@@ -151,6 +153,17 @@ class Operation:
         total, block = _duration(self.start, self.end), _duration(self.start, self.block_end)
         return block if total is not None and block is not None and block > total else total
 
+    def after_return_s(self) -> float | None:
+        """A complete save's seconds from its call's return to durable where the source times that part but
+        not its start (NeMo's `Scheduled async checkpoint save`, then `... finalized`): a lower bound on its
+        total time. None where the total is known, or the two moments are not both on a clock."""
+        if self.kind != "save" or not self.complete or self.total_s() is not None or self.block_end is None:
+            return None
+        if self.block_end.elapsed_ns is not None or self.end.elapsed_ns is not None:  # durations from the start
+            return None
+        seconds = _duration(self.block_end, self.end)
+        return seconds if seconds is not None and seconds >= 0 else None
+
     @property
     def bytes(self) -> int | None:
         """The bytes this rank wrote or read, as its end events say (an async save's writer's, SAVE_WRITTEN)."""
@@ -205,6 +218,8 @@ class Operation:
         used: list[CheckpointEvent] = []
         if self._backwards() is not None:
             return used
+        if self.after_return_s() is not None:
+            return [self.block_end, self.end]
         for end in (self.block_end, self.end):
             if _duration(self.start, end) is None:
                 continue
@@ -476,8 +491,10 @@ class ReportBuilder:
             notes.append("no checkpoint folder was measured and the log holds no byte counts: "
                          "sizes and bandwidth are left out")
         if complete and all(s["total_time"] is None for s in complete):
+            bound = ("; where a save's part after its call returned is timed, it is its total_time_at_least (a lower "
+                     "bound)") if any("total_time_at_least" in s for s in complete) else ""
             notes.append("the source gives no completion time for the saves (e.g. async saves "
-                         "in a log without timestamps): save_total_time is left out")
+                         f"in a log without timestamps): save_total_time is left out{bound}")
 
         report = {key: run_info.get(key) for key in CONFIG_KEYS}
         used_events = [e for c in saves + ([load] if load else []) for e in c.pop("_events")]
@@ -487,6 +504,8 @@ class ReportBuilder:
             {
                 "save_block_time": last["block_time"] if last else None,
                 "save_total_time": last["total_time"] if last else None,
+                **({"save_total_time_at_least": last["total_time_at_least"]}
+                   if last and "total_time_at_least" in last else {}),
                 "accurate": not any(s["overlapped"] for s in saves),
                 "num_saved": len(complete),
                 "load_time": load["time"] if load else None,
@@ -546,6 +565,7 @@ class ReportBuilder:
             {
                 "block_time": _seconds(max(block.values())) if block else None,
                 "total_time": _seconds(total_time),
+                **_total_at_least(ops, total_time),
                 "bandwidth": _mib_per_s(record["bytes"], total_time),
                 "block_time_per_rank": _spread(block),
                 "total_time_per_rank": _spread(total),
@@ -576,6 +596,22 @@ class ReportBuilder:
             }
         )
         return record
+
+
+# What a save's `total_time_at_least` spans and leaves out.
+AFTER_RETURN = ("from the save call's return to durable, on the source's clock (time_resolution_s): its start is not "
+                "in the source, so the call itself is left out and total_time is at least this")
+
+
+def _total_at_least(ops: list[Operation], total_time: float | None) -> dict:
+    """A complete save's lower bound on its total time where the source times only its part after the call
+    returned (`Operation.after_return_s`) on a rank: the slowest rank's known part; {} where the total is known."""
+    if total_time is not None or not all(op.complete for op in ops) or \
+            not any(op.after_return_s() is not None for op in ops):
+        return {}
+    known = [op.total_s() if op.total_s() is not None else op.after_return_s() for op in ops]
+    return {"total_time_at_least": _seconds(max(s for s in known if s is not None)),
+            "total_time_at_least_span": AFTER_RETURN}
 
 
 def _source_semantics(ops: list[Operation]) -> dict | None:

@@ -65,6 +65,7 @@ class FirstSave:
     iteration: int | None = None
     block_time: float | None = None
     total_time: float | None = None
+    total_time_at_least: float | None = None  # where its total is known only in part (SaveRecord)
     bandwidth: float | None = None
 
 
@@ -73,6 +74,7 @@ class StatsBlock:
     block_time: Stat | None = None
     total_time: Stat | None = None
     bandwidth: Stat | None = None
+    total_time_at_least: Stat | None = None  # where saves were timed only in part (SaveRecord)
 
 
 @dataclass
@@ -149,6 +151,10 @@ class SaveRecord(Operation):
 
     block_time: float | None = None
     total_time: float | None = None
+    # Where the source times a save only from its call's return to durable (its start not in the log): that
+    # part, a lower bound on the null total_time, and what it spans.
+    total_time_at_least: float | None = None
+    total_time_at_least_span: str | None = None
     block_time_per_rank: Spread | None = None
     total_time_per_rank: Spread | None = None
     overlapped: bool = False
@@ -735,6 +741,7 @@ class Report:
     exp_avg_sq_dtype: str | None = None
     save_block_time: float | None = None
     save_total_time: float | None = None
+    save_total_time_at_least: float | None = None  # the last complete save's, where its total_time is null
     accurate: bool | None = None
     num_saved: int | None = None
     load_time: float | None = None
@@ -790,10 +797,10 @@ class Report:
         if self.stats is None:
             return StatsBlock()
         return self.stats.excluding_first or StatsBlock(self.stats.block_time, self.stats.total_time,
-                                                        self.stats.bandwidth)
+                                                        self.stats.bandwidth, self.stats.total_time_at_least)
 
     def steady_median(self, figure: str) -> float | None:
-        """The steady median of `figure` ("block_time", "total_time" or "bandwidth")."""
+        """The steady median of `figure` ("block_time", "total_time", "bandwidth" or "total_time_at_least")."""
         stat = getattr(self.steady, figure)
         return None if stat is None else stat.median
 

@@ -3,9 +3,10 @@
 A cycle works only while every module in it happens to be imported in a lucky order, and an import
 inside a function just postpones the failure to the first call, so those count too. Read with `ast`
 (nothing is imported): `import a.b`, `from a import b` (an edge to `a.b` when it is a module, else to
-`a`), relative imports, at module level and inside functions and classes. Not counted: imports under
-`if TYPE_CHECKING:` (never run), and the implicit import of a module's parent packages (Python runs a
-package's `__init__` before its modules, whatever those import).
+`a`), relative imports, at module level, inside functions and classes, and under `if TYPE_CHECKING:`
+(never run, but a circle to a reader and to a type checker all the same). Not counted: the implicit
+import of a module's parent packages (Python runs a package's `__init__` before its modules, whatever
+those import).
 """
 
 from __future__ import annotations
@@ -27,24 +28,9 @@ def module_names() -> dict[str, Path]:
     return names
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
 def _import_nodes(tree: ast.AST):
-    """Every import statement that can run, however deeply nested."""
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.Import | ast.ImportFrom):
-            yield node
-        elif isinstance(node, ast.If) and _is_type_checking(node):
-            stack.extend(node.orelse)
-        else:
-            stack.extend(ast.iter_child_nodes(node))
+    """Every import statement, however deeply nested."""
+    return (node for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom))
 
 
 def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
@@ -140,12 +126,14 @@ def test_the_graph_sees_every_kind_of_import(tmp_path):
         "from bench import c\n"
         "from . import d\n"
         "if TYPE_CHECKING:\n"
-        "    import bench.e\n"
+        "    from bench import e\n"
         "def later():\n"
         "    from bench.parsers import x\n"
     )
     modules["bench.a"].write_text(source)
-    assert imports_of("bench.a", modules["bench.a"], modules) == {"bench.b", "bench.c", "bench.d", "bench"}
+    modules["bench.e"] = tmp_path / "bench.e.py"
+    assert imports_of("bench.a", modules["bench.a"], modules) == {"bench.b", "bench.c", "bench.d", "bench.e",
+                                                                  "bench"}
 
 
 def test_cycles_are_found_and_shown():

@@ -10,6 +10,8 @@ import pytest
 from helpers import LOGS
 
 from ckpt_bench.core.events import EventKind, TimeSource
+from ckpt_bench.present.compare import Source, compare
+from ckpt_bench.present.rows import headline_rows, save_rows
 from ckpt_bench.report.assembly import log_report
 from ckpt_bench.report.engine import build_report
 from ckpt_bench.report.parsers.deepspeed import DeepSpeedParser
@@ -20,6 +22,7 @@ from ckpt_bench.report.parsers.nemo import NemoParser
 from ckpt_bench.report.parsers.session import LogSession
 from ckpt_bench.report.parsers.sources import NoEvents, log_sources, resolve
 from ckpt_bench.report.parsers.torchtitan import TorchtitanParser
+from ckpt_bench.report.schema import Report
 
 DURABLE = {"block_time": "durable", "total_time": "durable"}
 ASYNC_CALL = {"block_time": "call", "total_time": "durable"}
@@ -307,6 +310,40 @@ def test_nemo_async_saves_without_their_duration_line_are_paired_by_path():
     assert any(n.startswith("3 async saves had no 'Global Checkpoint Save' line") and "9.000-12.000 s after" in n
                for n in notes)
     assert any("saved on preemption" in n and "NeMo waited 9.104 s" in n for n in notes)
+    # What is known of the saves without a start: their part after the call returned, a lower bound (issue 39)
+    assert [s.get("total_time_at_least") for s in report["saves"]] == [12.0, 12.0, None, None, 9.0, None]
+    assert report["stats"]["excluding_first"]["total_time_at_least"]["median"] == 10.5
+
+
+def test_nemo_async_saves_without_a_start_carry_their_known_part_as_a_lower_bound():
+    """Issue 39, item 3: NeMo 2 under nemo-run and ft_launcher, 'Scheduled' then 'finalized' 8 s later, a second
+    save finalized synchronously at the end ~1 s after its call returned: both saves' total times stay unknown,
+    and the part after the call is a field (its resolution, what it leaves out) the summary, --compare and sweeps
+    read."""
+
+    p = "retrain_ft/0 [default0]:[NeMo I 2025-10-07 07:{} nemo_logging:393] "
+    path = "/lustre/ckpt/model_name=0--step={}-consumed_samples={}.0-last.ckpt"
+    report = build_report(feed(NemoParser(), [
+        "retrain_ft/0 [2025-10-07 07:00:02,118] [INFO] [ft_launcher3310@node] Starting elastic_operator",
+        p.format("02:31") + "Scheduled async checkpoint save for " + path.format(49, 12800),
+        p.format("02:39") + f"Async checkpoint save for step 50 ({path.format(49, 12800)}) finalized successfully.",
+        p.format("04:33") + "Scheduled async checkpoint save for " + path.format(99, 25600),
+        p.format("04:33") + "Pending async checkpoint saves. Finalizing them synchronously now",
+        p.format("04:34") + f"Async checkpoint save for step 100 ({path.format(99, 25600)}) finalized successfully.",
+        p.format("04:34") + "Async finalization time took 0.912 s",
+    ]))
+    first, second = report["saves"]
+    assert (first["total_time"], first["total_time_at_least"], second["total_time_at_least"]) == (None, 8.0, 1.0)
+    assert first["time_resolution_s"] == 1.0 and first["time_source"] == "nemo-prefix"
+    assert "its start is not in the source" in first["total_time_at_least_span"]
+    assert report["save_total_time"] is None and report["save_total_time_at_least"] == 1.0
+    assert report["stats"]["excluding_first"]["total_time_at_least"]["median"] == 1.0
+    rows = dict(headline_rows(Report.from_json(report)))
+    assert "total at least 1.000 s" in rows["last save"] and "total at least 1.000 s" in rows["steady save (n=1)"]
+    assert [row[2] for row in save_rows(Report.from_json(report))] == [">= 8.000", ">= 1.000"]
+    compared = compare([Source("a", "a", report), Source("b", "b", report)])
+    assert "steady_total_time_at_least" in compared.metrics
+    assert [column.metrics["steady_total_time_at_least"] for column in compared.sources] == [1.0, 1.0]
 
 
 def test_nemo_finalized_line_without_a_path_ends_the_save_of_its_step():

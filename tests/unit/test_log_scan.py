@@ -283,12 +283,14 @@ def test_a_big_log_is_searched_not_read_line_by_line(tmp_path):
 
 def _primus_ranks(rng: random.Random, folder: Path) -> list[list[Path]]:
     """Rank 0's and rank 7's files of a Primus run, times that do not go back, several lines a second:
-    rank 0 saves, rank 7 logs training lines and save timers."""
+    rank 0 saves, rank 7 logs training lines and save timers; in half the runs rank 0 logs training lines too
+    (a run logging INFO on every rank), a file's last line without its newline now and then."""
     def prefix(rank: int, second: int) -> str:
         return f"[20260514 10:{second // 60:02d}:{second % 60:02d}][rank-{rank}/8][INFO]     [-----utils.py:425] : "
 
     files = {0: [], 7: []}
     second, iteration = 0, 0
+    training = [7] if rng.random() < 0.5 else rng.choice([[0, 7], [0], [7, 0]])
     for _ in range(rng.randrange(20, 300)):
         second += rng.choice([0, 0, 1])
         if rng.random() < 0.08:
@@ -299,12 +301,13 @@ def _primus_ranks(rng: random.Random, folder: Path) -> list[list[Path]]:
             files[rng.choice([0, 7])].append(prefix(0, second) + "[rank 0] allocated 61.2 GiB")
         else:
             iteration += rng.choice([1, 1, 1, -3]) if iteration > 3 else 1  # now and then a process starts again
-            files[7].append(prefix(7, second) + f"[2026-05-14 10:00:00.1] iteration {iteration:8d}/ 1000 | "
-                            f"elapsed time per iteration (ms): {rng.choice(['733.2', '801.5'])} | loss 2.0 |")
+            for rank in training[:rng.randrange(1, len(training) + 1)]:
+                files[rank].append(prefix(rank, second) + f"[2026-05-14 10:00:00.1] iteration {iteration:8d}/ 1000 | "
+                                   f"elapsed time per iteration (ms): {rng.choice(['733.2', '801.5'])} | loss 2.0 |")
     paths = []
     for rank, lines in files.items():
         path = folder / f"rank-{rank}.log"
-        path.write_text("".join(line + "\n" for line in lines))
+        path.write_text("".join(line + "\n" for line in lines)[:-1 if rng.random() < 0.2 else None])
         paths.append([path])
     return paths
 

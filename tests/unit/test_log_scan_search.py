@@ -63,7 +63,7 @@ def test_keyword_hits_are_a_find_loops(keyword):
     pieces = [b"checkpoint", b"check", b"a", b"aaa", b"--- arguments ---", b"-", b"\n", b"point"]
     buf = bytearray(b"".join(rng.choice(pieces) for _ in range(2000)))
     with memoryview(buf) as view:
-        got = [start for _, start, _ in lines._searcher(keyword).find_matches_as_indexes(view)]
+        got = [start for _, start, _ in lines.searcher(keyword).find_matches_as_indexes(view)]
     assert got == _find_loop(bytes(buf), keyword)
     assert got  # present
 

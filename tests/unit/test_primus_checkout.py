@@ -176,3 +176,79 @@ def test_the_built_in_workers_plan_is_the_model_it_builds():
     table = launch("--pp", "2", "--set", "num_layers=6", "--set", "decoder_first_pipeline_num_layers=2", "--plan",
                    "--format", "table").stdout
     assert "not acted on" in table and "decoder_first_pipeline_num_layers=2" in table
+
+
+def _megatron_plan(*argv: str) -> dict:
+    """The built-in backend's `--plan` of a command line, in this process."""
+    from ckpt_bench.cli.launch import parse_argv
+    from ckpt_bench.launcher import registry
+
+    values, given = parse_argv([*argv, "--plan"])
+    launch_config, _ = registry.build_launch(values, given, {})
+    return registry.runner_for(launch_config).preview(launch_config)
+
+
+def test_uneven_and_virtual_pipeline_experiments_plan_as_megatron_lm_lays_them_out(upstream_primus, monkeypatch):
+    """Issue 39 item 4 (issue 38 item 4): from a Primus checkout, `--plan` of MI355X's uneven and virtual pipeline
+    experiments resolves their layout as Megatron-LM does and says why the built-in worker would not run it; an
+    experiment's null parallel size is Megatron-LM's default; a refusal names the experiment's own settings, never
+    an option the user did not type."""
+    monkeypatch.chdir(upstream_primus)
+    folder = Path("examples/megatron/configs/MI355X")
+    nodes = ("--nnodes", "16", "--nproc-per-node", "8")
+    glm5 = _megatron_plan("--yaml-config-path", str(folder / "glm5-BF16-pretrain.yaml"), *nodes)
+    assert glm5["pipeline"] == "layers per pipeline stage [10, 10, 10, 10, 10, 10, 10, 8]"
+    assert "glm5-BF16-pretrain.yaml's decoder_last_pipeline_num_layers 8" in glm5["worker_refuses"]
+    assert "decoder_last_pipeline_num_layers=8" in glm5["not_acted_on"] and glm5["parameters"] > 7e11
+    qwen3 = _megatron_plan("--yaml-config-path", str(folder / "qwen3_235B_A22B-BF16-pretrain.yaml"), *nodes)
+    assert qwen3["pipeline"] == ("layers per pipeline stage [23, 24, 24, 23], in 4 model chunks (virtual pipeline "
+                                 "stages) per rank")
+    minimax = _megatron_plan("--yaml-config-path", str(folder / "minimax_m2.5-BF16-pretrain.yaml"), *nodes)
+    assert minimax["cp"] == 1 and "2 model chunks" in minimax["pipeline"] and minimax["worker_refuses"]
+    with pytest.raises(ConfigError) as refused:
+        _megatron_plan("--yaml-config-path", str(folder / "deepseek_v3-BF16-pretrain.yaml"), *nodes)
+    message = str(refused.value)
+    assert "it places 0 MTP layers (m) and the model has 1" in message and "--pp" not in message
+    assert "deepseek_v3-BF16-pretrain.yaml's pipeline_model_parallel_layout" in message
+    assert "model preset deepseek_v3.yaml's mtp_num_layers" in message
+
+
+def test_a_refusal_names_where_the_bad_value_came_from(tmp_path, monkeypatch):
+    """The option typed, `--set KEY`, or the experiment's file (and the rule Megatron-LM applies)."""
+    monkeypatch.delenv("PRIMUS_PATH", raising=False)
+    with pytest.raises(ConfigError, match=r"num_layers 5 cannot be split over 2 pipeline stages: megatron-core needs "
+                                          r"it to divide evenly .* \(from --set num_layers 5, --pp 2\)"):
+        _megatron_plan("--set", "num_layers=5", "--pp", "2", "--nproc-per-node", "2")
+    experiment = tmp_path / "exp.yaml"
+    experiment.write_text("modules:\n  pre_trainer:\n    framework: megatron\n    config: pre_trainer.yaml\n"
+                          "    model: tiny_gpt.yaml\n    overrides:\n      pipeline_model_parallel_size: 2\n"
+                          "      num_layers: 5\n      expert_model_parallel_size: null\n")
+    with pytest.raises(ConfigError) as refused:
+        _megatron_plan("--config", str(experiment), "--nproc-per-node", "2")
+    assert "(from exp.yaml's num_layers 5, exp.yaml's pipeline_model_parallel_size 2)" in str(refused.value)
+    with pytest.raises(ConfigError, match=r"world size 2 is not divisible by TP x PP x CP = 4 \(module preset "
+                                          r"pre_trainer.yaml's tensor_model_parallel_size 1, exp.yaml's pipeline_"
+                                          r"model_parallel_size 2, --cp 2\)"):
+        _megatron_plan("--config", str(experiment), "--nproc-per-node", "2", "--cp", "2")
+
+
+def test_the_built_in_worker_refuses_a_pipeline_it_cannot_split_and_plans_megatron_lms():
+    """An uneven split the worker's even one cannot stand in for (5 layers on 2 stages): `--plan` gives
+    Megatron-LM's layout and why; a run stops with that line before anything starts."""
+    from ckpt_bench.cli.launch import parse_argv
+    from ckpt_bench.launcher import registry
+
+    argv = ["--pp", "2", "--set", "num_layers=5", "--set", "decoder_first_pipeline_num_layers=1",
+            "--nproc-per-node", "2"]
+    plan = _megatron_plan(*argv)
+    assert plan["pipeline"] == "layers per pipeline stage [1, 4]" and "worker_pipeline" not in plan
+    assert "(from --set num_layers 5, --pp 2, --set decoder_first_pipeline_num_layers 1)" in plan["worker_refuses"]
+    values, given = parse_argv(argv)
+    launch_config, _ = registry.build_launch(values, given, {})
+    with pytest.raises(ConfigError, match=r"^the megatron worker cannot run this: Megatron-LM lays this job out as "
+                                          r"layers per pipeline stage \[1, 4\]"):
+        registry.runner_for(launch_config).plan(launch_config)
+    even = _megatron_plan("--pp", "2", "--set", "num_layers=6", "--set", "decoder_first_pipeline_num_layers=2",
+                          "--nproc-per-node", "2")  # the worker runs its even split, and says so
+    assert (even["pipeline"], even["worker_pipeline"]) == ("layers per pipeline stage [2, 4]",
+                                                           "layers per pipeline stage [3, 3]")

@@ -157,6 +157,31 @@ class MegatronConfig(CheckpointOptions, PreflightOptions, StorageOptions):
         """How the command line spells a Megatron-LM argument (`--tp`), for messages."""
         return next((cls.flags()[o].canonical for o, a in cls.ARGUMENTS.items() if a == argument), None)
 
+    def origin(self, argument: str) -> str | None:
+        """How a message names an argument this command line set: its option (`--tp`), or `--set KEY`; None
+        where the command line did not set it."""
+        option = next((o for o, a in self.ARGUMENTS.items() if a == argument and getattr(self, o) is not None), None)
+        if option is not None:
+            return self.flags()[option].canonical
+        return f"--set {argument}" if argument in self.settings else None
+
+
+def origins(config: MegatronConfig, experiment: Experiment) -> rules.Namer:
+    """How a refusal names each trainer argument: by where its value came from (rules.Namer): the command line
+    (`--pp`, `--set KEY`), ckpt-bench's run of a Primus experiment, the experiment's file or one of its presets,
+    or Megatron-LM's default."""
+    run_length = PRIMUS_BENCHMARK_RUN if experiment.primus else {}
+
+    def name(argument: str) -> str:
+        if (typed := config.origin(argument)) is not None:
+            return typed
+        if argument in run_length:
+            return f"ckpt-bench's run length for a Primus experiment, {argument}"
+        where = experiment.origin(argument)
+        return f"{where}'s {argument}" if where else f"Megatron-LM's default {argument}"
+
+    return name
+
 
 def shows_progress(line: str) -> bool:
     """Rank 0's Megatron log lines worth showing while a pass runs (iterations, saves, loads)."""
@@ -185,7 +210,7 @@ def resolve(launch: LaunchConfig[MegatronConfig], runner: str,
     run_length = PRIMUS_BENCHMARK_RUN if experiment.primus else {}
     arguments.check_given_values(config.settings, experiment, parsed=config.CHECKS_MEGATRON_LM_NAMES)
     args = deep_merge(experiment.args, {**run_length, **config.overrides})
-    sizes = rules.check(args, launch.topology.world_size, config.spelling)
+    sizes = rules.check(args, launch.topology.world_size, origins(config, experiment))
     if args.get("sequence_parallel") and sizes["tp"] == 1:
         args["sequence_parallel"] = False  # as Megatron-LM's validate_args does (with a warning) at TP 1
     return experiment, args, sizes
@@ -436,9 +461,21 @@ class MegatronBackend(Backend[MegatronConfig]):
     Config = MegatronConfig
 
     def preview(self, launch: LaunchConfig[MegatronConfig]) -> dict:
+        """The plan of the model the worker builds, with the pipeline Megatron-LM makes of the experiment beside
+        the worker's where they differ (uneven or virtual stages); where the worker cannot split the layers at
+        all, Megatron-LM's layout and sizes, and why the worker would not run it."""
         experiment, args, sizes = resolve_gpt(launch)
+        world = launch.topology.world_size
         unread = arguments.not_acted_on(args, given_by_user(experiment, launch.options))
-        return preview(experiment, args, sizes, launch, built=built_model_arguments(args), not_acted_on=unread)
+        megatron, even = rules.worker_pipeline(args, world)
+        pipeline = {"pipeline": rules.describe(megatron)}
+        if even is None:
+            refusal = rules.worker_pipeline_refusal(args, world, origins(launch.options, experiment))
+            return preview(experiment, args, sizes, launch, not_acted_on=unread, **pipeline, worker_refuses=refusal)
+        if rules.describe(even) != pipeline["pipeline"]:
+            pipeline["worker_pipeline"] = rules.describe(even)
+        return preview(experiment, args, sizes, launch, built=built_model_arguments(args), not_acted_on=unread,
+                       **pipeline)
 
     def plan(self, launch: LaunchConfig[MegatronConfig]) -> Plan:
         config = launch.options
@@ -450,9 +487,12 @@ class MegatronBackend(Backend[MegatronConfig]):
         kept_bytes = checkpoint_bytes(trainer_args) * (args["train_iters"] // args["save_interval"])
         parent = checkpoint_parent(config, args)
         args["save"] = args["load"] = None  # the lifecycle creates the run's own checkpoint folder
+        name = origins(config, experiment)
         try:
-            rules.check_worker_limits({**args, "save": parent, "world_size": launch.topology.world_size},
-                                      config.spelling)
+            rules.check_worker_limits({**args, "save": parent, "world_size": launch.topology.world_size}, name)
+            refusal = rules.worker_pipeline_refusal(args, launch.topology.world_size, name)
+            if refusal is not None:
+                raise ConfigError(refusal)
         except ConfigError as error:
             raise ConfigError(f"the megatron worker cannot run this: {error}") from None
         storage = storage_for(parent, config)

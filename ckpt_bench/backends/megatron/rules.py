@@ -5,8 +5,9 @@ argument names). No torch here: the launcher imports this before deciding to lau
     sizes = check(args, world_size, name=flag_names.get)   # raises ConfigError at the first problem
     check_worker_limits(args, name)                        # what the built-in worker cannot run
 
-`name(key)` spells a Megatron-LM argument for the message (`--tp` on the command line,
-`tensor_model_parallel_size` in a spec); None falls back to the argument's own name.
+`name(key)` names a Megatron-LM argument for the message as where its value came from (`--tp` typed on the
+command line, `glm5-BF16-pretrain.yaml's pipeline_model_parallel_size`, `tensor_model_parallel_size` in a
+spec); None falls back to the argument's own name. The value follows the name: `--pp 8: ...`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from collections.abc import Callable, Mapping
 
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.model.job import expert_bias_refusal
+from ckpt_bench.model.parallel import ParallelError, Parallelism, megatron_parallelism, pipeline_settings
+from ckpt_bench.model.pipeline_layout import PipelineLayout
 
 CKPT_FORMATS = ("torch_dist", "torch", "torch_dcp", "fsdp_dtensor")  # what Megatron-LM's --ckpt-format takes
 # What the built-in worker saves: its model is DDP-wrapped megatron-core; torch_dcp saves a model wrapped
@@ -35,8 +38,15 @@ def _spell(name: Namer, key: str) -> str:
     return name(key) or key
 
 
+# Megatron-LM's defaults of the parallel sizes: an argument left unset (absent, or YAML's null) is one.
+PARALLEL_SIZES = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "expert_model_parallel_size",
+                  "context_parallel_size")
+
+
 def _positive_int(args: Mapping, key: str, name: Namer) -> int:
     value = args.get(key)
+    if value is None and key in PARALLEL_SIZES:
+        return 1
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{_spell(name, key)} {value!r}: must be a positive integer")
     return value
@@ -55,8 +65,10 @@ def check(args: Mapping, world_size: int, name: Namer = lambda key: None) -> dic
 
     if world_size % (tp * pp * cp):
         raise ConfigError(
-            f"world size {world_size} is not divisible by TP x PP x CP = {tp * pp * cp} (TP={tp}, PP={pp}, "
-            f"CP={cp}), i.e. not a multiple of it; choose sizes whose product divides {world_size}"
+            f"world size {world_size} is not divisible by TP x PP x CP = {tp * pp * cp} "
+            f"({n('tensor_model_parallel_size')} {tp}, {n('pipeline_model_parallel_size')} {pp}, "
+            f"{n('context_parallel_size')} {cp}), i.e. not a multiple of it; choose sizes whose product divides "
+            f"{world_size}"
         )
     dp = world_size // (tp * pp * cp)
     if (dp * cp) % ep:
@@ -100,9 +112,11 @@ def check(args: Mapping, world_size: int, name: Namer = lambda key: None) -> dic
     if hidden % heads and not args.get("kv_channels"):
         raise ConfigError(f"hidden_size={hidden} is not divisible by num_attention_heads={heads}: Megatron-LM "
                           "makes each head hidden_size / num_attention_heads wide (unless kv_channels is set)")
-    layers = _positive_int(args, "num_layers", name)
-    if layers % pp:
-        raise ConfigError(f"{n('pipeline_model_parallel_size')} {pp}: must divide num_layers={layers}")
+    _positive_int(args, "num_layers", name)
+    try:  # how the layers fall on the pipeline stages, as Megatron-LM's validate_args and megatron-core check it
+        megatron_parallelism({**args, "pipeline_model_parallel_size": pp}, world_size, name)
+    except ParallelError as error:
+        raise ConfigError(str(error)) from None
     seq = _positive_int(args, "seq_length", name)
     if cp > 1 and seq % (2 * cp):
         raise ConfigError(f"{n('context_parallel_size')} {cp}: seq_length={seq} must be divisible by 2 x CP = "
@@ -214,6 +228,38 @@ def check_non_persistent(args: Mapping, n: Callable[[str], str]) -> None:
     if args.get("save_retain_interval") and remote:
         raise ConfigError(f"{n('save_retain_interval')}: Megatron-LM deletes old checkpoints with shutil, on a file "
                           f"system only (on {args['save']} its deletion fails and is logged); drop it or save locally")
+
+
+def worker_pipeline(args: Mapping, world_size: int) -> tuple[PipelineLayout, PipelineLayout | None]:
+    """The pipeline Megatron-LM makes of `args` (checked by `check`), and the one the built-in worker builds: one
+    model chunk per pipeline rank, the layers split evenly (megatron-core's default: it acts on none of the uneven
+    or virtual pipeline arguments); None where it cannot split them evenly."""
+    megatron = megatron_parallelism(args, world_size).pipeline
+    try:
+        even = Parallelism(world_size=world_size, num_layers=args["num_layers"],
+                           pp=args.get("pipeline_model_parallel_size") or 1).pipeline
+    except ParallelError:
+        even = None
+    return megatron, even
+
+
+def worker_pipeline_refusal(args: Mapping, world_size: int, name: Namer = lambda key: None) -> str | None:
+    """Why the built-in worker cannot run the pipeline of `args` at all (`worker_pipeline`: no even split of its
+    layers); None where it can (where that is not Megatron-LM's layout, the arguments it does not act on are
+    named as any other: `arguments.not_acted_on`)."""
+    megatron, even = worker_pipeline(args, world_size)
+    if even is not None:
+        return None
+    return (f"Megatron-LM lays this job out as {describe(megatron)} (from {pipeline_settings(args, name)}); the "
+            "built-in worker builds one model chunk per pipeline rank with the layers split evenly (it does not act "
+            "on uneven or virtual pipeline arguments), which these layers do not allow; --framework megatron-lm runs "
+            "Megatron-LM itself, --workload writes this job's checkpoint at its size")
+
+
+def describe(pipeline: PipelineLayout) -> str:
+    """A pipeline layout in a few words: its layers per stage, and its model chunks per rank where several."""
+    chunks = f", in {pipeline.vp} model chunks (virtual pipeline stages) per rank" if pipeline.vp > 1 else ""
+    return f"layers per pipeline stage {list(pipeline.layers_per_rank)}{chunks}"
 
 
 def check_local_experts(args: Mapping) -> None:

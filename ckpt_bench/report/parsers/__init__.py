@@ -13,12 +13,12 @@ the `ckpt_bench.core.events` vocabulary, so `ckpt_bench.report.engine` builds th
 * `deepspeed.DeepSpeedParser`: Megatron-DeepSpeed and DeepSpeed logs (`[2023-08-15 07:22:31,767] [INFO]
   [logging.py:96:log_dist] [Rank 0] [Torch] Checkpoint global_step2500 is about to be saved!`).
 * `launchers`: what launchers put before a rank's lines (srun, nemo-run, torchrun, torch's excepthook),
-  stripped in one place for every format (`LogFormat.feed`), and their own lines (ft_launcher).
+  stripped in one place for every format (`base.LogFormat.feed`), and their own lines (ft_launcher).
 * `sources`: what a PATH is (sniffed with `PARSERS`: by a format's header or by its checkpoint wording,
   so a snippet is read too) and which files to read.
 * `session`: logs in order -> one stream of events (`events_of`), and what they say beside events.
 
-A new format is a module with its parser class (a `launchers.LogFormat`), and one line in `PARSERS`.
+A new format is a module with its parser class (a `base.LogFormat`), and one line in `PARSERS`.
 """
 
 from __future__ import annotations

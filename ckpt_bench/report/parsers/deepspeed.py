@@ -41,8 +41,8 @@ from dataclasses import dataclass, field, replace
 
 from ckpt_bench.core.events import CheckpointEvent, EventKind, TimeSource
 from ckpt_bench.report.engine import MEASURES
-from ckpt_bench.report.parsers.launchers import LogFormat
-from ckpt_bench.report.parsers.lines import MEGATRON, Counted, Grammar, OneFileFormat
+from ckpt_bench.report.parsers.base import LogFormat, OneFileFormat
+from ckpt_bench.report.parsers.lines import MEGATRON, Counted, Grammar
 from ckpt_bench.report.parsers.megatron import RANK, MegatronParser
 from ckpt_bench.report.parsers.torchtitan import logging_time_ns
 

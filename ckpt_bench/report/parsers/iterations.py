@@ -14,6 +14,7 @@ import re
 from collections import Counter
 from itertools import islice
 
+from ckpt_bench.report.parsers.lines import ITERATION_TIME as KEYWORD
 from ckpt_bench.report.parsers.lines import Counted
 
 # Each log interval's average (Primus prints `733.2/733.2`: the first is the interval's; Megatron-DeepSpeed (s)).
@@ -61,7 +62,7 @@ class IterationTimes:
 
     def count(self, lines: Counted) -> None:
         """Lines in bulk (a `lines.Counted`): each that gives an iteration time, in order."""
-        self._add(lines.findall(ITERATION_TIME))
+        self._add(lines.findall_in_lines(ITERATION_TIME, KEYWORD))
 
     def _add(self, matches: list[tuple[bytes, bytes]]) -> None:
         if not matches:

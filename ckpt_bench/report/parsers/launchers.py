@@ -1,6 +1,6 @@
 """What launchers write into a training log: a prefix before each line of a rank, and lines of their own.
 
-The prefixes, stripped here for every format (`LogFormat.feed`), so a format's parser reads the program's
+The prefixes, stripped for every format (`base.LogFormat.feed`), so a format's parser reads the program's
 line whatever launched it:
 
      13: saving checkpoint at iteration     100 to /ckpt        srun --label: the Slurm task, padded
@@ -26,12 +26,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-from ckpt_bench.core.events import CheckpointEvent
-
-if TYPE_CHECKING:  # lines reads this module's prefixes
-    from ckpt_bench.report.parsers.lines import Counted
 
 SRUN_LABEL = r"[ \t]*\d+: "
 _NEMO_RUN = r"[\w.\-]+/\d+ (?=\[)"
@@ -59,22 +53,6 @@ def split(line: str) -> tuple[int | None, str]:
         return None, line
     ranks = _RANK.findall(match[0])
     return (int(ranks[-1]) if ranks else None), line[match.end():]
-
-
-class LogFormat:
-    """A format's parser: `feed` strips the launcher prefix of a line and hands the rest, with the rank
-    the prefix names, to the format's `feed_line`."""
-
-    def feed(self, line: str, seq: int) -> list[CheckpointEvent]:
-        rank, message = split(line)
-        return self.feed_line(message, seq, rank)
-
-    def feed_line(self, message: str, seq: int, rank: int | None) -> list[CheckpointEvent]:
-        raise NotImplementedError
-
-    def count(self, lines: Counted) -> None:
-        """Counted lines (a `lines.Counted`): the training lines' iteration times in them."""
-        self.iteration_times.count(lines)
 
 
 @dataclass

@@ -69,9 +69,9 @@ from dataclasses import dataclass, field, replace
 from ckpt_bench.core.events import OVERLAPS_PREVIOUS, CheckpointEvent, EventKind, TimeSource
 from ckpt_bench.report.engine import MEASURES
 from ckpt_bench.report.parsers.arguments import ArgumentsDump
+from ckpt_bench.report.parsers.base import LogFormat, OneFileFormat
 from ckpt_bench.report.parsers.iterations import IterationTimes
-from ckpt_bench.report.parsers.launchers import LogFormat
-from ckpt_bench.report.parsers.lines import MEGATRON, Counted, Grammar, OneFileFormat, megatron_time_ns
+from ckpt_bench.report.parsers.lines import MEGATRON, Counted, Grammar, megatron_time_ns
 
 RANK = 0  # the rank that prints Megatron's save/load lines
 

@@ -39,8 +39,8 @@ timers, arguments): a line that is not one of NeMo's checkpoint lines is read by
 * A NeMo that prints no `Global Checkpoint Save` (only `Scheduled` and `finalized`; before 2025 the
   `finalized` line names no path) still has a save per `Scheduled` line, its iteration the path's `step=N`,
   ended by the `finalized` line of its path (or of step N+1); its start is not in the log, so its times are
-  null (a preemption save's start is its `Preemption detected` line), and the notes say how long each was
-  written after the call returned.
+  null (a preemption save's start is its `Preemption detected` line), and how long it was written after the
+  call returned is its `total_time_at_least` (report.engine), a lower bound on its total time.
 * ModelCheckpoint may save one iteration twice, a top-k copy and a `-last` copy, to two paths: each
   is a save of its own (two writes), paired with its end by its path, never by the iteration alone.
 * What the figures measure (`source_semantics`): `Save duration` is the save call only, the whole
@@ -74,9 +74,10 @@ from dataclasses import dataclass, field
 
 from ckpt_bench.core.events import OVERLAPS_PREVIOUS, CheckpointEvent, EventKind, TimeSource
 from ckpt_bench.report.engine import MEASURES
+from ckpt_bench.report.parsers.base import LogFormat, OneFileFormat
 from ckpt_bench.report.parsers.launchers import KEYWORDS as LAUNCHER_KEYWORDS
-from ckpt_bench.report.parsers.launchers import Launcher, LogFormat
-from ckpt_bench.report.parsers.lines import MEGATRON, Counted, Grammar, OneFileFormat, megatron_time_ns
+from ckpt_bench.report.parsers.launchers import Launcher
+from ckpt_bench.report.parsers.lines import MEGATRON, Counted, Grammar, megatron_time_ns
 from ckpt_bench.report.parsers.megatron import MegatronParser
 
 PREFIX = re.compile(r"\[NeMo (?P<level>[A-Z]) (?P<stamp>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) [^\]]*\]\s?(?P<message>.*)$")
@@ -448,7 +449,7 @@ class NemoParser(LogFormat, OneFileFormat):
                          "printed only 'Scheduled async checkpoint save' when the save call returned, and 'Async "
                          "checkpoint save for step N ... finalized' when it was durable): when each started is not "
                          "in the log, so its block and total times are unknown (null); each was written for "
-                         f"{_span(spans)} s after its save call returned (1 s resolution)")
+                         f"{_span(spans)} s after its save call returned (1 s resolution): its total_time_at_least")
         for iteration in self._preemption_saves:
             waited = self._polls["preemption"]
             wait = (f"; NeMo waited {sum(waited):.3f} s for it to finalize ('Async checkpointing detected, waiting "

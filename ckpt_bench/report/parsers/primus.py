@@ -26,14 +26,17 @@ comes between two of its lines (found by bisection: a file's prefix times do not
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 from ckpt_bench.core.events import CheckpointEvent, TimeSource
+from ckpt_bench.report.parsers.base import LogFormat
 from ckpt_bench.report.parsers.iterations import IterationTimes
-from ckpt_bench.report.parsers.launchers import LogFormat, split
+from ckpt_bench.report.parsers.launchers import split
 from ckpt_bench.report.parsers.lines import (
     ARGUMENTS_START,
     ITERATION_TIME,
@@ -42,6 +45,7 @@ from ckpt_bench.report.parsers.lines import (
     Line,
     primus_time_ns,
     scan_lines,
+    searcher,
 )
 from ckpt_bench.report.parsers.megatron import MegatronParser
 from ckpt_bench.report.parsers.torchtitan import Clock, TorchtitanMessages
@@ -237,12 +241,25 @@ def _timed(lines: Iterator[Line]) -> Iterator[tuple[str, Line]]:
 
 def _merge(streams: list[Iterator[tuple[str, Line]]]) -> Iterator[Line]:
     """Merges timed streams by (time, stream). A run of counted lines goes as far as it is before every
-    other stream's next line; the rest of it waits as that stream's next item."""
+    other stream's next line; the rest of it waits as that stream's next item. Where two streams' runs of
+    counted lines meet (every rank logging training lines), they are merged line by line at once."""
     heads = {index: item for index, stream in enumerate(streams) if (item := next(stream, None)) is not None}
     while heads:
         index = min(heads, key=lambda i: (heads[i][0], i))
         stamp, (files, where, text) = heads[index]
         others = [(heads[i][0], i) for i in heads if i != index]
+        if isinstance(text, Counted) and len(others) == 1 and isinstance(heads[others[0][1]][1][2], Counted):
+            other = others[0][1]
+            merged, rests = _interleave({i: (heads[i][0], heads[i][1][2]) for i in (index, other)})
+            yield files, where, merged
+            for i in (index, other):
+                if i in rests:
+                    heads[i] = (rests[i][0], (heads[i][1][0], heads[i][1][1], rests[i][1]))
+                elif (item := next(streams[i], None)) is None:
+                    del heads[i]
+                else:
+                    heads[i] = item
+            continue
         if isinstance(text, Counted) and others:
             bound = min(others)
             cut = _cut(text, bound[0], after_bound=index > bound[1])
@@ -258,6 +275,56 @@ def _merge(streams: list[Iterator[tuple[str, Line]]]) -> Iterator[Line]:
             del heads[index]
         else:
             heads[index] = item
+
+
+def _interleave(runs: dict[int, tuple[str, Counted]]) -> tuple[Counted, dict[int, tuple[str, Counted]]]:
+    """Two streams' runs of counted lines (stream -> its time before the run, the run) merged by (time, stream)
+    until one runs out: the training lines taken, in that order, as one run of their own; and the rest of the
+    other (stream -> the time of its next line, the rest of its run), if any. A line without a prefix has the
+    time of the training line before it. Each run's lines are in time order, so a sort merges them (in C)."""
+    lines = {index: _timed_lines(run, stamp.encode(), index) for index, (stamp, run) in runs.items()}
+    ends = min(found[-1][:2] for found in lines.values())  # where the first to run out ends
+    last = (*ends, sys.maxsize, sys.maxsize)
+    taken, rests = [], {}
+    for index, found in lines.items():
+        count = bisect.bisect_right(found, last)
+        taken += found[:count]
+        if count < len(found):
+            run = runs[index][1]
+            rests[index] = (found[count][0].decode(), Counted(run.data, found[count][2], run.stop))
+    taken.sort()
+    data = {index: memoryview(run.data) for index, (_, run) in runs.items()}
+    pieces = [data[index][begin:end] for _, index, begin, end in taken]
+    # A file's last line without its newline gets one, so that it stays a line of its own.
+    unended = [line for index, line in ((i, found[-1]) for i, found in lines.items())
+               if runs[index][1].data[line[3] - 1] != ord("\n")]
+    for line in sorted(unended, reverse=True):
+        at = bisect.bisect_left(taken, line)
+        if at < len(taken) and taken[at] == line:
+            pieces.insert(at + 1, b"\n")
+    merged = b"".join(pieces)
+    return Counted(merged, 0, len(merged)), rests
+
+
+def _timed_lines(run: Counted, stamp: bytes, index: int) -> list[tuple[bytes, int, int, int]]:
+    """(prefix time, `index`, start, end in `run.data`) of each training line of `run` with its newline (but the
+    last line of a file that has none); a line without a prefix has the time of the one before it (`stamp` for
+    the first). The keyword's places come from one SIMD search of the run."""
+    data, start, stop = run.data, run.start, run.stop
+    find, rfind, prefix = data.find, data.rfind, _PREFIX_TIME_BYTES.match
+    lines, end = [], start
+    with memoryview(data) as view, view[start:stop] as window:
+        found = [at for _, at, _ in searcher(ITERATION_TIME).find_matches_as_indexes(window)]
+    for at in found:
+        at += start
+        if at < end:  # the keyword again in a line taken
+            continue
+        begin = rfind(b"\n", start, at) + 1 or start
+        end = find(b"\n", at, stop) + 1 or stop
+        if match := prefix(data, begin, end):
+            stamp = match[1]
+        lines.append((stamp, index, begin, end))
+    return lines
 
 
 def _counted_stamp(lines: Counted, at: int) -> str | None:

@@ -44,9 +44,9 @@ from pathlib import Path
 from ckpt_bench.core.events import CheckpointEvent, EventKind, TimeSource
 from ckpt_bench.report.engine import MEASURES
 from ckpt_bench.report.parsers.arguments import ArgumentsDump
+from ckpt_bench.report.parsers.base import LogFormat, OneFileFormat
 from ckpt_bench.report.parsers.iterations import IterationTimes
-from ckpt_bench.report.parsers.launchers import LogFormat
-from ckpt_bench.report.parsers.lines import Grammar, OneFileFormat, megatron_time_ns
+from ckpt_bench.report.parsers.lines import Grammar, megatron_time_ns
 
 _SECONDS = r"(?P<seconds>\d+(?:\.\d+)?)"
 _EITHER = r"(?: \(or staging if async is enabled\))?"
