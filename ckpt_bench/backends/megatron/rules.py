@@ -188,8 +188,9 @@ def check_non_persistent(args: Mapping, n: Callable[[str], str]) -> None:
     `save_retain_interval` on a file system."""
     kind, interval = args.get("non_persistent_ckpt_type"), args.get("non_persistent_save_interval")
     if interval and kind is None:
-        raise ConfigError(f"{n('non_persistent_save_interval')} {interval} needs {n('non_persistent_ckpt_type')} "
-                          "global or local: Megatron-LM raises NotImplementedError at the first such save without it")
+        raise ConfigError(f"{n('non_persistent_save_interval')} {interval} needs non_persistent_ckpt_type global or "
+                          "local (--set non_persistent_ckpt_type=global|local): Megatron-LM raises NotImplementedError "
+                          "at the first such save without it")
     if kind not in (None, "global", "local"):
         raise ConfigError(f"{n('non_persistent_ckpt_type')} {kind}: Megatron-LM 0.16.1 saves global or local "
                           "non-persistent checkpoints (it raises NotImplementedError for in_memory)")
