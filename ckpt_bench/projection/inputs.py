@@ -58,8 +58,8 @@ class ProjectionOptions(Options):
         ("--storage-requests-per-s",), "Requests a second the storage takes: S3 PUTs (default on AWS: 3,500 a "
         "prefix) or a file system's file creates.", type=float, metavar="N").field()
     rank_costs_budget: float = Flag(
-        ("--rank-costs-budget",), "CPU seconds the engine's global steps at the job's size may take to compute (a "
-        "step cut short is a lower bound).", type=float, metavar="S", default=DEFAULT_BUDGET_S,
+        ("--rank-costs-budget",), "CPU seconds each of the engine's global steps at the job's size may take to "
+        "compute (a step cut short is a lower bound).", type=float, metavar="S", default=DEFAULT_BUDGET_S,
         show_default=True).field(DEFAULT_BUDGET_S)
 
     @classmethod

@@ -39,10 +39,10 @@ ENGINES = {"torch_dist": f"{_PACKAGE}.torch_dist", "dcp": f"{_PACKAGE}.dcp", "to
 RUNS_ENGINE_CODE = ("torch_dist", "dcp", "torch_dcp")
 
 #: The computation's own version: a cached result of another is computed again.
-COMPUTATION_VERSION = 2
+COMPUTATION_VERSION = 3
 
-#: CPU seconds the computation may take by default (`--rank-costs-budget`): DeepSeek-V3's 1,024 ranks through
-#: torch_dist take a few minutes on a 2-core VM.
+#: CPU seconds each step of the computation may take by default (`--rank-costs-budget`): DeepSeek-V3's 1,024 ranks
+#: through torch_dist take about 2 minutes a step on a 2-core VM.
 DEFAULT_BUDGET_S = 300.0
 
 
@@ -87,7 +87,7 @@ def rank_costs(job: JobCheckpoint, budget_s: float = DEFAULT_BUDGET_S) -> RankCo
     except (OSError, ValueError, TypeError, KeyError):
         pass
     progress.show(f"computing the {job.engine} engine's global steps at {job.world_size:,} ranks with its own code "
-                  f"(on one core, at most {budget_s:g} s; cached for the next run)")
+                  f"(on one core, at most {budget_s:g} s a step; cached for the next run)")
     with tempfile.TemporaryDirectory(prefix="ckpt-bench-rank-costs-") as folder:
         path = Path(folder) / "job.json"
         path.write_text(json.dumps(job.as_dict()))

@@ -8,13 +8,18 @@ says how many bytes the busiest host receives (or sends); the projection prices 
 What a step costs in CPU is the busiest rank's work (the coordinator's where one rank does it), timed with
 `time.thread_time` (one core's CPU seconds on this machine, whatever else runs beside it).
 
-A step that runs out of the budget stops where it is: its time is then a lower bound (`complete` False).
+A step that runs out of its budget (CPU seconds each step may spend) stops where it is: its time is then a lower
+bound (`complete` False).
 """
 
 from __future__ import annotations
 
+import contextlib
 import pickle
+import signal
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -26,7 +31,8 @@ class OutOfBudget(Exception):
 
 
 class Budget:
-    """CPU seconds the computation may spend (this thread's), checked as it goes."""
+    """CPU seconds a step of the computation may spend (this thread's), checked as it goes and, inside an engine's own
+    function that runs long without returning (`enforced`), by a CPU timer that interrupts it."""
 
     def __init__(self, seconds: float):
         self.seconds = seconds
@@ -36,9 +42,34 @@ class Budget:
     def spent(self) -> float:
         return time.thread_time() - self.started
 
+    def restart(self) -> Budget:
+        """A step of its own: the budget is a step's (each global step may spend `seconds`)."""
+        self.started = time.thread_time()
+        return self
+
     def check(self) -> None:
         if self.spent > self.seconds:
             raise OutOfBudget
+
+    @contextlib.contextmanager
+    def enforced(self) -> Iterator[None]:
+        """Interrupt what runs inside once the budget is spent (ITIMER_VIRTUAL: this process's CPU time; the
+        computation's process is single-threaded). Only in the main thread, where Python delivers signals."""
+        self.check()
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def out(signum, frame):
+            raise OutOfBudget
+
+        previous = signal.signal(signal.SIGVTALRM, out)
+        signal.setitimer(signal.ITIMER_VIRTUAL, max(1e-3, self.seconds - self.spent))
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_VIRTUAL, 0)
+            signal.signal(signal.SIGVTALRM, previous)
 
 
 @dataclass
@@ -121,9 +152,10 @@ def run_step(step: Step, budget: Budget, work) -> Step:
     """Time `work()` (this thread's CPU) into `step`; a budget that runs out leaves a lower bound."""
     started = time.thread_time()
     try:
-        work()
+        with budget.enforced():
+            work()
     except OutOfBudget:
         step.complete = False
-        step.why = f"stopped when the computation's {budget.seconds:g} s budget ran out: a lower bound"
+        step.why = f"stopped when its {budget.seconds:g} s budget ran out: a lower bound"
     step.cpu_s = round(time.thread_time() - started, 4)
     return step

@@ -128,6 +128,7 @@ class DcpSteps:
         """The coordinator's global plan over every rank's local plan: `planner.create_global_plan`; decentralized,
         each rank keeps its own plan (nothing scattered), and with `keep_local_plans` the global metadata holds
         every local plan (megatron-core's, to check a later save's structure against)."""
+        self.budget.restart()
         step = Step("global plan", "save",
                     f"every rank's local save plan gathered to rank 0 (gather_object), {type(planner).__name__}."
                     "create_global_plan there (dedup, the global metadata, _validate_global_plan)"
@@ -161,6 +162,7 @@ class DcpSteps:
     def finalize(self) -> Step:
         """The finalize: every rank's write results gathered to rank 0, which writes `.metadata`
         (`FileSystemWriter.finish`, here into a temporary folder: its size is the checkpoint's at this scale)."""
+        self.budget.restart()
         step = Step("finalize", "save", "every rank's write results gathered to rank 0 (gather_object), "
                     "FileSystemWriter.finish there: the global metadata with every item's file, offset and length, "
                     "pickled into .metadata", collective=f"gather_object over {self.world} ranks")
@@ -189,6 +191,7 @@ class DcpSteps:
 
     def metadata_read(self) -> Step:
         """A restart: every rank reads `.metadata` and unpickles it (its bytes are counted with the loads')."""
+        self.budget.restart()
         step = Step("metadata", "load", "every rank reads the checkpoint's .metadata and unpickles it "
                     "(FileSystemReader.read_metadata)")
         if self.metadata is None:
@@ -201,6 +204,7 @@ class DcpSteps:
     def load_plan(self) -> Step:
         """A restart's plan: every rank's load plan gathered to rank 0, `create_default_global_load_plan`,
         scattered back."""
+        self.budget.restart()
         step = Step("load plan", "load", "every rank's load plan gathered to rank 0 (gather_object), "
                     "create_default_global_load_plan, scattered back (scatter_object_list)",
                     collective=f"gather_object + scatter_object_list over {self.world} ranks")

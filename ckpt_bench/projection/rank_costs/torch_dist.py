@@ -96,6 +96,7 @@ class TorchDistCosts:
         return payloads, count
 
     def validation(self, operation: str) -> Step:
+        self.budget.restart()
         world = self.job.world_size
         step = Step("sharding validation", operation,
                     "every rank's ShardedTensors and ShardedObjects without data all-gathered over the job "
@@ -118,6 +119,7 @@ class TorchDistCosts:
 
     def distribution(self, operation: str) -> Step:
         """The fully parallel save's (or load's) distribution, per data-parallel group; the busiest group's."""
+        self.budget.restart()
         load = operation == "load"
         groups = self.state.groups
         step = Step("fully parallel distribution", operation,
