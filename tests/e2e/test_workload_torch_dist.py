@@ -103,8 +103,8 @@ def test_a_moe_through_dcp_writes_each_shard_once_as_planned(tmp_path):
     assert sum(written.values()) == moe_plan("torch_dist", job_ranks=2).total_bytes  # the same state, once
     assert {path.name for path in folder.iterdir()} == {"__0_0.distcp", "__1_0.distcp", ".metadata"}
     # The projection (asked for by a storage figure) computed DCP's global steps at this size with DCP's own code:
-    # its .metadata is the real one's size within a few per cent (the write results' offsets and paths differ).
+    # its .metadata is the real one's size within 2 % (each item's length is its tensor bytes, not its serialization).
     projection = report["projection"]
     assert projection["save_traffic"]["bytes"] == sum(written.values())
     simulated, real = projection["rank_costs"]["metadata_file_bytes"], (folder / ".metadata").stat().st_size
-    assert abs(simulated - real) <= 0.05 * real, (simulated, real)
+    assert abs(simulated - real) <= 0.02 * real, (simulated, real)

@@ -23,7 +23,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["Budget", "OutOfBudget", "RankCosts", "Step", "all_gather_bytes", "gather_bytes", "pickled_size"]
+__all__ = ["Budget", "OutOfBudget", "RankCosts", "Step", "all_gather_bytes", "gather_bytes", "pickled_size",
+           "unpickled"]
 
 
 class OutOfBudget(Exception):
@@ -146,6 +147,15 @@ def gather_bytes(world_size: int, largest: int) -> int:
     """Bytes the coordinator's host receives in a gather_object over the job (payloads padded to the largest),
     or sends in a scatter_object_list."""
     return world_size * largest if world_size > 1 else 0
+
+
+def unpickled(payloads: list[bytes], budget: Budget) -> list:
+    """Each payload unpickled, as a rank does with what an object collective brought it."""
+    gathered = []
+    for payload in payloads:
+        budget.check()
+        gathered.append(pickle.loads(payload))
+    return gathered
 
 
 def run_step(step: Step, budget: Budget, work) -> Step:

@@ -9,6 +9,7 @@ finish` (the `.metadata` file, written into a temporary folder), `create_default
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
@@ -32,7 +33,7 @@ from torch.distributed.checkpoint.planner import (
 from torch.distributed.checkpoint.storage import WriteResult
 
 from ckpt_bench.backends.workload.workload import TORCH_DTYPE
-from ckpt_bench.projection.rank_costs.base import Budget, OutOfBudget, Step, gather_bytes, run_step
+from ckpt_bench.projection.rank_costs.base import Budget, OutOfBudget, Step, gather_bytes, run_step, unpickled
 
 __all__ = ["DcpSteps", "Item", "load_plan", "save_plan"]
 
@@ -56,17 +57,23 @@ _PROPERTIES = {name: TensorProperties(dtype=dtype) for name, dtype in _DTYPES.it
 def _write_item(item: Item) -> WriteItem:
     if item.global_shape is None:
         return WriteItem(index=MetadataIndex(item.fqn), type=WriteItemType.BYTE_IO)
-    offsets = torch.Size(item.offsets)
+    offsets = torch.Size(item.offsets)  # one object in the index and the chunk, as DCP's planner shares it
     return WriteItem(index=MetadataIndex(item.fqn, offsets), type=WriteItemType.SHARD,
                      tensor_data=TensorWriteData(chunk=ChunkStorageMetadata(offsets, torch.Size(item.sizes)),
                                                  properties=_PROPERTIES[item.dtype],
                                                  size=torch.Size(item.global_shape)))
 
 
+def _one_name_a_key(items: Iterable[Item]) -> list[Item]:
+    """The items with one string object per key, as a rank's state dict has them (pickle then writes each once)."""
+    names: dict[str, str] = {}
+    return [dataclasses.replace(item, fqn=names.setdefault(item.fqn, item.fqn)) for item in items]
+
+
 def save_plan(items: Iterable[Item], flattened: bool = False) -> SavePlan:
     """A rank's local save plan, as DCP's planner makes it for these chunks; `flattened`: with the mapping of
     each flat key to its path a planner that flattens the state dict keeps (`DefaultSavePlanner`'s default)."""
-    writes = [_write_item(item) for item in items]
+    writes = [_write_item(item) for item in _one_name_a_key(items)]
     mappings = {write.index.fqn: (write.index.fqn,) for write in writes} if flattened else None
     return SavePlan(writes, planner_data=mappings)
 
@@ -74,7 +81,7 @@ def save_plan(items: Iterable[Item], flattened: bool = False) -> SavePlan:
 def load_plan(items: Iterable[Item]) -> LoadPlan:
     """A rank's local load plan: each chunk read whole into the tensor at the same offsets."""
     reads = []
-    for item in items:
+    for item in _one_name_a_key(items):
         if item.global_shape is None:
             reads.append(ReadItem(LoadItemType.BYTE_IO, MetadataIndex(item.fqn), torch.Size([0]),
                                   MetadataIndex(item.fqn), torch.Size([0]), torch.Size([0])))
@@ -88,12 +95,12 @@ def load_plan(items: Iterable[Item]) -> LoadPlan:
 def _write_results(rank: int, plan: SavePlan, sizes: dict[MetadataIndex, int], threads: int) -> list[WriteResult]:
     """What a rank's writer returns for its plan: each item in one of its `threads` files, at its offset."""
     offsets = [0] * threads
+    files = [f"__{rank}_{thread}.distcp" for thread in range(threads)]  # one string a file, as the writer's
     results = []
     for number, item in enumerate(plan.items):
         thread = number % threads
         length = sizes.get(item.index, 0)
-        results.append(WriteResult(item.index, length, _StorageInfo(f"__{rank}_{thread}.distcp", offsets[thread],
-                                                                     length)))
+        results.append(WriteResult(item.index, length, _StorageInfo(files[thread], offsets[thread], length)))
         offsets[thread] += length
     return results
 
@@ -110,19 +117,17 @@ class DcpSteps:
         self.global_plans: list[SavePlan] | None = None
         self._sizes: dict[MetadataIndex, int] = {}
 
-    def _local_plans(self, flattened: bool) -> tuple[list[SavePlan], int]:
-        """Every rank's local plan (and the largest pickled), as the coordinator's gather_object gets them."""
-        local, largest = [], 0
+    def _local_plans(self, flattened: bool) -> list[bytes]:
+        """Every rank's local plan, pickled as its gather_object sends it."""
+        payloads = []
         for rank in range(self.world):
             self.budget.check()
             items = self.plans(rank)
             for item in items:
                 if item.global_shape is not None:
                     self._sizes[MetadataIndex(item.fqn, torch.Size(item.offsets))] = item.nbytes
-            plan = save_plan(items, flattened)
-            largest = max(largest, len(pickle.dumps(plan, protocol=pickle.HIGHEST_PROTOCOL)))
-            local.append(plan)
-        return local, largest
+            payloads.append(pickle.dumps(save_plan(items, flattened), protocol=pickle.HIGHEST_PROTOCOL))
+        return payloads
 
     def global_plan(self, planner, decentralized: bool, keep_local_plans: bool = False) -> Step:
         """The coordinator's global plan over every rank's local plan: `planner.create_global_plan`; decentralized,
@@ -137,15 +142,15 @@ class DcpSteps:
                     + ("" if decentralized else " + scatter_object_list"))
         try:
             # built outside the timing: a rank's own plan is not a rank-count cost
-            local, largest = self._local_plans(planner.flatten_state_dict)
+            payloads = self._local_plans(planner.flatten_state_dict)
         except OutOfBudget:
             step.complete, step.why = False, "the budget ran out while building the ranks' plans: not computed"
             return step
-        step.units = sum(len(plan.items) for plan in local)
-        scattered = 0
+        largest, scattered, local = max(map(len, payloads)), 0, []
 
         def work() -> None:
             nonlocal scattered
+            local[:] = unpickled(payloads, self.budget)  # what the coordinator's gather_object hands it
             self.global_plans, self.metadata = planner.create_global_plan(local)
             if keep_local_plans:
                 self.metadata.all_local_plans = local
@@ -156,6 +161,7 @@ class DcpSteps:
         run_step(step, self.budget, work)
         if decentralized:
             self.global_plans = local
+        step.units = sum(len(plan.items) for plan in local) or None
         step.host_bytes = gather_bytes(self.world, largest) + gather_bytes(self.world, scattered)
         return step
 
@@ -170,22 +176,27 @@ class DcpSteps:
             step.why = "no global plan to finalize (the budget ran out before it)"
             return step
         try:
-            results = []
-            largest = 0
+            payloads = []
             for rank, plan in enumerate(self.global_plans):
                 self.budget.check()
-                own = _write_results(rank, plan, self._sizes, self.threads)
-                largest = max(largest, len(pickle.dumps(own, protocol=pickle.HIGHEST_PROTOCOL)))
-                results.append(own)
+                payloads.append(pickle.dumps(_write_results(rank, plan, self._sizes, self.threads),
+                                             protocol=pickle.HIGHEST_PROTOCOL))
         except OutOfBudget:
             step.complete, step.why = False, "the budget ran out while building the ranks' write results"
             return step
-        step.units = sum(len(own) for own in results)
+        largest = max(map(len, payloads))
         with tempfile.TemporaryDirectory(prefix="ckpt-bench-metadata-") as folder:
             writer = FileSystemWriter(folder, sync_files=False)
             writer.set_up_storage_writer(True)
-            run_step(step, self.budget, lambda: writer.finish(self.metadata, results))
-            self.metadata_bytes = (Path(folder) / ".metadata").stat().st_size
+
+            def work() -> None:
+                results = unpickled(payloads, self.budget)  # the gathered write results
+                step.units = sum(map(len, results))
+                writer.finish(self.metadata, results)
+
+            run_step(step, self.budget, work)
+            if step.complete:
+                self.metadata_bytes = (Path(folder) / ".metadata").stat().st_size
         step.host_bytes = gather_bytes(self.world, largest)
         return step
 
@@ -198,6 +209,7 @@ class DcpSteps:
             step.why = "no global metadata (the budget ran out before the save's global plan)"
             return step
         payload = pickle.dumps(self.metadata, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.loads(payload)  # once untimed: the classes it names imported, as in a training process
         run_step(step, self.budget, lambda: pickle.loads(payload))
         return step
 

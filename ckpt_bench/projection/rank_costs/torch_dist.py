@@ -40,6 +40,7 @@ from ckpt_bench.projection.rank_costs.base import (
     Step,
     all_gather_bytes,
     run_step,
+    unpickled,
 )
 from ckpt_bench.projection.rank_costs.dcp_steps import DcpSteps
 from ckpt_bench.projection.rank_costs.megatron_state import MegatronState
@@ -60,15 +61,6 @@ def simulated_all_gather(gathered: list, group_size: int) -> Iterator[None]:
         yield
     finally:
         torch.distributed.all_gather_object, exchange_utils.get_pg_size = real_gather, real_size
-
-
-def unpickled(payloads: list[bytes], budget: Budget) -> list:
-    """Each payload unpickled, as a rank does with what an object collective brought it."""
-    gathered = []
-    for payload in payloads:
-        budget.check()
-        gathered.append(pickle.loads(payload))
-    return gathered
 
 
 class TorchDistCosts:

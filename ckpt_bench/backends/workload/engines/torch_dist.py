@@ -48,6 +48,7 @@ from megatron.core.dist_checkpointing.strategies.fully_parallel import (
     FullyParallelSaveStrategyWrapper,
 )
 from megatron.core.dist_checkpointing.strategies.torch import TorchDistSaveShardedStrategy
+from megatron.core.msc_utils import MultiStorageClientFeature
 
 from ckpt_bench.backends.megatron import cpu_compat
 from ckpt_bench.backends.megatron.phases import (
@@ -116,6 +117,9 @@ class TorchDistEngine(Engine):
 
     def __init__(self, spec: WorkloadSpec, layout: Layout, context: WorkerContext, storage: WorkerStorage):
         super().__init__(spec, layout, context, storage)
+        # A file system save dir: megatron-core's file I/O, chosen, not inherited (0.16.1 turns multi-storage-client
+        # on for local paths too whenever it imports, and its writers' fsyncs are then not the file system's).
+        MultiStorageClientFeature.disable()
         self.gpt = MegatronGPT(self.layout.workload, self.layout.world_size)
         self.shards = rank_shards(self.gpt, self.share.rank)
         self.subset = self.layout.is_subset
