@@ -16,7 +16,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
-from ckpt_bench.backends.workload.megatron_fsdp2 import _parameters
+from ckpt_bench.backends.workload.megatron_fsdp2 import parameter_groups
 from ckpt_bench.backends.workload.megatron_shapes import MegatronGPT
 from ckpt_bench.backends.workload.sources import from_megatron_args
 from ckpt_bench.backends.workload.workload import TORCH_DTYPE
@@ -27,7 +27,7 @@ def main(arguments: str, out: str) -> None:
     rank = dist.get_rank()
     gpt = MegatronGPT(from_megatron_args("fsdp2", json.loads(arguments), "test"), dist.get_world_size())
     model = torch.nn.Module()
-    for index, parameter in enumerate(_parameters(gpt.model_shards(gpt.coordinates(0)))):
+    for index, parameter in enumerate(parameter_groups(gpt.model_shards(gpt.coordinates(0)))):
         rows = sum(shard.local_shape[0] for shard in parameter)
         shape = (rows, *parameter[0].local_shape[1:])
         dtype = getattr(torch, TORCH_DTYPE[parameter[0].dtype])
