@@ -30,6 +30,10 @@ class CommonOptions(Options):
                        show_default=True).field()
     nproc_per_node: int | None = Flag(("--nproc-per-node",), "Ranks per node (default: one per visible GPU on a "
                                       "GPU host, else 2).", type=int, min=1).field()
+    device: str = Flag(("--device",), "Where the ranks run. auto: on the host's GPUs where it has any (refused, "
+                       "before anything starts, where its torch cannot use them), else on the CPU; gpu: the same, "
+                       "and refused without GPUs; cpu: on the CPU even on a GPU host (its GPUs hidden from the run).",
+                       choices=("auto", "gpu", "cpu"), default="auto", show_default=True).field()
     node_rank: int = Flag(("--node-rank",), "This node's rank.", type=int, min=0, default=0,
                           show_default=True).field()
     master_addr: str = Flag(("--master-addr",), "Rendezvous host.", default="127.0.0.1",
@@ -69,7 +73,7 @@ class LaunchConfig(CommonOptions, AdviceOptions, Generic[OptionsT_co]):
         if self.run_id is not None:
             check_run_id(self.run_id)
         if self.nproc_per_node is None:  # one rank per GPU, as torchrun users give it; two gloo ranks on a CPU host
-            self.nproc_per_node = visible_gpus() or 2
+            self.nproc_per_node = (visible_gpus() if self.device != "cpu" else 0) or 2
         self.topology = Topology(nnodes=self.nnodes, nproc_per_node=self.nproc_per_node, node_rank=self.node_rank,
                                  master_addr=self.master_addr, master_port=self.master_port,
                                  rdzv_endpoint=self.rdzv_endpoint)
