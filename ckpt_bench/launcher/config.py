@@ -95,10 +95,15 @@ class EmitOptions(Options):
     shared_dir: str | None = Flag(("--shared-dir",), "A folder every node mounts: run directories and checkpoints "
                                   "go there.").field()
     job_name: str | None = Flag(("--job-name",), "Job name (default: ckpt-bench); the k8s run id.").field()
-    workdir: str | None = Flag(("--workdir",), "Where ckpt-bench is on the nodes (default: this checkout).").field()
+    workdir: str | None = Flag(("--workdir",), "Where the nodes run ckpt-bench (default: this checkout; with "
+                               "--container-image, --shared-dir).").field()
     gpus_per_node: int | None = Flag(("--gpus-per-node",), "GPUs to request per node.", type=int, min=0).field()
     container_image: str | None = Flag(("--container-image",), "Container image (Slurm: pyxis --container-image; "
-                                       "k8s: image).").field()
+                                       "k8s: image): each node installs ckpt-bench into its Python from --wheelhouse, "
+                                       "offline, keeping its torch.").field()
+    wheelhouse: str | None = Flag(("--wheelhouse",), "[with --container-image] The wheelhouse (make wheelhouse) the "
+                                  "nodes install ckpt-bench from, as the nodes see it (default: "
+                                  "<shared-dir>/wheelhouse).", metavar="DIR").field()
     container_mounts: str | None = Flag(("--container-mounts",), "[slurm] pyxis --container-mounts, e.g. "
                                         "/lustre:/lustre.").field()
     slurm_partition: str | None = Flag(("--slurm-partition",), "[slurm] #SBATCH --partition.").field()
@@ -115,4 +120,8 @@ class EmitOptions(Options):
             raise ConfigError(f"--emit {self.emit}: give --shared-dir DIR, a folder every node mounts (run "
                               "directories and checkpoints go there)")
         if self.emit == "k8s" and not self.container_image:
-            raise ConfigError("--emit k8s: give --container-image IMAGE (with ckpt-bench in --workdir)")
+            raise ConfigError("--emit k8s: give --container-image IMAGE (the image the pods train in; ckpt-bench "
+                              "is installed into it from --wheelhouse when each pod starts)")
+        if self.wheelhouse and not self.container_image:
+            raise ConfigError("--wheelhouse: the nodes install from it into a --container-image; without one they "
+                              "run this checkout's Python")
