@@ -4,6 +4,7 @@ libraries pip installed for torch stay exactly as they are. pip may add packages
 
     python tools/install.py                # from this checkout, with the package index
     python WHEELHOUSE/install.py           # from a wheelhouse (`make wheelhouse`), offline (--no-index)
+    python - --describe < tools/install.py # what `make wheelhouse` needs to know of this Python (run it in the image)
     python tools/install.py --pins         # the pins only, for pip itself:
                                            #   python -m pip install . -c <(python tools/install.py --pins)
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -59,6 +61,15 @@ def stack(packages: dict[str, str]) -> str:
     return ", ".join(parts) if parts else "no torch"
 
 
+def describe(packages: dict[str, str]) -> str:
+    """`make wheelhouse`'s variables for a target like this Python: its version, its newest manylinux tag (its
+    glibc's), its torch as pip sees it."""
+    libc, version = platform.libc_ver()
+    tag = f"manylinux_{version.replace('.', '_')}_{platform.machine()}" if libc == "glibc" and version else "?"
+    return (f"PYTHON_VERSION={sys.version_info[0]}.{sys.version_info[1]} PLATFORM={tag} "
+            f"TORCH_VERSION={packages.get('torch', '?')}")
+
+
 def fail(message: str) -> None:
     print(f"ckpt-bench install: {message}", file=sys.stderr)
     sys.exit(1)
@@ -75,7 +86,15 @@ def pip(args: list[str], log) -> subprocess.CompletedProcess:
 
 
 def pip_reason(output: str) -> str:
-    """pip's own words for why it stopped: its first ERROR line (the conflict, the missing distribution)."""
+    """pip's own words for why it stopped: the requirements in conflict where it names them, else its first ERROR
+    line (the missing distribution)."""
+    lines = output.splitlines()
+    if "The conflict is caused by:" in lines:
+        block = lines[lines.index("The conflict is caused by:") + 1:]
+        causes = [line.strip() for line in block[:next((i for i, x in enumerate(block) if not x.startswith(" ")),
+                                                       len(block))]]
+        if causes:
+            return "conflicting requirements: " + "; ".join(causes)
     errors = [line[len("ERROR: "):].strip() for line in output.splitlines() if line.startswith("ERROR: ")]
     useful = [e for e in errors if not e.startswith(("Ignored the following", "Could not find a version"))]
     return (useful or errors or [output.strip().splitlines()[-1] if output.strip() else "no output"])[0]
@@ -86,10 +105,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--wheelhouse", type=Path, help="install from this wheelhouse, offline (default: the "
                         "folder of this script, when it is a wheelhouse)")
     parser.add_argument("--pins", action="store_true", help="print the pins of the GPU stack and install nothing")
+    parser.add_argument("--describe", action="store_true", help="print make wheelhouse's variables for this Python "
+                        "and install nothing")
     args = parser.parse_args(argv)
     before = installed()
     if args.pins:
         print("\n".join(pins(before)))
+        return
+    if args.describe:
+        print(describe(before))
         return
     python = f"{sys.executable} (Python {sys.version.split()[0]})"
     if sys.version_info[:2] < REQUIRES_PYTHON:

@@ -32,6 +32,8 @@ import time
 import zipfile
 from pathlib import Path
 
+from install import pip_reason  # tools/install.py, beside this file
+
 ROOT = Path(__file__).resolve().parents[1]
 MARK = "wheelhouse.json"
 MIN_MANYLINUX = 5  # manylinux_2_5, alias manylinux1: the oldest tag there is
@@ -122,9 +124,9 @@ def pip(*args: str) -> subprocess.CompletedProcess:
 
 
 def checked(result: subprocess.CompletedProcess, what: str) -> str:
+    """pip's output, or its reason for failing as one line (install.py's reading of it)."""
     if result.returncode != 0:
-        errors = [line for line in result.stdout.splitlines() if line.startswith("ERROR")]
-        raise WheelhouseError(f"{what}: {(errors or result.stdout.strip().splitlines() or ['pip failed'])[-1]}")
+        raise WheelhouseError(f"{what}: {pip_reason(result.stdout)}")
     return result.stdout
 
 
@@ -152,7 +154,7 @@ def build(out: Path, python_version: str, platform_tag: str, torch: str, image: 
         ours = next(wheels.glob("ckpt_bench-*.whl"))
         # This machine's resolution: which dependencies come only as source distributions.
         report = work / "report.json"
-        checked(pip("install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report), *present,
+        checked(pip("install", "--dry-run", "--ignore-installed", "--report", str(report), *present,
                     str(ours)), "resolving the dependencies")
         for item in json.loads(report.read_text())["install"]:
             if item["download_info"]["url"].split("#")[0].endswith(".whl"):
@@ -170,14 +172,14 @@ def build(out: Path, python_version: str, platform_tag: str, torch: str, image: 
         abi = "cp" + python_version.replace(".", "")
         target = ["--only-binary=:all:", "--python-version", python_version, "--implementation", "cp", "--abi", abi,
                   *(arg for tag in tags for arg in ("--platform", tag))]
-        checked(pip("download", "--quiet", "-d", str(wheels), *target, "--find-links", str(wheels), *present,
+        checked(pip("download", "-d", str(wheels), *target, "--find-links", str(wheels), *present,
                     str(ours)), f"collecting the wheels for Python {python_version} on {platform_tag}")
         for filename in stub_files:
             (wheels / filename).unlink(missing_ok=True)
         if any(w.name.startswith("torch-") for w in wheels.iterdir()):
             raise WheelhouseError("a torch wheel was collected: the target's torch would be replaced")
         shutil.copy2(ROOT / "tools" / "install.py", wheels / "install.py")
-        made = {"python": python_version, "platform": platform_tag, "platforms": tags, "torch": torch,
+        made = {"python": python_version, "platform": platform_tag, "platforms": tags, "torch": packages["torch"],
                 "image_packages": len(packages) - (image is None), "ckpt_bench": ours.name.split("-")[1],
                 "made": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "wheels": sorted(w.name for w in wheels.glob("*.whl"))}

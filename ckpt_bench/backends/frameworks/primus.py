@@ -5,6 +5,7 @@ script runs torchrun itself. Each pass gets its own Primus workspace inside the 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,6 +114,10 @@ class PrimusBackend(Backend[PrimusConfig]):
                     "EXP": str(path), "NNODES": str(topology.nnodes), "NODE_RANK": str(topology.node_rank),
                     "MASTER_ADDR": master_addr, "MASTER_PORT": master_port,
                     "GPUS_PER_NODE": str(topology.nproc_per_node),
+                    # The script pip-installs Primus's requirements.txt into the running Python on every start
+                    # unless told not to: a benchmark changes no environment (and a node has no network). The
+                    # image has them (rocm/primus), or the user installs them once; PRIMUS_SKIP_PIP=0 restores it.
+                    "PRIMUS_SKIP_PIP": os.environ.get("PRIMUS_SKIP_PIP", "1"),
                 }
 
         def collect(run: RunDir) -> list[str]:
