@@ -77,8 +77,9 @@ def constraint_torch() -> str:
     raise WheelhouseError("constraints.txt pins no torch: give --torch VERSION")
 
 
-def image_packages(path: Path | None, torch: str) -> dict[str, str]:
-    """Normalized name -> version of what the target has: its torch, and each `name==version` line of `path`."""
+def image_packages(path: Path | None, torch: str | None) -> dict[str, str]:
+    """Normalized name -> version of what the target has: each `name==version` line of `path`, and its torch:
+    `torch` where given, else the list's, else constraints.txt's."""
     packages = {}
     if path is not None:
         try:
@@ -93,7 +94,8 @@ def image_packages(path: Path | None, torch: str) -> dict[str, str]:
             raise WheelhouseError(f"--image-packages {path}: no name==version line (give the output of the image's "
                                   "python -m pip list --format=freeze)")
     packages.pop("ckpt-bench", None)
-    packages.setdefault("torch", torch)
+    if torch or "torch" not in packages:
+        packages["torch"] = torch or constraint_torch()
     return packages
 
 
@@ -130,7 +132,7 @@ def checked(result: subprocess.CompletedProcess, what: str) -> str:
     return result.stdout
 
 
-def build(out: Path, python_version: str, platform_tag: str, torch: str, image: Path | None) -> dict:
+def build(out: Path, python_version: str, platform_tag: str, torch: str | None, image: Path | None) -> dict:
     """Make the wheelhouse in a new folder beside `out`, then put it in place; returns what it was made for."""
     tags = platforms(platform_tag)
     packages = image_packages(image, torch)
@@ -199,15 +201,15 @@ def main(argv: list[str] | None = None) -> None:
                         help="the target's Python, e.g. 3.12 (default: this one's)")
     parser.add_argument("--platform", help="the target's newest manylinux tag, e.g. manylinux_2_35_x86_64 for Ubuntu "
                         "22.04, manylinux_2_39_aarch64 for Ubuntu 24.04 on Grace (default: this machine's)")
-    parser.add_argument("--torch", help="the target's torch version, exactly as it reports it (default: "
-                        "constraints.txt's)")
+    parser.add_argument("--torch", help="the target's torch version, as pip reports it (default: the one in "
+                        "--image-packages, else constraints.txt's)")
     parser.add_argument("--image-packages", type=Path, help="the target's `python -m pip list --format=freeze`")
     args = parser.parse_args(argv)
     try:
         if not re.fullmatch(r"3\.\d+", args.python_version):
             raise WheelhouseError(f"--python-version {args.python_version!r}: give MAJOR.MINOR, e.g. 3.12")
-        made = build(args.out, args.python_version, args.platform or default_platform(), args.torch or
-                     constraint_torch(), args.image_packages)
+        made = build(args.out, args.python_version, args.platform or default_platform(), args.torch,
+                     args.image_packages)
     except WheelhouseError as error:
         print(f"make wheelhouse: {error}", file=sys.stderr)
         sys.exit(2)

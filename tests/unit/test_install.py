@@ -69,7 +69,7 @@ def test_the_images_packages_become_stand_ins_pinned_where_the_index_has_no_such
     listed = tmp_path / "image.txt"
     listed.write_text("torch==2.5.0a0+e000cf0ad9.nv24.10\nTransformer_Engine==1.12.0\nckpt-bench==0.1.0\n"
                       "megatron-core @ file:///opt/megatron\n# a comment\nnumpy==1.26.4  \n")
-    packages = wheelhouse.image_packages(listed, "2.13.0")
+    packages = wheelhouse.image_packages(listed, None)
     assert packages == {"torch": "2.5.0a0+e000cf0ad9.nv24.10", "transformer-engine": "1.12.0", "numpy": "1.26.4"}
     carried, name = wheelhouse.stand_in(tmp_path, "transformer-engine", "1.12.0")
     assert carried == "1.12.0+image" and name == "transformer_engine-1.12.0+image-py3-none-any.whl"
@@ -80,4 +80,6 @@ def test_the_images_packages_become_stand_ins_pinned_where_the_index_has_no_such
     empty = tmp_path / "empty.txt"
     empty.write_text("megatron-core @ file:///x\n")
     with pytest.raises(wheelhouse.WheelhouseError, match="no name==version line"):
-        wheelhouse.image_packages(empty, "2.13.0")
+        wheelhouse.image_packages(empty, None)
+    assert wheelhouse.image_packages(None, None) == {"torch": wheelhouse.constraint_torch()}
+    assert wheelhouse.image_packages(listed, "2.6.0")["torch"] == "2.6.0"  # given: it wins
