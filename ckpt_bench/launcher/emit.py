@@ -166,6 +166,8 @@ def render(emit: EmitOptions, launch: LaunchConfig, values: Mapping, given: Iter
         _check({"set": item})
     shared = emit.shared_dir.rstrip("/") or "/"
     values, given, inputs = absolute_paths(values, given, launch)
+    if emit.gpus_per_node and "device" not in given:  # a job that asked for GPUs: a node without them fails
+        values, given = {**values, "device": "gpu"}, {*given, "device"}
     args = benchmark_args(values, given, flags)
     args += ["--runs-dir", f"{shared}/runs"]
     if not values.get("save_dir"):

@@ -57,7 +57,7 @@ def test_slurm_script(tmp_path):
            "$SLURM_JOB_ID": "77"}
     options = parsed_options(inner, env)
     assert options == expected(nnodes=4, node_rank=3, master_addr="n001", master_port=29500, run_id="77",
-                               runs_dir="/lustre/ckpt/runs", save_dir="/lustre/ckpt/checkpoints")
+                               runs_dir="/lustre/ckpt/runs", save_dir="/lustre/ckpt/checkpoints", device="gpu")
 
 
 def test_k8s_manifest():
@@ -77,7 +77,7 @@ def test_k8s_manifest():
     env = {"${PET_NODE_RANK:-$RANK}": "2", "$MASTER_ADDR": "ck1-master-0", "$MASTER_PORT": "23456"}
     options = parsed_options(container["command"][2], env)
     assert options == expected(nnodes=3, node_rank=2, master_addr="ck1-master-0", master_port=23456, run_id="ck1",
-                               runs_dir="/mnt/shared/runs", save_dir="/mnt/shared/checkpoints")
+                               runs_dir="/mnt/shared/runs", save_dir="/mnt/shared/checkpoints", device="gpu")
 
 
 def test_control_characters_and_missing_shared_dir_are_refused():
