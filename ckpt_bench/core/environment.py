@@ -66,19 +66,23 @@ def gpu_stack() -> dict[str, str | None]:
     return stack
 
 
-def megatron_core_version() -> str | None:
-    """The version of the megatron-core `import megatron.core` loads: its package_info.py, read as text (the
-    same file for a checkout and an installed wheel)."""
+def megatron_core_version(checkout: Path | None = None) -> str | None:
+    """The version of the megatron-core `import megatron.core` loads, or that a Megatron-LM `checkout` holds: its
+    package_info.py, read as text (the same file in a checkout and in an installed wheel)."""
+    if checkout is not None:
+        folder = checkout / "megatron" / "core"
+    else:
+        try:
+            spec = importlib.util.find_spec("megatron.core")
+        except (ImportError, ValueError):
+            return None
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        folder = Path(spec.submodule_search_locations[0])
     try:
-        spec = importlib.util.find_spec("megatron.core")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    try:
-        module = ast.parse((Path(spec.submodule_search_locations[0]) / "package_info.py").read_text())
+        module = ast.parse((folder / "package_info.py").read_text())
     except (OSError, SyntaxError, ValueError):
-        return package_versions(("megatron-core",))["megatron-core"]
+        return None if checkout is not None else package_versions(("megatron-core",))["megatron-core"]
     parts = {}
     for node in module.body:
         if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
@@ -87,7 +91,7 @@ def megatron_core_version() -> str | None:
             except ValueError:
                 continue
     if not {"MAJOR", "MINOR", "PATCH"} <= parts.keys():
-        return package_versions(("megatron-core",))["megatron-core"]
+        return None if checkout is not None else package_versions(("megatron-core",))["megatron-core"]
     return f"{parts['MAJOR']}.{parts['MINOR']}.{parts['PATCH']}{parts.get('PRE_RELEASE', '')}"
 
 

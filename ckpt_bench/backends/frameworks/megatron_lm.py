@@ -31,7 +31,7 @@ from ckpt_bench.backends.frameworks.common import (
 from ckpt_bench.backends.megatron import rules
 from ckpt_bench.backends.megatron.launcher import preview
 from ckpt_bench.core.checkpoint_dir import iteration_folder_sizes, latest_iteration
-from ckpt_bench.core.environment import gpu_count
+from ckpt_bench.core.environment import gpu_count, megatron_core_version
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.events import EventKind, event_files, read_event_files
 from ckpt_bench.core.options import Flag
@@ -337,6 +337,8 @@ class MegatronLMBackend(Backend[MegatronLMConfig]):
                         log.write_text("".join(megatron_stdout(lines)))
                     logs.append(log)
             events = record_events(run, logs)
-            return notes + events + saved_iterations_check(run.events_dir, bound.get("checkpoint_dir"))
+            # The environment names the megatron-core this Python imports; the ranks imported the checkout's.
+            ranks = f"the ranks ran this checkout's megatron-core {megatron_core_version(root)} ({root})"
+            return [ranks, *notes, *events, *saved_iterations_check(run.events_dir, bound.get("checkpoint_dir"))]
 
         return framework_plan(launch, experiment, args, sizes, passes, bind, collect, worker_module=BOOTSTRAP)
