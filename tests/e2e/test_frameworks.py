@@ -45,7 +45,7 @@ PRIMUS_FAKE = FAKE + textwrap.dedent('''
     args = exp["modules"]["pre_trainer"]["overrides"]
     root = Path(exp["workspace"], exp["work_group"], exp["user_name"], exp["exp_name"])
     phase = "load" if args.get("load") else "save"
-    keys = ("EXP", "NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "GPUS_PER_NODE")
+    keys = ("EXP", "NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "GPUS_PER_NODE", "PRIMUS_SKIP_PIP")
     Path(os.environ["FAKE_RECORD"], f"{phase}.json").write_text(json.dumps(
         {"env": {k: os.environ.get(k) for k in keys}, "cwd": os.getcwd(), "exp": exp}))
     log = root / "logs" / "pre_trainer" / "rank-0" / "debug.log"
