@@ -9,7 +9,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install
+.PHONY: run test install wheelhouse
 
 install: $(STAMP)
 
@@ -37,3 +37,18 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(PY) -m compileall -q ckpt_bench
 	$(PY) -m pytest -q -n 2 --dist worksteal --durations=15 $(PYTEST_ARGS)
+
+# wheelhouse/: ckpt-bench and every dependency but torch, to install into an image's own Python offline with
+# `python wheelhouse/install.py` (docs/clusters.md). The target may differ from this machine; empty means this one's:
+#   make wheelhouse PYTHON_VERSION=3.12 PLATFORM=manylinux_2_39_x86_64 TORCH_VERSION=2.8.0a0+5228986c39.nv25.06
+# TORCH_VERSION is the image's torch as it reports it (default: constraints.txt's); IMAGE_PACKAGES=FILE, the image's
+# `python -m pip list --format=freeze`, makes the wheels fit everything the image has and leaves it all out.
+PYTHON_VERSION ?=
+PLATFORM ?=
+TORCH_VERSION ?=
+IMAGE_PACKAGES ?=
+WHEELHOUSE ?= wheelhouse
+wheelhouse:
+	$(PYTHON) tools/wheelhouse.py --out $(WHEELHOUSE) $(if $(PYTHON_VERSION),--python-version $(PYTHON_VERSION)) \
+	    $(if $(PLATFORM),--platform $(PLATFORM)) $(if $(TORCH_VERSION),--torch '$(TORCH_VERSION)') \
+	    $(if $(IMAGE_PACKAGES),--image-packages $(IMAGE_PACKAGES))

@@ -154,7 +154,7 @@ def _launch(**values) -> None:
         if emit.emit:
             from ckpt_bench.launcher.emit import render
 
-            click.echo(render(emit, values, given, registry.all_flags()), nl=False)
+            click.echo(render(emit, launch_config, values, given, registry.all_flags()), nl=False)
             sys.exit(0)
         runner = registry.runner_for(launch_config)
         if launch_config.plan_only:

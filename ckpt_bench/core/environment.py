@@ -1,4 +1,7 @@
-"""What the numbers were measured on: recorded in every report."""
+"""What the numbers were measured on: recorded in every report. The software stack is named as the ranks
+load it, so two runs can be told apart: torch and what it was built for (`cuda`, `rocm`), Transformer Engine,
+Apex, and the megatron-core that `import megatron.core` finds (a checkout on PYTHONPATH, as some images have
+it, wins over an installed one); each null where absent."""
 
 from __future__ import annotations
 
@@ -15,8 +18,12 @@ from pathlib import Path
 import psutil
 
 from ckpt_bench.core.checkpoint_dir import filesystem_type
+from ckpt_bench.core.devices import host_gpus, torch_build
 
-PACKAGES = ("torch", "megatron-core", "lightning", "s3torchconnector")
+PACKAGES = ("torch", "lightning", "s3torchconnector")
+# The distribution names each GPU library is installed under, the first found wins (NGC and ROCm images use
+# the first; a pip install of Transformer Engine's torch part alone has the second).
+GPU_LIBRARIES = {"transformer-engine": ("transformer-engine", "transformer-engine-torch"), "apex": ("apex",)}
 
 
 def package_versions(names=PACKAGES) -> dict[str, str | None]:
@@ -36,6 +43,7 @@ def describe_environment(save_dir: str | os.PathLike | None = None) -> dict:
         "ckpt_bench": __version__,
         "python": platform.python_version(),
         **package_versions(),
+        **gpu_stack(),
         "host": socket.gethostname(),
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
@@ -48,44 +56,69 @@ def describe_environment(save_dir: str | os.PathLike | None = None) -> dict:
     return env
 
 
+def gpu_stack() -> dict[str, str | None]:
+    """What torch was built for, Transformer Engine, Apex and megatron-core, without importing any of them."""
+    build = torch_build()
+    stack = {"cuda": build.cuda if build else None, "rocm": build.hip if build else None}
+    for key, names in GPU_LIBRARIES.items():
+        stack[key] = next(filter(None, package_versions(names).values()), None)
+    stack["megatron-core"] = megatron_core_version()
+    return stack
+
+
+def megatron_core_version(checkout: Path | None = None) -> str | None:
+    """The version of the megatron-core `import megatron.core` loads, or that a Megatron-LM `checkout` holds: its
+    package_info.py, read as text (the same file in a checkout and in an installed wheel)."""
+    if checkout is not None:
+        folder = checkout / "megatron" / "core"
+    else:
+        try:
+            spec = importlib.util.find_spec("megatron.core")
+        except (ImportError, ValueError):
+            return None
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        folder = Path(spec.submodule_search_locations[0])
+    try:
+        module = ast.parse((folder / "package_info.py").read_text())
+    except (OSError, SyntaxError, ValueError):
+        return None if checkout is not None else package_versions(("megatron-core",))["megatron-core"]
+    parts = {}
+    for node in module.body:
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+            try:
+                parts[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                continue
+    if not {"MAJOR", "MINOR", "PATCH"} <= parts.keys():
+        return None if checkout is not None else package_versions(("megatron-core",))["megatron-core"]
+    return f"{parts['MAJOR']}.{parts['MINOR']}.{parts['PATCH']}{parts.get('PRE_RELEASE', '')}"
+
+
 def _accelerator() -> dict:
-    """`cuda_available` and `gpu` as torch sees them; {} without torch."""
+    """`cuda_available` and `gpu` as torch sees them, and the host's own GPUs from its device files
+    (`host_gpus`: what a torch that sees none was missing); {} without torch."""
+    gpus = host_gpus()
+    described = {"host_gpus": gpus.describe() if gpus else None}
     if importlib.util.find_spec("torch") is None:
-        return {}
+        return described
     if not gpu_count():
-        return {"cuda_available": False, "gpu": None}
+        return {"cuda_available": False, "gpu": None, **described}
     import torch
 
-    return {"cuda_available": True, "gpu": torch.cuda.get_device_name(0)}
+    return {"cuda_available": True, "gpu": torch.cuda.get_device_name(0), **described}
 
 
 @functools.cache
 def gpu_count() -> int:
     """The CUDA (or ROCm) GPUs torch sees on this host. A torch built for neither sees none, which its
-    `version.py` says: read as text, since importing torch costs a launcher a second and a half of CPU that
-    its ranks, starting at the same time, then lack."""
-    spec = importlib.util.find_spec("torch")
-    if spec is None or not spec.submodule_search_locations:
+    `version.py` says (`torch_build`): read as text, since importing torch costs a launcher a second and a half
+    of CPU that its ranks, starting at the same time, then lack. Where the build cannot be read, torch is asked."""
+    if importlib.util.find_spec("torch") is None:
         return 0
-    if not _built_for_a_gpu(Path(spec.submodule_search_locations[0]) / "version.py"):
+    build = torch_build()
+    if build is not None and build.vendor is None:
         return 0
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
-
-def _built_for_a_gpu(version_file: Path) -> bool:
-    """Whether torch's `version.py` names a CUDA or ROCm (HIP) build; True where it cannot be read (then ask torch)."""
-    try:
-        module = ast.parse(version_file.read_text())
-    except (OSError, SyntaxError, ValueError):
-        return True
-    values = {}
-    for node in module.body:
-        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
-        if isinstance(target, ast.Name) and getattr(node, "value", None) is not None:
-            try:
-                values[target.id] = ast.literal_eval(node.value)
-            except ValueError:
-                continue
-    return not ("cuda" in values and "hip" in values) or bool(values["cuda"] or values["hip"])

@@ -30,6 +30,10 @@ class CommonOptions(Options):
                        show_default=True).field()
     nproc_per_node: int | None = Flag(("--nproc-per-node",), "Ranks per node (default: one per visible GPU on a "
                                       "GPU host, else 2).", type=int, min=1).field()
+    device: str = Flag(("--device",), "Where the ranks run. auto: on the host's GPUs where it has any (refused, "
+                       "before anything starts, where its torch cannot use them), else on the CPU; gpu: the same, "
+                       "and refused without GPUs; cpu: on the CPU even on a GPU host (its GPUs hidden from the run).",
+                       choices=("auto", "gpu", "cpu"), default="auto", show_default=True).field()
     node_rank: int = Flag(("--node-rank",), "This node's rank.", type=int, min=0, default=0,
                           show_default=True).field()
     master_addr: str = Flag(("--master-addr",), "Rendezvous host.", default="127.0.0.1",
@@ -69,7 +73,7 @@ class LaunchConfig(CommonOptions, AdviceOptions, Generic[OptionsT_co]):
         if self.run_id is not None:
             check_run_id(self.run_id)
         if self.nproc_per_node is None:  # one rank per GPU, as torchrun users give it; two gloo ranks on a CPU host
-            self.nproc_per_node = visible_gpus() or 2
+            self.nproc_per_node = (visible_gpus() if self.device != "cpu" else 0) or 2
         self.topology = Topology(nnodes=self.nnodes, nproc_per_node=self.nproc_per_node, node_rank=self.node_rank,
                                  master_addr=self.master_addr, master_port=self.master_port,
                                  rdzv_endpoint=self.rdzv_endpoint)
@@ -91,10 +95,15 @@ class EmitOptions(Options):
     shared_dir: str | None = Flag(("--shared-dir",), "A folder every node mounts: run directories and checkpoints "
                                   "go there.").field()
     job_name: str | None = Flag(("--job-name",), "Job name (default: ckpt-bench); the k8s run id.").field()
-    workdir: str | None = Flag(("--workdir",), "Where ckpt-bench is on the nodes (default: this checkout).").field()
+    workdir: str | None = Flag(("--workdir",), "Where the nodes run ckpt-bench (default: this checkout; with "
+                               "--container-image, --shared-dir).").field()
     gpus_per_node: int | None = Flag(("--gpus-per-node",), "GPUs to request per node.", type=int, min=0).field()
     container_image: str | None = Flag(("--container-image",), "Container image (Slurm: pyxis --container-image; "
-                                       "k8s: image).").field()
+                                       "k8s: image): each node installs ckpt-bench into its Python from --wheelhouse, "
+                                       "offline, keeping its torch.").field()
+    wheelhouse: str | None = Flag(("--wheelhouse",), "[with --container-image] The wheelhouse (make wheelhouse) the "
+                                  "nodes install ckpt-bench from, as the nodes see it (default: "
+                                  "<shared-dir>/wheelhouse).", metavar="DIR").field()
     container_mounts: str | None = Flag(("--container-mounts",), "[slurm] pyxis --container-mounts, e.g. "
                                         "/lustre:/lustre.").field()
     slurm_partition: str | None = Flag(("--slurm-partition",), "[slurm] #SBATCH --partition.").field()
@@ -111,4 +120,8 @@ class EmitOptions(Options):
             raise ConfigError(f"--emit {self.emit}: give --shared-dir DIR, a folder every node mounts (run "
                               "directories and checkpoints go there)")
         if self.emit == "k8s" and not self.container_image:
-            raise ConfigError("--emit k8s: give --container-image IMAGE (with ckpt-bench in --workdir)")
+            raise ConfigError("--emit k8s: give --container-image IMAGE (the image the pods train in; ckpt-bench "
+                              "is installed into it from --wheelhouse when each pod starts)")
+        if self.wheelhouse and not self.container_image:
+            raise ConfigError("--wheelhouse: the nodes install from it into a --container-image; without one they "
+                              "run this checkout's Python")

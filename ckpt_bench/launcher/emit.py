@@ -9,6 +9,16 @@ the options given here (minus the job's own), plus what only the cluster knows:
 
 and `ckpt_bench.launcher.nodes` turns those per-node processes into one run with one report.
 
+In a stock image (`--container-image`: NGC PyTorch, NeMo, rocm/megatron-lm, rocm/primus), each node first
+installs ckpt-bench into the image's Python from the wheelhouse on the shared dir (`make wheelhouse`;
+`install.py` there keeps the image's torch, Transformer Engine, Apex and megatron-core), offline, then runs
+`python -m ckpt_bench`; a Slurm job checks that install on one node before its benchmark step starts on all
+of them, and ends there with install.py's one line if it cannot. The nodes start elsewhere than this
+command: every path the job reads (`PATH_OPTIONS`) is made absolute, the Primus checkout an experiment was
+found in from here is passed as `--primus-path`, and in a Slurm container the folders outside the shared dir
+are mounted at the same paths (Kubernetes pods see the shared volume and the image only: what lies elsewhere
+is named on stderr).
+
 Safety: every value that lands in a shell line goes through `shlex.quote` (the `q` filter), and the
 manifest's values through `tojson` (a JSON string is a YAML string); a value with a control
 character (a newline would start a new script line) is refused.
@@ -25,8 +35,9 @@ from pathlib import Path
 import jinja2
 
 from ckpt_bench.core.errors import ConfigError
+from ckpt_bench.core.experiment import PrimusCheckout
 from ckpt_bench.core.options import Flag, to_argv
-from ckpt_bench.launcher.config import EmitOptions
+from ckpt_bench.launcher.config import EmitOptions, LaunchConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE_DIR = Path(__file__).resolve().parents[1] / "templates"  # package data
@@ -47,6 +58,72 @@ K8S_RENDEZVOUS = ['--node-rank "${PET_NODE_RANK:-$RANK}"', '--master-addr "$MAST
                   '--master-port "$MASTER_PORT"']
 
 
+# Options whose value is a local path the nodes read (a workload only where it names a file, a --save-dir only
+# where it is not a URL).
+PATH_OPTIONS = ("config", "workload", "primus_path", "megatron_path", "save_dir")
+WHEELHOUSE_MARK = "wheelhouse.json"  # what tools/wheelhouse.py writes into every wheelhouse
+
+
+def absolute_paths(values: Mapping, given: Iterable[str], launch: LaunchConfig) -> tuple[dict, set[str], list[Path]]:
+    """`values` with each path option absolute and, where the runner reads --primus-path and none was given, the
+    Primus checkout the experiment was found in from here (the working directory, a folder above the experiment,
+    PRIMUS_PATH); the options given then; and the inputs the nodes must see (checkouts and files)."""
+    values, given = dict(values), set(given)
+    inputs = []
+    for name in PATH_OPTIONS:
+        value = values.get(name)
+        if not value or name not in given:
+            continue
+        path = Path(value).expanduser()
+        if name == "save_dir" and "://" in value or name == "workload" and not path.is_file():
+            continue
+        values[name] = str(path.resolve())
+        if name != "save_dir":
+            inputs.append(path.resolve())
+    if "primus_path" in type(launch.options).flags() and "primus_path" not in given:
+        experiment = next((Path(values[name]) for name in ("config", "workload")
+                           if name in given and values.get(name) and Path(values[name]).is_file()), None)
+        found = PrimusCheckout.find(None, experiment) if experiment is not None else None
+        if found is not None:
+            values["primus_path"] = str(found.root)
+            given.add("primus_path")
+            inputs.append(found.root)
+    return values, given, inputs
+
+
+def outside(paths: Iterable[Path], roots: Iterable[str]) -> list[Path]:
+    """The folders that hold `paths` (a file's own folder), less those under `roots` or under one another."""
+    folders = sorted({path if path.is_dir() else path.parent for path in paths})
+    kept: list[Path] = []
+    for folder in folders:
+        if not any(folder.is_relative_to(root) for root in [*map(Path, roots), *kept]):
+            kept.append(folder)
+    return kept
+
+
+def mount_targets(mounts: str | None) -> list[str]:
+    """The container paths of pyxis's --container-mounts SRC:DST[:FLAGS],... (a lone SRC mounts at SRC)."""
+    targets = []
+    for mount in (mounts or "").split(","):
+        parts = mount.split(":")
+        if parts[0]:
+            targets.append(parts[1] if len(parts) > 1 and parts[1] else parts[0])
+    return targets
+
+
+def check_wheelhouse(wheelhouse: str, shared: str) -> str | None:
+    """Refuse a wheelhouse this machine can see to be missing; a note where it cannot tell."""
+    folder = Path(wheelhouse)
+    if (folder / WHEELHOUSE_MARK).is_file():
+        return None
+    if folder.is_dir() or Path(shared).is_dir():
+        raise ConfigError(f"--wheelhouse {wheelhouse}: no wheelhouse there (no {WHEELHOUSE_MARK}); make one for the "
+                          f"image and copy it there: make wheelhouse PYTHON_VERSION=... PLATFORM=... TORCH_VERSION=... "
+                          f"&& cp -r wheelhouse {wheelhouse} (docs/clusters.md)")
+    return (f"{wheelhouse} is not visible here: the nodes need the wheelhouse there (make wheelhouse, then copy it; "
+            "docs/clusters.md)")
+
+
 def benchmark_args(values: Mapping, given: Iterable[str], flags: Mapping[str, Flag]) -> list[str]:
     """The command-line arguments that give the benchmark's options again: those the user set, less
     the job's own and those each node gets from the cluster."""
@@ -60,25 +137,45 @@ def _check(values: dict) -> None:
             raise ConfigError(f"--{name.replace('_', '-')} {value!r}: control characters are not allowed")
 
 
-def node_command(python: str, workdir: str, args: list[str], rendezvous: list[str]) -> str:
-    """The shell line every node runs: fixed values quoted, the cluster's variables expanded there."""
-    launch = shlex.join([python, "ckpt_launch.py", *args])
-    return f"cd {shlex.quote(workdir)} && exec {launch} {' '.join(rendezvous)}"
+def install_command(wheelhouse: str) -> str:
+    """ckpt-bench into the image's Python from the wheelhouse, offline, keeping its GPU stack (tools/install.py)."""
+    return f"python {shlex.quote(wheelhouse + '/install.py')}"
 
 
-def render(emit: EmitOptions, values: Mapping, given: Iterable[str], flags: Mapping[str, Flag]) -> str:
-    """The job script or manifest for `emit`, running the benchmark that `values` (the options `given`)
-    describe on `values["nnodes"]` nodes."""
+def node_command(python: str | None, workdir: str, args: list[str], rendezvous: list[str],
+                 wheelhouse: str | None = None) -> str:
+    """The shell line every node runs: fixed values quoted, the cluster's variables expanded there. With a
+    wheelhouse (a container), ckpt-bench is installed first (its one line on success left out of the job's
+    log, which gets one per node) and run as `python -m ckpt_bench`; without, `python` runs this checkout's
+    ckpt_launch.py."""
+    if wheelhouse is None:
+        launch = shlex.join([python, "ckpt_launch.py", *args])
+        return f"cd {shlex.quote(workdir)} && exec {launch} {' '.join(rendezvous)}"
+    launch = shlex.join(["python", "-m", "ckpt_bench", *args])
+    install = f"{install_command(wheelhouse)} > /dev/null"
+    return f"{install} && cd {shlex.quote(workdir)} && exec {launch} {' '.join(rendezvous)}"
+
+
+def render(emit: EmitOptions, launch: LaunchConfig, values: Mapping, given: Iterable[str],
+           flags: Mapping[str, Flag]) -> str:
+    """The job script or manifest for `emit`, running the benchmark that `values` (the options `given`, typed as
+    `launch`) describe on `values["nnodes"]` nodes. What the nodes need that this machine cannot vouch for is
+    said on stderr."""
     _check(values)
     for item in values.get("set") or ():
         _check({"set": item})
-    shared = emit.shared_dir
+    shared = emit.shared_dir.rstrip("/") or "/"
+    values, given, inputs = absolute_paths(values, given, launch)
+    if emit.gpus_per_node and "device" not in given:  # a job that asked for GPUs: a node without them fails
+        values, given = {**values, "device": "gpu"}, {*given, "device"}
     args = benchmark_args(values, given, flags)
     args += ["--runs-dir", f"{shared}/runs"]
     if not values.get("save_dir"):
         args += ["--save-dir", f"{shared}/checkpoints"]
     container = emit.container_image
-    workdir = emit.workdir or str(ROOT)
+    workdir = emit.workdir or (shared if container else str(ROOT))
+    wheelhouse = (emit.wheelhouse or f"{shared}/wheelhouse") if container else None
+    notes = [check_wheelhouse(wheelhouse, shared)] if wheelhouse else []
     nnodes = values["nnodes"]
     environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATE_DIR), undefined=jinja2.StrictUndefined,
@@ -96,25 +193,34 @@ def render(emit: EmitOptions, values: Mapping, given: Iterable[str], flags: Mapp
         "workdir": workdir,
     }
     if emit.emit == "slurm":
-        # Without a container the nodes run this very interpreter (a venv on shared storage).
-        python = "python" if container else sys.executable
+        mounts = emit.container_mounts
+        if container:  # the shared dir, the wheelhouse and the inputs, at the paths the command names them by
+            needed = [Path(shared), Path(wheelhouse), *inputs]
+            added = [f"{folder}:{folder}" for folder in outside(needed, mount_targets(mounts))]
+            mounts = ",".join(filter(None, [mounts, *added])) or None
         template_values.update(
             time=emit.slurm_time or "01:00:00",
             partition=emit.slurm_partition,
             account=emit.slurm_account,
             output=f"{shared}/slurm-%j.out",
             container_image=container,
-            container_mounts=emit.container_mounts,
-            node_command=node_command(python, workdir, args, SLURM_RENDEZVOUS),
+            container_mounts=mounts,
+            check_command=install_command(wheelhouse) if wheelhouse else None,
+            # Without a container the nodes run this very interpreter (a venv on shared storage).
+            node_command=node_command(sys.executable, workdir, args, SLURM_RENDEZVOUS, wheelhouse),
         )
     else:
         per_pod = [f"--nnodes {nnodes}", *K8S_RENDEZVOUS, f"--run-id {shlex.quote(job_name)}"]
         roles = [("Master", 1)] + ([("Worker", nnodes - 1)] if nnodes > 1 else [])
+        notes += [f"the pods see {folder} only if the image has it: the job reads it, and only {shared} is mounted"
+                  for folder in outside([*inputs, Path(wheelhouse)], [shared])]
         template_values.update(
             image=container,
             namespace=emit.k8s_namespace,
             pvc=emit.k8s_pvc,
             roles=roles,
-            node_command=node_command("python", workdir, args, per_pod),
+            node_command=node_command(None, workdir, args, per_pod, wheelhouse),
         )
+    for note in filter(None, notes):
+        print(f"note: {note}", file=sys.stderr)
     return environment.get_template(TEMPLATES[emit.emit]).render(**template_values)

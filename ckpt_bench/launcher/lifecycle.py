@@ -49,7 +49,7 @@ from ckpt_bench.launcher import hosts_baseline, nodes
 from ckpt_bench.launcher.base import Backend, Plan
 from ckpt_bench.launcher.config import LaunchConfig
 from ckpt_bench.launcher.interrupts import Interrupts
-from ckpt_bench.launcher.resources import check_free_space, check_ranks_per_node
+from ckpt_bench.launcher.resources import check_devices, check_free_space, check_ranks_per_node
 from ckpt_bench.launcher.torchrun import PassResult, free_port, lost_its_port, run_command, run_pass
 from ckpt_bench.present.html import write_run_html
 from ckpt_bench.projection import PROJECTION_FILE, add_projection
@@ -116,6 +116,7 @@ def execute(runner: Backend, launch: LaunchConfig) -> RunResult:
 
 def prepare(runner: Backend, launch: LaunchConfig) -> Plan:
     """The plan, checked as far as it can be before anything is created or timed."""
+    check_devices(launch.device)
     plan = runner.plan(launch)
     nodes.validate(launch.topology, launch.run_id)
     check_ranks_per_node(launch.topology.nproc_per_node, getattr(launch.options, "dist_backend", None))

@@ -1,14 +1,18 @@
-"""What a run needs of this host, checked before anything starts: memory (one line and exit 2 when the
-ranks of this host cannot hold their state, rather than the kernel killing them minutes later), the
-process group its accelerators call for, ranks the host can run (`check_ranks_per_node`) and room for
-the checkpoints the run keeps (`check_free_space`)."""
+"""What a run needs of this host, checked before anything starts: a torch that can use the host's GPUs
+(`check_devices`: never a silent CPU run on a GPU host), memory (one line and exit 2 when the ranks of this
+host cannot hold their state, rather than the kernel killing them minutes later), the process group its
+accelerators call for, ranks the host can run (`check_ranks_per_node`) and room for the checkpoints the run
+keeps (`check_free_space`)."""
 
 from __future__ import annotations
 
-import glob
+import importlib.util
 import os
+import re
+from collections.abc import MutableMapping
 from typing import TYPE_CHECKING
 
+from ckpt_bench.core import devices
 from ckpt_bench.core.environment import gpu_count
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.units import GIB, MIB
@@ -45,13 +49,54 @@ def check_host_memory(needed: int, what: str, remedy: str) -> None:
 
 
 def visible_gpus() -> int:
-    """NVIDIA GPUs this process may use, without importing torch: the device files, narrowed by
-    CUDA_VISIBLE_DEVICES when it is set."""
-    devices = len(glob.glob("/dev/nvidia[0-9]*"))
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        devices = min(devices, len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"]))
-    return devices
+    """The NVIDIA or AMD GPUs this process may use, without importing torch (`ckpt_bench.core.devices`)."""
+    return devices.visible_gpus()
+
+
+# The oldest torch ckpt-bench runs on; a pre-release of it counts (NGC's 2.4.0a0+... is a 2.4).
+MIN_TORCH = (2, 4)
+INSTALL_HINT = "install ckpt-bench into the Python that has the image's GPU torch (docs/clusters.md)"
+
+
+def hide_gpus(environ: MutableMapping[str, str]) -> None:
+    """`--device cpu`: the CUDA and HIP runtimes of this process and every process it starts see no GPU, so
+    ranks, process groups and frameworks all take their CPU paths (gloo, CPU tensors)."""
+    environ.update(devices.HIDE_GPUS)
+    gpu_count.cache_clear()
+
+
+def check_devices(device: str) -> None:
+    """Refuse, in one line, a run whose ranks would land on the CPU of a host with GPUs (`--device auto`, the
+    default) or without GPUs to land on (`--device gpu`): the torch build and the devices named, and what to
+    do. `--device cpu` is the CPU on purpose (its GPUs hidden: `hide_gpus`)."""
+    build = devices.torch_build()
+    if build is not None:
+        match = re.match(r"(\d+)\.(\d+)", build.version)
+        if match and tuple(map(int, match.groups())) < MIN_TORCH:
+            raise ConfigError(f"ckpt-bench needs torch {'.'.join(map(str, MIN_TORCH))} or newer and this Python has "
+                              f"{build.describe()}: run it in an environment with a newer torch")
+    if device == "cpu":
+        return
+    gpus = devices.host_gpus()
+    if gpus is None or not gpus.visible:
+        if device == "gpu":
+            hidden = f" ({gpus.describe()}: *_VISIBLE_DEVICES hides them)" if gpus else ""
+            raise ConfigError(f"--device gpu: no NVIDIA or AMD GPU is visible to this process{hidden}; run where "
+                              "there are GPUs, or give --device cpu")
+        return
+    if build is None and importlib.util.find_spec("torch") is None:
+        problem = "this Python has no torch"
+    elif build is not None and build.vendor is None:
+        problem = f"{build.describe()} cannot use them"
+    elif build is not None and build.vendor != gpus.vendor:
+        problem = f"{build.describe()} is built for {build.vendor} GPUs"
+    elif not gpu_count():
+        problem = (f"{build.describe() if build else 'torch'} sees none of them (torch.cuda.is_available() is False: "
+                   "a driver older than the build, or a container started without its GPUs)")
+    else:
+        return
+    raise ConfigError(f"this host has {gpus.describe()} and {problem}: {INSTALL_HINT}, or give --device cpu to "
+                      "benchmark the CPU on purpose")
 
 
 def check_ranks_per_node(ranks: int, dist_backend: str | None) -> None:

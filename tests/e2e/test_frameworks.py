@@ -45,7 +45,7 @@ PRIMUS_FAKE = FAKE + textwrap.dedent('''
     args = exp["modules"]["pre_trainer"]["overrides"]
     root = Path(exp["workspace"], exp["work_group"], exp["user_name"], exp["exp_name"])
     phase = "load" if args.get("load") else "save"
-    keys = ("EXP", "NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "GPUS_PER_NODE")
+    keys = ("EXP", "NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "GPUS_PER_NODE", "PRIMUS_SKIP_PIP")
     Path(os.environ["FAKE_RECORD"], f"{phase}.json").write_text(json.dumps(
         {"env": {k: os.environ.get(k) for k in keys}, "cwd": os.getcwd(), "exp": exp}))
     log = root / "logs" / "pre_trainer" / "rank-0" / "debug.log"
@@ -120,7 +120,8 @@ def test_primus(tmp_path, upstream_primus):
     run_dir = Path(report["run"]["dir"])
     save, load = recorded["save"], recorded["load"]
     assert save["env"] == {"EXP": str(run_dir / "primus" / "save.yaml"), "NNODES": "1", "NODE_RANK": "0",
-                           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29555", "GPUS_PER_NODE": "1"}
+                           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29555", "GPUS_PER_NODE": "1",
+                           "PRIMUS_SKIP_PIP": "1"}  # the script would pip-install Primus's requirements otherwise
     assert save["cwd"] == str(primus)
     resolved = yaml.safe_load((run_dir / "primus" / "save.yaml").read_text())
     module = resolved["modules"]["pre_trainer"]
@@ -132,7 +133,10 @@ def test_primus(tmp_path, upstream_primus):
     assert "lr" not in overrides and "seed" not in overrides and "normalization" not in overrides
     load_overrides = load["exp"]["modules"]["pre_trainer"]["overrides"]
     assert load_overrides["load"] == report["save"] and load_overrides["save"] is None
-    assert (run_dir / "primus" / "save" / "amd" / "root" / "tiny_llama" / "logs" / "pre_trainer").is_dir()
+    exp_root = run_dir / "primus" / "save" / "amd" / "root" / "tiny_llama"
+    assert (exp_root / "logs" / "pre_trainer").is_dir()
+    # Primus saves to <exp_root>/checkpoints whatever `save` says: that is the run's checkpoint folder.
+    assert os.readlink(exp_root / "checkpoints") == report["save"]
 
 
 def test_primus_needs_an_experiment_primus_can_read(tmp_path, upstream_primus):

@@ -39,6 +39,8 @@ def assert_saved_and_loaded(report: dict, megatron: Path, logged: str) -> list[l
     assert any("checkpoint folder holds what the log says was saved: iterations 2, 4, "
                "latest_checkpointed_iteration.txt 4" in note for note in report["notes"]), report["notes"]
     assert not any("left out" in note for note in report["notes"]), report["notes"]
+    ran = f"the ranks ran this checkout's megatron-core 0.16.1 ({megatron.resolve()})"
+    assert ran in report["notes"], report["notes"]
     run_dir = Path(report["run"]["dir"])
     commands = [shlex.split(line) for line in (run_dir / "commands.sh").read_text().splitlines()
                 if "torch.distributed.run" in line]

@@ -1,4 +1,6 @@
-"""`--emit slurm|k8s`: valid scripts and manifests whose node command is our CLI with the same options."""
+"""`--emit slurm|k8s`: valid scripts and manifests whose node command is our CLI with the same options; in a
+container, ckpt-bench installed from the wheelhouse first (checked once on one node under Slurm), every path the
+job reads absolute, the Primus checkout an experiment was found in passed on."""
 
 import shlex
 import subprocess
@@ -20,11 +22,13 @@ def emit(*args):
 
 
 def parsed_options(line: str, env: dict) -> dict:
-    """The options `ckpt_launch.py` would get from a node's shell line, its variables set as `env`."""
+    """The options `ckpt_launch.py` (or, in a container, `python -m ckpt_bench`) would get from a node's shell
+    line, its variables set as `env`."""
     words = shlex.split(line.split(" && exec ", 1)[1])
     words = [env.get(w, w) for w in words]
-    assert words[1] == "ckpt_launch.py"
-    return launch_command.make_context("ckpt_launch.py", words[2:]).params
+    start = 2 if words[1] == "ckpt_launch.py" else 3
+    assert words[1:start] in (["ckpt_launch.py"], ["-m", "ckpt_bench"])
+    return launch_command.make_context("ckpt_launch.py", words[start:]).params
 
 
 def expected(**extra):
@@ -42,14 +46,18 @@ def test_slurm_script(tmp_path):
                  "#SBATCH --account=acct", "#SBATCH --output=/lustre/ckpt/slurm-%j.out",
                  "--container-image=nvcr.io/nvidia/pytorch:25.01-py3", "--container-mounts=/lustre:/lustre"):
         assert line in script
+    # One node installs ckpt-bench into the image's Python before the benchmark step holds every node.
+    check, benchmark = [line for line in script.splitlines() if line.startswith("srun ")]
+    assert check.startswith("srun --nodes=1 --ntasks=1 ") and benchmark.startswith("srun --nodes=4 ")
+    assert "bash -c 'python /lustre/ckpt/wheelhouse/install.py'" in script
     assert 'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)' in script
-    srun = next(line for line in script.splitlines() if line.strip().startswith("bash -c"))
+    srun = [line for line in script.splitlines() if line.strip().startswith("bash -c")][-1]
     inner = shlex.split(srun)[2]
     env = {"$SLURM_NNODES": "4", "$SLURM_NODEID": "3", "$MASTER_ADDR": "n001", "$MASTER_PORT": "29500",
            "$SLURM_JOB_ID": "77"}
     options = parsed_options(inner, env)
     assert options == expected(nnodes=4, node_rank=3, master_addr="n001", master_port=29500, run_id="77",
-                               runs_dir="/lustre/ckpt/runs", save_dir="/lustre/ckpt/checkpoints")
+                               runs_dir="/lustre/ckpt/runs", save_dir="/lustre/ckpt/checkpoints", device="gpu")
 
 
 def test_k8s_manifest():
@@ -65,10 +73,11 @@ def test_k8s_manifest():
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 8
     assert {"name": "shared", "mountPath": "/mnt/shared"} in container["volumeMounts"]
     assert container["command"][:2] == ["bash", "-c"]
+    assert container["command"][2].startswith("python /mnt/shared/wheelhouse/install.py > /dev/null && cd /opt/ckpt")
     env = {"${PET_NODE_RANK:-$RANK}": "2", "$MASTER_ADDR": "ck1-master-0", "$MASTER_PORT": "23456"}
     options = parsed_options(container["command"][2], env)
     assert options == expected(nnodes=3, node_rank=2, master_addr="ck1-master-0", master_port=23456, run_id="ck1",
-                               runs_dir="/mnt/shared/runs", save_dir="/mnt/shared/checkpoints")
+                               runs_dir="/mnt/shared/runs", save_dir="/mnt/shared/checkpoints", device="gpu")
 
 
 def test_control_characters_and_missing_shared_dir_are_refused():
@@ -76,3 +85,33 @@ def test_control_characters_and_missing_shared_dir_are_refused():
         result = subprocess.run([sys.executable, str(ROOT / "ckpt_launch.py"), "--emit", "slurm", *args],
                                 capture_output=True, text=True, timeout=60, cwd=ROOT)
         assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_a_relative_experiment_inside_a_primus_checkout_reaches_the_nodes(tmp_path):
+    """From inside a Primus checkout, as the docs direct: the experiment made absolute and the checkout passed as
+    --primus-path (the nodes start in the shared dir), and mounted into the Slurm container at the same path."""
+    primus = tmp_path / "Primus"
+    (primus / "primus" / "configs" / "models").mkdir(parents=True)
+    experiment = primus / "examples" / "exp.yaml"
+    experiment.parent.mkdir()
+    experiment.write_text("work_group: w\n")
+    shared = tmp_path / "shared"
+    (shared / "wheelhouse").mkdir(parents=True)
+    (shared / "wheelhouse" / "wheelhouse.json").write_text("{}")
+    for option in ("--workload", "--config"):
+        result = launch(option, "examples/exp.yaml", "--nnodes", "2", "--emit", "slurm", "--shared-dir", str(shared),
+                        "--container-image", "rocm/primus:v25.9", cwd=primus, timeout=60)
+        assert result.returncode == 0, result.stderr
+        node = shlex.split([line for line in result.stdout.splitlines() if "bash -c" in line][-1])[2]
+        options = parsed_options(node, {"$SLURM_NNODES": "2", "$SLURM_NODEID": "1", "$MASTER_PORT": "29500"})
+        assert options[option.strip("-")] == str(experiment) and options["primus_path"] == str(primus)
+        line = next(line for line in result.stdout.splitlines() if "--container-mounts=" in line)
+        mounts = shlex.split(line.rstrip(" \\"))[0].split("=", 1)[1].split(",")
+        assert sorted(mounts) == [f"{primus}:{primus}", f"{shared}:{shared}"]
+
+
+def test_a_wheelhouse_missing_from_a_shared_dir_seen_here_is_refused(tmp_path):
+    result = launch("--emit", "slurm", "--shared-dir", str(tmp_path), "--container-image", "nvcr.io/nvidia/pytorch:"
+                    "24.10-py3", timeout=60)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert f"--wheelhouse {tmp_path}/wheelhouse: no wheelhouse there" in result.stderr

@@ -31,7 +31,7 @@ from ckpt_bench.backends.frameworks.common import (
 from ckpt_bench.backends.megatron import rules
 from ckpt_bench.backends.megatron.launcher import checkpoint_parent, msc_note, preview
 from ckpt_bench.core.checkpoint_dir import latest_iteration
-from ckpt_bench.core.environment import gpu_count
+from ckpt_bench.core.environment import gpu_count, megatron_core_version
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.events import EventKind, event_files, read_event_files
 from ckpt_bench.core.options import Flag
@@ -382,7 +382,9 @@ class MegatronLMBackend(Backend[MegatronLMConfig]):
                         log.write_text("".join(megatron_stdout(lines)))
                     logs.append(log)
             events = record_events(run, logs)
-            return notes + events + saved_iterations_check(run.events_dir, storage)
+            # The environment names the megatron-core this Python imports; the ranks imported the checkout's.
+            ranks = f"the ranks ran this checkout's megatron-core {megatron_core_version(root)} ({root})"
+            return [ranks, *notes, *events, *saved_iterations_check(run.events_dir, storage)]
 
         why = ("an msc:// save dir" if storage.kind == "msc" else
                "this checkout's megatron-core turns it on whenever multistorageclient imports unless --set "

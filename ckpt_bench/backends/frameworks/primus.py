@@ -5,6 +5,8 @@ script runs torchrun itself. Each pass gets its own Primus workspace inside the 
 
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +54,8 @@ def resolve_primus(launch: LaunchConfig[PrimusConfig]) -> tuple:
         raise ConfigError(f"--framework primus: {experiment.path} names ckpt-bench's own presets, which Primus "
                           "cannot find; give --config with an experiment of Primus's (examples/megatron/configs/) "
                           "or one naming Primus's presets")
+    if "disable_last_saving" in args:  # a Primus key its examples set: the save pass saves at its end too
+        args["disable_last_saving"] = False
     return experiment, args, sizes
 
 
@@ -109,10 +113,21 @@ class PrimusBackend(Backend[PrimusConfig]):
                 module["overrides"] = pass_args(primus_overrides, checkpoint_dir, worker_pass.name)
                 path = run.path / "primus" / f"{worker_pass.name}.yaml"
                 nodes.write_atomic(path, yaml.safe_dump(document, sort_keys=False))
+                if checkpoint_dir is not None and "://" not in checkpoint_dir:
+                    # Primus saves to <exp_root>/checkpoints whatever `save` says (its checkpoint_path patch):
+                    # there, the run's own checkpoint folder, so the sizes, the load and the clean-up find it.
+                    link = exp_root(run, worker_pass.name) / "checkpoints"
+                    link.parent.mkdir(parents=True, exist_ok=True)
+                    with contextlib.suppress(FileExistsError):  # every node binds the one run directory
+                        link.symlink_to(checkpoint_dir, target_is_directory=True)
                 worker_pass.env = {
                     "EXP": str(path), "NNODES": str(topology.nnodes), "NODE_RANK": str(topology.node_rank),
                     "MASTER_ADDR": master_addr, "MASTER_PORT": master_port,
                     "GPUS_PER_NODE": str(topology.nproc_per_node),
+                    # The script pip-installs Primus's requirements.txt into the running Python on every start
+                    # unless told not to: a benchmark changes no environment (and a node has no network). The
+                    # image has them (rocm/primus), or the user installs them once; PRIMUS_SKIP_PIP=0 restores it.
+                    "PRIMUS_SKIP_PIP": os.environ.get("PRIMUS_SKIP_PIP", "1"),
                 }
 
         def collect(run: RunDir) -> list[str]:
