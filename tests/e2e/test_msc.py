@@ -53,12 +53,13 @@ def test_msc_profile_lifecycle(s3_endpoint, tmp_path, monkeypatch):
 
 
 def test_builtin_worker_saves_and_loads_through_msc(tmp_path, s3_endpoint, monkeypatch):
-    """torch_dist through megatron-core's MSC path, async through the persistent writer, then a cold load through
-    MSC's reader: every tensor verified, the report naming the path taken, the objects removed after."""
+    """torch_dist through megatron-core's MSC path (synchronous: the async writer's start-up is the disk tests'), then
+    a cold load through MSC's reader: every tensor verified, the report naming the path taken, the objects removed
+    after."""
     monkeypatch.delenv("MSC_CONFIG", raising=False)
     bucket = s3_endpoint.create_bucket()
-    report = launch_ok("--save-dir", f"msc://{bucket}/ckpt", *s3_endpoint.options(), "--async-save",
-                       "--use-persistent-ckpt-worker", "--train-iters", "4", "--save-interval", "2",
+    report = launch_ok("--save-dir", f"msc://{bucket}/ckpt", *s3_endpoint.options(),
+                       "--train-iters", "4", "--save-interval", "2",
                        "--format", "json", runs_dir=tmp_path / "runs")
     assert report["run"]["status"] == "ok" and report["verification"]["verified"]
     assert report["config"]["msc"] is True and report["config"]["storage"] == "msc"
