@@ -1,7 +1,7 @@
 """A rank of a real FSDP2 save, for tests/e2e/test_workload_fsdp2.py: the parameters of a Megatron experiment's GPT
 (its shapes as `megatron_shapes` gives them, one tensor per parameter) sharded by torch's `fully_shard` over the
 ranks on a CPU mesh, saved through DCP. Prints this rank's parameter bytes (its DTensors' local shards) and the bytes
-of the file DCP wrote for it, as JSON.
+of the file DCP wrote for it, as JSON in rank-N.json beside OUT_DIR.
 
     python -m torch.distributed.run --nproc-per-node N tests/e2e/fsdp2_save.py ARGS.json OUT_DIR
 """
@@ -20,6 +20,7 @@ from ckpt_bench.backends.workload.megatron_fsdp2 import parameter_groups
 from ckpt_bench.backends.workload.megatron_shapes import MegatronGPT
 from ckpt_bench.backends.workload.sources import from_megatron_args
 from ckpt_bench.backends.workload.workload import TORCH_DTYPE
+from ckpt_bench.worker.entry import exit_process
 
 
 def main(arguments: str, out: str) -> None:
@@ -38,8 +39,12 @@ def main(arguments: str, out: str) -> None:
     dist.barrier()
     written = sum(os.path.getsize(os.path.join(out, name)) for name in os.listdir(out)
                   if name.startswith(f"__{rank}_"))
-    print(json.dumps({"rank": rank, "parameter_bytes": local, "file_bytes": written}), flush=True)
+    # A file a rank, not stdout: the ranks' lines can interleave there.
+    with open(os.path.join(os.path.dirname(out), f"rank-{rank}.json"), "w") as result:
+        json.dump({"rank": rank, "parameter_bytes": local, "file_bytes": written}, result)
+    dist.barrier()
     dist.destroy_process_group()
+    exit_process(0)  # the device mesh's groups outlive destroy_process_group: as our ranks end (worker/entry.py)
 
 
 if __name__ == "__main__":
