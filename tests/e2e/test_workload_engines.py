@@ -30,7 +30,7 @@ STATES = {
     "moe": ("--set", "num_experts=4", "--set", "moe_router_topk=2", "--set", "expert_model_parallel_size=2",
             "--set", "use_distributed_optimizer=true", "--set", "bf16=true"),
 }
-JOBS = {"whole": ("--job-ranks", "2"), "subset": ("--job-ranks", "4", "--subset")}
+JOBS = {"whole": ("--job-ranks", "2"), "subset": ("--job-ranks", "8", "--subset")}  # 8: a dense rank 1 holds no tensor
 ENGINES = ("torch-save", "torch", "torch_dist", "dcp")
 RUNS = [(engine, state, job) for engine in ENGINES for state in STATES for job in JOBS]
 # DLIO's formulas (the torch-save engine) know one dense MLP a block: a MoE is refused, in one line.

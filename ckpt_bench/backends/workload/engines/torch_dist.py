@@ -241,7 +241,9 @@ class TorchDistEngine(Engine):
             strategy = FullyParallelLoadStrategyWrapper(strategy, self._group)
         self.phases.begin(Phase.VALIDATE_COMMON)
         loaded = dist_checkpointing.load(self._state_dict, location, mark_load_strategy(strategy, self.phases))
-        tensors = {**loaded["model"], **loaded["optimizer"]["param_state"]}
+        # megatron-core drops the empty dicts of a state: a subset rank that wrote no model tensor (a dense job's
+        # replicated state spread over more data-parallel ranks than it has tensors) gets no "model" back.
+        tensors = {**loaded.get("model", {}), **loaded.get("optimizer", {}).get("param_state", {})}
         return {name: tensors[name] for name in state.tensors}
 
     def close(self) -> None:
