@@ -28,6 +28,9 @@ def python_seconds() -> float:
 
 
 def torch_seconds() -> float:
+    import warnings
+
+    warnings.filterwarnings("ignore", message="The pynvml package is deprecated", category=FutureWarning)  # as ours
     import torch
 
     torch.set_num_threads(1)

@@ -115,8 +115,8 @@ class TorchDistCosts:
         load = operation == "load"
         groups = self.state.groups
         step = Step("fully parallel distribution", operation,
-                    f"per data-parallel group ({len(groups)} group(s) of {len(groups[0])} ranks), its ranks' ShardedTensors "
-                    "all-gathered (all_gather_object) and determine_main_replica_uniform_distribution"
+                    f"per data-parallel group ({len(groups)} group(s) of {len(groups[0])} ranks), its ranks' "
+                    "ShardedTensors all-gathered (all_gather_object) and determine_main_replica_uniform_distribution"
                     f"{'(ignore_groups=True)' if load else ''} on each of its ranks", cached_away=not load,
                     collective=f"all_gather_object over {len(groups[0])} ranks")
         slowest, largest, units = 0.0, 0, 0
