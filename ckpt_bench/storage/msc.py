@@ -18,6 +18,7 @@ import json
 import os
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.options import Flag, Options
 from ckpt_bench.storage.base import BASELINE_FOLDER, OWNER_MARK, folder_names, mark_text
 from ckpt_bench.storage.baseline import Baseline, PlainIOBaseline, pieces, read_to_end
+from ckpt_bench.storage.s3 import region_and_endpoint
 
 _MSC_URL = re.compile(r"^msc://(?P<profile>[^/]+)/?(?P<path>.*)$")
 # The MSC configuration written for a run whose profile is generated from the S3 options (in its run directory).
@@ -164,30 +166,22 @@ class MscStorage:
                                   f"(it has {', '.join(sorted(self.config['profiles'])) or 'none'})")
         else:
             self.config_file = None  # written into the run directory by `create`
-            self.region = (getattr(options, "s3_region", None) or os.environ.get("AWS_REGION")
-                           or os.environ.get("AWS_DEFAULT_REGION"))
-            self.endpoint = getattr(options, "s3_endpoint", None) or os.environ.get("AWS_ENDPOINT_URL") or None
-            if not self.region:
-                raise ConfigError(f"--save-dir {save_dir}: give the MSC profiles (--msc-config FILE or MSC_CONFIG), "
-                                  f"or --s3-region (and --s3-endpoint) to reach bucket {self.profile!r} as profile "
-                                  f"{self.profile!r}")
-            if self.endpoint and not re.match(r"^https?://[^/]+", self.endpoint):
-                raise ConfigError(f"--s3-endpoint {self.endpoint}: expected a URL such as http://127.0.0.1:9000")
-            options = {"base_path": self.profile, "region_name": self.region}
+            self.region, self.endpoint = region_and_endpoint(
+                getattr(options, "s3_region", None), getattr(options, "s3_endpoint", None),
+                f"--save-dir {save_dir}: give the MSC profiles (--msc-config FILE or MSC_CONFIG), or --s3-region "
+                f"(and --s3-endpoint) to reach bucket {self.profile!r} as profile {self.profile!r}")
+            provider = {"base_path": self.profile, "region_name": self.region}
             if self.endpoint:
-                options["endpoint_url"] = self.endpoint
-            self.config = {"profiles": {self.profile: {"storage_provider": {"type": "s3", "options": options}}}}
+                provider["endpoint_url"] = self.endpoint
+            self.config = {"profiles": {self.profile: {"storage_provider": {"type": "s3", "options": provider}}}}
         self.provider = self.config["profiles"][self.profile].get("storage_provider", {}).get("type")
         self.location: str | None = None
         self._run_path: str | None = None
         self._run_dir: Path | None = None
-        self._client = None
 
-    @property
+    @cached_property
     def client(self):
-        if self._client is None:
-            self._client = _client(self.config, self.profile)
-        return self._client
+        return _client(self.config, self.profile)
 
     def _fail(self, error: Exception, doing: str) -> ConfigError:
         text = " ".join(str(error).split())[:300] or type(error).__name__

@@ -148,6 +148,19 @@ class S3Objects:
         self._remove_prefix(self.prefix)
 
 
+def region_and_endpoint(region: str | None, endpoint: str | None, no_region: str) -> tuple[str, str | None]:
+    """The S3 region and endpoint as AWS's clients take them: the options given, else AWS_REGION (or
+    AWS_DEFAULT_REGION) and AWS_ENDPOINT_URL. Raises ConfigError `no_region` without a region, and one line for an
+    endpoint that is no URL."""
+    region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if not region:
+        raise ConfigError(no_region)
+    endpoint = endpoint or os.environ.get("AWS_ENDPOINT_URL") or None
+    if endpoint and not re.match(r"^https?://[^/]+", endpoint):
+        raise ConfigError(f"--s3-endpoint {endpoint}: expected a URL such as http://127.0.0.1:9000")
+    return region, endpoint
+
+
 class S3Storage:
     """`s3://bucket/prefix/<run-name>/`, reached like AWS would be (boto3 here, the native client in ranks)."""
 
@@ -160,12 +173,9 @@ class S3Storage:
         if not match or not match.group("bucket"):
             raise ConfigError(f"--save-dir {save_dir}: not an S3 URL (expected s3://bucket/prefix)")
         options = options or S3Options()
-        region = options.s3_region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-        if not region:
-            raise ConfigError(f"--save-dir {save_dir}: an S3 save dir needs --s3-region (or AWS_REGION)")
-        endpoint = options.s3_endpoint or os.environ.get("AWS_ENDPOINT_URL") or None
-        if endpoint and not re.match(r"^https?://[^/]+", endpoint):
-            raise ConfigError(f"--s3-endpoint {endpoint}: expected a URL such as http://127.0.0.1:9000")
+        region, endpoint = region_and_endpoint(
+            options.s3_region, options.s3_endpoint,
+            f"--save-dir {save_dir}: an S3 save dir needs --s3-region (or AWS_REGION)")
         part_size = options.s3_part_size
         if part_size is not None and part_size < self.MIN_PART_SIZE:
             raise ConfigError(f"--s3-part-size {part_size}: S3 parts must be at least 5 MiB ({self.MIN_PART_SIZE})")

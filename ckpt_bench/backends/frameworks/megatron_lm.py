@@ -213,23 +213,18 @@ def saved_iterations_check(log_events_dir: Path, storage: CheckpointStorage) -> 
     if logged and logged == folders and (not local or latest == logged[-1]):
         tracker = f", latest_checkpointed_iteration.txt {latest}" if local else ""
         return [f"the checkpoint folder holds what the log says was saved: iterations {_listed(logged)}{tracker}"]
-    tracker = f" and latest_checkpointed_iteration.txt says {latest if latest is not None else 'nothing'}"
+    tracker = (f" and latest_checkpointed_iteration.txt says {latest if latest is not None else 'nothing'}"
+               if local else "")
     return [f"the checkpoint folder differs from the log: the log says iterations {_listed(logged) or 'none'} were "
-            f"saved, the folder holds iter_* folders of {_listed(folders) or 'none'}{tracker if local else ''}"]
+            f"saved, the folder holds iter_* folders of {_listed(folders) or 'none'}{tracker}"]
 
 
 def checkout_version(root: Path) -> str:
     """The checkout's megatron-core version (`megatron/core/package_info.py`), for messages."""
-    try:
-        text = (root / "megatron" / "core" / "package_info.py").read_text()
-    except OSError:
+    if not (root / "megatron" / "core" / "package_info.py").is_file():
         return "a version without megatron/core/package_info.py"
-    parts = {key: re.search(rf"^{key}\s*=\s*['\"]?([^'\"\n]*)", text, re.M) for key in ("MAJOR", "MINOR", "PATCH",
-                                                                                  "PRE_RELEASE")}
-    if not all(parts[key] for key in ("MAJOR", "MINOR", "PATCH")):
-        return "an unknown version"
-    return "megatron-core " + ".".join(parts[key][1] for key in ("MAJOR", "MINOR", "PATCH")) + (
-        parts["PRE_RELEASE"][1] if parts["PRE_RELEASE"] else "")
+    version = megatron_core_version(root)
+    return f"megatron-core {version}" if version else "an unknown version"
 
 
 def check_given_arguments(settings: dict, parser: ParserFlags, root: Path) -> None:

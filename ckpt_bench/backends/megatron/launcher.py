@@ -41,7 +41,7 @@ from ckpt_bench.launcher.base import (
 )
 from ckpt_bench.launcher.config import LaunchConfig
 from ckpt_bench.launcher.resources import visible_gpus
-from ckpt_bench.launcher.run_info import Ranks, RunInfo, SaveConfig, object_store
+from ckpt_bench.launcher.run_info import Ranks, RunInfo, SaveConfig, fsynced
 from ckpt_bench.model.architecture import ArchitectureError, vocabulary
 from ckpt_bench.model.families import refuse_unsizable
 from ckpt_bench.model.parallel import ParallelError, Parallelism, megatron_parallel_sizes
@@ -354,6 +354,7 @@ def run_info(args: dict, sizes: dict, launch: LaunchConfig, storage: CheckpointS
              msc: bool | None) -> MegatronRunInfo:
     """The report's configuration keys, with the types the Primus tool's report has; `msc`: whether megatron-core's
     checkpoint I/O goes through multi-storage-client."""
+    described = storage.describe()
     return MegatronRunInfo(
         backend=launch.runner,
         ranks=Ranks.of(launch.topology),
@@ -362,7 +363,7 @@ def run_info(args: dict, sizes: dict, launch: LaunchConfig, storage: CheckpointS
             ckpt_format=args["ckpt_format"],
             # megatron-core's torch_dist writer fsyncs each file it writes; the legacy torch format is plain
             # torch.save.
-            fsync=args["ckpt_format"] == "torch_dist" if not object_store(storage.describe()) else None,
+            fsync=fsynced(args["ckpt_format"] == "torch_dist", described),
             ckpt_fully_parallel_save=bool(args.get("ckpt_fully_parallel_save")),
             ckpt_fully_parallel_load=bool(args.get("ckpt_fully_parallel_load")),
             async_save=bool(args.get("async_save")),
@@ -383,7 +384,7 @@ def run_info(args: dict, sizes: dict, launch: LaunchConfig, storage: CheckpointS
         train_iters=args["train_iters"],
         model={key: args.get(key) for key in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
                                               "num_query_groups", "seq_length", "vocab_size", "num_experts")},
-        storage=storage.describe(),
+        storage=described,
         msc=msc,
     )
 
@@ -397,9 +398,6 @@ def msc_note(msc: bool | None, storage: CheckpointStorage, why: str) -> list[str
     path = ("multi-storage-client (MSC: msc.open writers, MultiStorageFileSystemReader with 2 threads)" if msc
             else "the file system (megatron-core's FileSystemWriterAsync and its cached-metadata reader)")
     return [f"megatron-core's checkpoint I/O went through {path}: {why}"]
-
-
-
 
 
 def checkpoint_parent(config: MegatronConfig, args: dict) -> str | None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from ckpt_bench.backends.workload.workload import DTYPE_BYTES, TORCH_DTYPE, Workload, WorkloadError
+from ckpt_bench.backends.workload.workload import DTYPE_BYTES, TORCH_DTYPE, Workload, WorkloadError, is_int
 from ckpt_bench.model.tensors import ParameterCounts
 
 __all__ = ["FileShare", "Layout", "RankShare", "RankSpread", "TensorSpec", "checkpoint_dir", "ranks_that_run"]
@@ -29,7 +29,7 @@ def ranks_that_run(world_size: int, run_ranks: Sequence[int] | None) -> tuple[in
         return tuple(range(world_size))
     ranks = tuple(run_ranks)
     if not ranks or len(set(ranks)) != len(ranks) or not all(
-            isinstance(r, int) and not isinstance(r, bool) and 0 <= r < world_size for r in ranks):
+            is_int(r) and 0 <= r < world_size for r in ranks):
         shown = f"{list(ranks[:8])}{' ...' if len(ranks) > 8 else ''}"
         raise WorkloadError(f"ranks that run {shown}: each must be a distinct rank of the job's 0..{world_size - 1}")
     return ranks
