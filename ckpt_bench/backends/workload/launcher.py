@@ -129,6 +129,9 @@ class WorkloadRun:
     """Whose tensors the engine saves (`engines.saved_state`): "dlio" or "megatron"."""
     layout: Layout
     """What the ranks that run write (`layout.ranks`); its per-rank bytes cover the whole job."""
+    job_layout: Layout | None
+    """Every rank of the job's share, where it was laid out to pick the ranks that run (`layout` itself where all
+    of them run); None: the projection lays it out when it needs it."""
     ranks: int
     save_calls: int
     load_calls: int
@@ -188,10 +191,13 @@ def resolve(config: WorkloadConfig, launch: LaunchConfig) -> WorkloadRun:
         raise ConfigError(f"--subset-hosts {config.subset_hosts}: picks the hosts of a --subset run, and all {job} "
                           "ranks of the job would run")
     try:
-        layout = state_layout(info, workload, job, range(ranks) if ranks < job else None)
-        if ranks < job and config.subset_hosts == "busiest":
-            layout = state_layout(info, workload, job, busiest_hosts(layout.job_rank_bytes, ranks,
-                                                                     launch.topology.nproc_per_node))
+        job_layout = (state_layout(info, workload, job) if ranks == job or config.subset_hosts == "busiest"
+                      else None)
+        if ranks == job:
+            layout = job_layout
+        else:
+            layout = state_layout(info, workload, job, range(ranks) if job_layout is None else busiest_hosts(
+                job_layout.job_rank_bytes, ranks, launch.topology.nproc_per_node))
     except ValueError as error:
         raise ConfigError(f"--workload {config.workload}: {error}") from None
     if workload.state == "megatron_fsdp2" and not launch.plan_only:
@@ -209,8 +215,9 @@ def resolve(config: WorkloadConfig, launch: LaunchConfig) -> WorkloadRun:
     time_between = (config.time_between_checkpoints if config.time_between_checkpoints is not None
                     else abs(workload.time_between_checkpoints))  # DLIO sleeps the absolute value
     experiment = Path(config.workload).expanduser() if workload.megatron is not None else None
-    return WorkloadRun(workload, engine, info, saved_state(info, workload), layout, ranks, save_calls, load_calls,
-                       time_between, experiment if experiment is not None and experiment.is_file() else None)
+    return WorkloadRun(workload, engine, info, saved_state(info, workload), layout, job_layout, ranks, save_calls,
+                       load_calls, time_between,
+                       experiment if experiment is not None and experiment.is_file() else None)
 
 
 def busiest_hosts(rank_bytes: Sequence[int], ranks: int, per_host: int) -> list[int]:
@@ -241,7 +248,7 @@ def job_checkpoint(run: WorkloadRun, config: WorkloadConfig, per_host: int, stor
     layout, world = run.layout, run.layout.world_size
     if world % per_host:
         return None
-    full = state_layout(run.info, run.workload, world) if layout.is_subset else layout
+    full = run.job_layout or state_layout(run.info, run.workload, world)
     threads = config.thread_count or run.info.default_threads or 1
     files = [len(run.info.files_written(share.rank, [f.name for f in share.files], threads))
              if share.bytes or share.rank == 0 else 0 for share in full.ranks]
