@@ -59,10 +59,13 @@ def sizes_by_iteration(files: Iterable[tuple[str, int]]) -> dict[int, int]:
 
 
 def latest_iteration(save_dir: str | os.PathLike) -> int | None:
-    tracker = Path(save_dir) / TRACKER_FILE
-    if not tracker.is_file():
-        return None
-    text = tracker.read_text().strip()
+    return tracker_iteration(Path(save_dir) / TRACKER_FILE)
+
+
+def tracker_iteration(tracker) -> int | None:
+    """The iteration a `latest_checkpointed_iteration.txt` names; `tracker`: a Path, or any path with `is_file` and
+    `read_text` (MSC's `msc.Path`)."""
+    text = tracker.read_text().strip() if tracker.is_file() else ""
     return int(text) if text.isdigit() else None
 
 

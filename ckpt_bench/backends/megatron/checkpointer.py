@@ -168,12 +168,11 @@ class Checkpointer:
         if self._in_flight and self._in_flight[0] == iteration:
             self._in_flight.popleft()
         if self.context.rank == 0 and self.format.tracked:
-            tracker = checkpoint_path(self.root) / TRACKER_FILE
-            previous = tracker.read_text().strip() if tracker.is_file() else ""
-            tracker.write_text(str(iteration))
+            previous = self.format.latest(self.root)
+            (checkpoint_path(self.root) / TRACKER_FILE).write_text(str(iteration))
             retain = self.args.save_retain_interval
-            if retain and previous.isdigit() and 0 < int(previous) != iteration and int(previous) % retain:
-                self._delete(int(previous), iteration, "save_retain_interval")
+            if retain and previous is not None and 0 < previous != iteration and previous % retain:
+                self._delete(previous, iteration, "save_retain_interval")
         megatron_log.print_rank_0(megatron_log.saved_line(iteration, self.root, *self._position))
 
     def _delete(self, old: int, iteration: int, why: str) -> None:

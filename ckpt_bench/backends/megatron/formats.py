@@ -41,7 +41,7 @@ from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
 
 from ckpt_bench.backends.megatron.phases import common_check_hook, mark_load_strategy, mark_save_strategy
 from ckpt_bench.backends.megatron.training import Trainer
-from ckpt_bench.core.checkpoint_dir import TRACKER_FILE
+from ckpt_bench.core.checkpoint_dir import TRACKER_FILE, tracker_iteration
 from ckpt_bench.core.events import Phase
 from ckpt_bench.worker.phases import PhaseClock
 
@@ -146,9 +146,7 @@ class TorchDistFormat:
 
     def latest(self, root: str) -> int | None:
         """The iteration the tracker in `root` names (read through MSC where it is on)."""
-        tracker = checkpoint_path(root) / TRACKER_FILE
-        text = tracker.read_text().strip() if tracker.is_file() else ""
-        return int(text) if text.isdigit() else None
+        return tracker_iteration(checkpoint_path(root) / TRACKER_FILE)
 
     @property
     def writes(self) -> bool:
