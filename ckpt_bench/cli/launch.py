@@ -24,6 +24,7 @@ from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.options import Flag
 from ckpt_bench.core.rundir import write_atomic
 from ckpt_bench.launcher import registry
+from ckpt_bench.launcher.resources import device_environment
 from ckpt_bench.report.advice import plan_advice
 from ckpt_bench.report.assembly import to_json
 from ckpt_bench.sweep.limits import DEFAULT_MAX_JOBS
@@ -149,27 +150,29 @@ def _launch(**values) -> None:
     if values[PEER_OVERRIDES]:
         fail(f"unexpected argument {values[PEER_OVERRIDES][0]!r}: KEY=VALUE arguments are Hydra overrides of an "
              "s3torchbenchmarking config given with --sweep FILE")
-    try:
-        launch_config, emit = registry.build_launch(values, given, os.environ)
-        if emit.emit:
-            from ckpt_bench.launcher.emit import render
+    # --device cpu hides the GPUs from the launch, before any option asks torch which it sees.
+    with device_environment(values.get("device")):
+        try:
+            launch_config, emit = registry.build_launch(values, given, os.environ)
+            if emit.emit:
+                from ckpt_bench.launcher.emit import render
 
-            click.echo(render(emit, launch_config, values, given, registry.all_flags()), nl=False)
-            sys.exit(0)
-        runner = registry.runner_for(launch_config)
-        if launch_config.plan_only:
-            preview = runner.preview(launch_config)
-            if launch_config.asked:  # the advice's options: the interval at the job's size, from its projection
-                preview["advice"] = plan_advice(preview, launch_config)
-            print_preview(preview, launch_config.output, launch_config.format)
-            sys.exit(0)
-        from ckpt_bench.launcher.repeat import run
+                click.echo(render(emit, launch_config, values, given, registry.all_flags()), nl=False)
+                sys.exit(0)
+            runner = registry.runner_for(launch_config)
+            if launch_config.plan_only:
+                preview = runner.preview(launch_config)
+                if launch_config.asked:  # the advice's options: the interval at the job's size, from its projection
+                    preview["advice"] = plan_advice(preview, launch_config)
+                print_preview(preview, launch_config.output, launch_config.format)
+                sys.exit(0)
+            from ckpt_bench.launcher.repeat import run
 
-        result = run(runner, launch_config)
-    except ConfigError as error:
-        fail(str(error))
-    print_report(result.report, launch_config.output, launch_config.format)
-    sys.exit(result.exit_code)
+            result = run(runner, launch_config)
+        except ConfigError as error:
+            fail(str(error))
+        print_report(result.report, launch_config.output, launch_config.format)
+        sys.exit(result.exit_code)
 
 
 launch = _compose(_launch)

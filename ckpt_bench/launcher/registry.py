@@ -13,7 +13,6 @@ framework, and `--backend dcp --tp 2` is refused everywhere alike. A new backend
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
@@ -29,7 +28,6 @@ from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.options import Flag, Options
 from ckpt_bench.launcher.base import Backend, CheckpointOptions
 from ckpt_bench.launcher.config import CommonOptions, EmitOptions, LaunchConfig
-from ckpt_bench.launcher.resources import hide_gpus
 from ckpt_bench.projection import ProjectionOptions
 from ckpt_bench.report.advice import AdviceOptions
 from ckpt_bench.storage import StorageOptions
@@ -138,8 +136,6 @@ def build_launch(values: Mapping, given: set[str], environ: Mapping[str, str]) -
     """The typed launch of command-line `values` (option name -> value, None when not given), `given`
     naming the options set explicitly. Raises ConfigError (one line) for any mistake."""
     values = _select_runner(values, set(given))
-    if values.get("device") == "cpu":  # before any option asks torch which GPUs it sees
-        hide_gpus(os.environ)
     choice = RunnerChoice.from_values(values)
     runner = choice.runner
     emit = EmitOptions.from_values(values)

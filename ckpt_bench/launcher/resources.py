@@ -6,10 +6,11 @@ keeps (`check_free_space`)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
-from collections.abc import MutableMapping
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from ckpt_bench.core import devices
@@ -58,17 +59,32 @@ MIN_TORCH = (2, 4)
 INSTALL_HINT = "install ckpt-bench into the Python that has the image's GPU torch (docs/clusters.md)"
 
 
-def hide_gpus(environ: MutableMapping[str, str]) -> None:
-    """`--device cpu`: the CUDA and HIP runtimes of this process and every process it starts see no GPU, so
-    ranks, process groups and frameworks all take their CPU paths (gloo, CPU tensors)."""
-    environ.update(devices.HIDE_GPUS)
+@contextlib.contextmanager
+def device_environment(device: str | None) -> Iterator[None]:
+    """Around a launch (its options' checks and its run): with `--device cpu`, the CUDA and HIP runtimes of this
+    process and every process it starts see no GPU, so ranks, process groups and frameworks all take their CPU
+    paths (gloo, CPU tensors); after it, the environment is as it was (a sweep's next job may use the GPUs)."""
+    if device != "cpu":
+        yield
+        return
+    saved = {name: os.environ.get(name) for name in devices.HIDE_GPUS}
+    os.environ.update(devices.HIDE_GPUS)
     gpu_count.cache_clear()
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        gpu_count.cache_clear()
 
 
 def check_devices(device: str) -> None:
     """Refuse, in one line, a run whose ranks would land on the CPU of a host with GPUs (`--device auto`, the
     default) or without GPUs to land on (`--device gpu`): the torch build and the devices named, and what to
-    do. `--device cpu` is the CPU on purpose (its GPUs hidden: `hide_gpus`)."""
+    do. `--device cpu` is the CPU on purpose (its GPUs hidden: `device_environment`)."""
     build = devices.torch_build()
     if build is not None:
         match = re.match(r"(\d+)\.(\d+)", build.version)

@@ -79,6 +79,7 @@ from ckpt_bench.core.rundir import RUN_FILE, RunDir, sweep_results_file, write_a
 from ckpt_bench.core.yamlfile import read_yaml
 from ckpt_bench.launcher import registry
 from ckpt_bench.launcher.repeat import run
+from ckpt_bench.launcher.resources import device_environment
 from ckpt_bench.present.html import SWEEP_HTML, write_sweep_html
 from ckpt_bench.present.rows import MLPERF_KEYS, mlperf_figures
 from ckpt_bench.report.assembly import to_json
@@ -182,7 +183,8 @@ def _jobs(source: str, parse: Parse, combinations: list[tuple[dict, dict]]) -> l
         argv = to_argv(values, registry.all_flags())
         try:
             options, given = parse(argv)
-            registry.build_launch(options, given, os.environ)
+            with device_environment(options.get("device")):
+                registry.build_launch(options, given, os.environ)
         except ConfigError as error:
             described = ", ".join(f"{k}={v}" for k, v in params.items())
             raise ConfigError(f"{source}: job {index} ({described}): {error}") from None
@@ -290,8 +292,9 @@ def run_job(root: Path, job: Job, outputs: Outputs) -> JobRecord:
             contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         print(f"$ {record.command}", flush=True)
         try:
-            launch, _emit = registry.build_launch(values, {*job.given, "runs_dir"}, os.environ)
-            result = run(registry.runner_for(launch), launch)
+            with device_environment(values.get("device")):  # this job's, not the next one's
+                launch, _emit = registry.build_launch(values, {*job.given, "runs_dir"}, os.environ)
+                result = run(registry.runner_for(launch), launch)
             record.status, record.exit_code = result.status, result.exit_code
             text = to_json(result.report) + "\n"
             write_atomic(job_dir / "report.json", text)

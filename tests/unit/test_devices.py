@@ -11,7 +11,7 @@ from ckpt_bench.cli.launch import launch as launch_command
 from ckpt_bench.core import devices
 from ckpt_bench.core.devices import HostGpus, TorchBuild, host_gpus, read_torch_build
 from ckpt_bench.core.errors import ConfigError
-from ckpt_bench.launcher import resources
+from ckpt_bench.launcher import registry, resources
 
 VISIBILITY = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 
@@ -151,10 +151,15 @@ def test_the_launcher_refuses_before_anything_starts_and_device_cpu_hides_the_gp
     lines = refused.output.strip().splitlines()
     assert len(lines) == 1 and "this host has 4 NVIDIA GPUs" in lines[0], refused.output
     assert not runs.exists()  # nothing created
-    # --device cpu: the GPUs hidden from this process and its ranks, two CPU ranks by default (not one a GPU).
-    monkeypatch.setattr(os, "environ", dict(os.environ))
+    # --device cpu: the GPUs hidden from this process and its ranks for the launch, two CPU ranks by default (not
+    # one a GPU); after it, the environment as it was (a sweep's next job may use them).
+    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if k not in devices.HIDE_GPUS})
+    seen = []
+    monkeypatch.setattr(registry, "build_launch", lambda *args, build=registry.build_launch: (
+        seen.append((os.environ.get("CUDA_VISIBLE_DEVICES"), resources.visible_gpus())) or build(*args)))
     planned = CliRunner().invoke(launch_command, ["--device", "cpu", "--backend", "dcp", "--model", "tiny", "--plan",
                                                   "--format", "json"])
     assert planned.exit_code == 0, planned.output
-    assert os.environ["CUDA_VISIBLE_DEVICES"] == "-1" and resources.visible_gpus() == 0
+    assert seen == [("-1", 0)]
     assert json.loads(planned.output)["ranks"]["nproc_per_node"] == 2
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ and resources.visible_gpus() == 4
