@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 
 import click
+from click.core import ParameterSource
 
 from ckpt_bench.core.options import Flag
 
@@ -59,3 +60,8 @@ def entry_point(command: click.Command, argv: list[str] | None = None) -> None:
         fail(error.format_message(), error.exit_code)
     except click.Abort:
         sys.exit(130)
+
+
+def given_options(context: click.Context) -> set[str]:
+    """The options set on the command line (not defaults)."""
+    return {name for name in context.params if context.get_parameter_source(name) == ParameterSource.COMMANDLINE}

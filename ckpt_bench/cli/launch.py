@@ -17,9 +17,8 @@ from pathlib import Path
 
 import click
 import cloup
-from click.core import ParameterSource
 
-from ckpt_bench.cli.common import click_option, entry_point, fail, wants_table
+from ckpt_bench.cli.common import click_option, entry_point, fail, given_options, wants_table
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.options import Flag
 from ckpt_bench.core.rundir import write_atomic
@@ -67,11 +66,6 @@ def _compose(callback):
         context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120},
         show_constraints=False,
     )(callback)
-
-
-def given_options(context: click.Context) -> set[str]:
-    """The options set on the command line (not defaults)."""
-    return {name for name in context.params if context.get_parameter_source(name) == ParameterSource.COMMANDLINE}
 
 
 def parse_argv(argv: list[str]) -> tuple[dict, set[str]]:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import click
 
-from ckpt_bench.cli.common import click_option, entry_point, fail, wants_table
+from ckpt_bench.cli.common import click_option, entry_point, fail, given_options, wants_table
 from ckpt_bench.core.errors import ConfigError, ReportError
 from ckpt_bench.core.rundir import sweep_results_file
 from ckpt_bench.projection import ProjectionOptions, add_projection
@@ -42,9 +42,12 @@ def _advice_options(command):
 
 
 def _with_projection(report: dict, figures: dict) -> dict:
-    """A run directory's report with its projection of the whole job (`figures` replace the run's own)."""
+    """A run directory's report with its projection of the whole job: projected again where `figures` (those
+    given on the command line) replace the run's own, or where the report has none yet."""
     run_dir = (report.get("run") or {}).get("dir")
-    return add_projection(report, Path(run_dir), figures) if run_dir else report
+    if not run_dir or (not figures and "projection" in report):
+        return report
+    return add_projection(report, Path(run_dir), figures)
 
 
 def _write(path: str, text: str) -> None:
@@ -72,6 +75,9 @@ def report(paths, primus_log_dir, ckpt_dir, output, output_format, html_file, co
     try:
         figures = {name: advice_values.pop(name) for name in ProjectionOptions.flags()}
         ProjectionOptions.from_values(figures)  # checked now: one line for a bad figure
+        # Only the figures given replace the run's own (--rank-costs-budget's default is no choice of the user's).
+        given = given_options(click.get_current_context())
+        figures = {name: value for name, value in figures.items() if name in given}
         advice = AdviceOptions.from_values(advice_values)
         if compare:
             _compare(paths, primus_log_dir, ckpt_dir, html_file, advice, figures, output, output_format)
