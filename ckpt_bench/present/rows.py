@@ -521,9 +521,15 @@ WHAT_IF_COLUMNS = ["GPUs", "job MTBF", "Young interval", "Daly interval", "Daly 
 
 
 def what_if_basis(advice: Advice) -> str:
-    """The C and R the what-if rows hold: projected at the job's size, or this run's."""
-    projected = "projected" in (advice.checkpoint_cost_from or "")
-    return "C and R projected at the job's size, held" if projected else "this run's C and R, held"
+    """The C and R the what-if rows hold: projected at the job's size, this run's, or one of each (a projection
+    with no client read figure projects the save and leaves the load measured)."""
+    cost = "projected" in (advice.checkpoint_cost_from or "")
+    restart = "projected" in (advice.restart_cost_from or "")
+    if cost and restart:
+        return "C and R projected at the job's size, held"
+    if cost or restart:
+        return f"{'C' if cost else 'R'} projected at the job's size and this run's {'R' if cost else 'C'}, held"
+    return "this run's C and R, held"
 
 
 def what_if_rows(advice: Advice) -> list[list[str]]:

@@ -227,3 +227,19 @@ def test_logged_iteration_times_are_counted_not_listed():
         times.line(_line(iteration, 2031.4 if iteration % 2 else 2031.5))
     assert len(times.seconds) == 2 and times.iterations == 99_999
     assert times.median() == 2.0315  # the lines 2 to 100,000: 50,000 intervals at 2.0315 s, 49,999 at 2.0314
+
+
+@pytest.mark.parametrize(("cost_from", "restart_from", "basis"), [
+    ("save total time projected for the whole job", "load projected for the whole job 1 s + restart overhead 300 s",
+     "C and R projected at the job's size, held"),
+    ("save total time projected for the whole job", "load time 1 s + restart overhead 300 s",
+     "C projected at the job's size and this run's R, held"),
+    ("save total time (median of steady saves)", "load projected for the whole job 1 s + restart overhead 300 s",
+     "R projected at the job's size and this run's C, held"),
+    ("save total time (median of steady saves)", "load time 1 s + restart overhead 300 s", "this run's C and R, held"),
+])
+def test_the_what_if_table_says_which_of_c_and_r_were_projected(cost_from, restart_from, basis):
+    from ckpt_bench.present.rows import what_if_basis
+    from ckpt_bench.report.schema import Advice
+
+    assert what_if_basis(Advice(checkpoint_cost_from=cost_from, restart_cost_from=restart_from)) == basis
