@@ -61,12 +61,19 @@ def stack(packages: dict[str, str]) -> str:
     return ", ".join(parts) if parts else "no torch"
 
 
+def manylinux_tag() -> str | None:
+    """This machine's newest manylinux tag (its glibc's), e.g. manylinux_2_36_x86_64; None without glibc."""
+    libc, version = platform.libc_ver()
+    if libc != "glibc" or not version:
+        return None
+    major, minor = version.split(".")[:2]
+    return f"manylinux_{major}_{minor}_{platform.machine()}"
+
+
 def describe(packages: dict[str, str]) -> str:
     """`make wheelhouse`'s variables for a target like this Python: its version, its newest manylinux tag (its
     glibc's), its torch as pip sees it."""
-    libc, version = platform.libc_ver()
-    tag = f"manylinux_{version.replace('.', '_')}_{platform.machine()}" if libc == "glibc" and version else "?"
-    return (f"PYTHON_VERSION={sys.version_info[0]}.{sys.version_info[1]} PLATFORM={tag} "
+    return (f"PYTHON_VERSION={sys.version_info[0]}.{sys.version_info[1]} PLATFORM={manylinux_tag() or '?'} "
             f"TORCH_VERSION={packages.get('torch', '?')}")
 
 

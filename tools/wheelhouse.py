@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import re
 import shutil
 import subprocess
@@ -32,10 +31,9 @@ import time
 import zipfile
 from pathlib import Path
 
-from install import pip_reason  # tools/install.py, beside this file
+from install import WHEELHOUSE_FILE, manylinux_tag, normalize, pip_reason  # tools/install.py, beside this file
 
 ROOT = Path(__file__).resolve().parents[1]
-MARK = "wheelhouse.json"
 MIN_MANYLINUX = 5  # manylinux_2_5, alias manylinux1: the oldest tag there is
 LEGACY_MANYLINUX = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
 
@@ -46,11 +44,10 @@ class WheelhouseError(Exception):
 
 def default_platform() -> str:
     """This machine's newest manylinux tag (its glibc's), e.g. manylinux_2_36_x86_64."""
-    libc, version = platform.libc_ver()
-    if libc != "glibc" or not version:
+    tag = manylinux_tag()
+    if tag is None:
         raise WheelhouseError("this machine has no glibc: give --platform (e.g. manylinux_2_35_x86_64)")
-    major, minor = version.split(".")[:2]
-    return f"manylinux_{major}_{minor}_{platform.machine()}"
+    return tag
 
 
 def platforms(tag: str) -> list[str]:
@@ -99,10 +96,6 @@ def image_packages(path: Path | None, torch: str | None) -> dict[str, str]:
     return packages
 
 
-def normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def stand_in(folder: Path, name: str, version: str) -> tuple[str, str]:
     """A wheel that only says `name` `version` is installed (no files, no dependencies); returns the version it
     carries (a local label marks it where `version` has none, so the index's own release is never picked
@@ -137,8 +130,9 @@ def build(out: Path, python_version: str, platform_tag: str, torch: str | None, 
     tags = platforms(platform_tag)
     packages = image_packages(image, torch)
     out = out.resolve()
-    if out.exists() and not (out / MARK).is_file():
-        raise WheelhouseError(f"{out} exists and is not a wheelhouse this tool made (no {MARK}): give another --out")
+    if out.exists() and not (out / WHEELHOUSE_FILE).is_file():
+        raise WheelhouseError(f"{out} exists and is not a wheelhouse this tool made (no {WHEELHOUSE_FILE}): give "
+                              "another --out")
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
@@ -185,7 +179,7 @@ def build(out: Path, python_version: str, platform_tag: str, torch: str | None, 
                 "image_packages": len(packages) - (image is None), "ckpt_bench": ours.name.split("-")[1],
                 "made": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "wheels": sorted(w.name for w in wheels.glob("*.whl"))}
-        (wheels / MARK).write_text(json.dumps(made, indent=2) + "\n")
+        (wheels / WHEELHOUSE_FILE).write_text(json.dumps(made, indent=2) + "\n")
         if out.exists():
             shutil.rmtree(out)  # a wheelhouse of ours (checked above)
         wheels.rename(out)
