@@ -63,9 +63,10 @@ def main() -> int:
     for config in args.configs:
         for storage in args.storage_gbps:
             result = plan(args.primus, config, args, storage)
-            projection = result.get("projection")
+            projection = result.get("projection") or {}
             if not projection or projection.get("error"):
-                print(f"| {config} | | {storage:g} | {result.get('error') or projection.get('error')} |||||||")
+                why = result.get("error") or projection.get("error") or "no projection (the job is not whole hosts)"
+                print(f"| {config} | | {storage:g} | {why} |||||||")
                 continue
             save, load = projection["save"], projection["load"]
             steps = sum(t["range_s"][0] or 0 for t in save["terms"] if t["kind"] == "step")

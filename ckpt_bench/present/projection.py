@@ -5,7 +5,7 @@ report.html. Sizes in GB (10^9 bytes), rates in GB/s, times in seconds, each ran
 from __future__ import annotations
 
 from ckpt_bench.present.rows import NONE, duration
-from ckpt_bench.projection.model import gb
+from ckpt_bench.projection.model import gb, plural
 from ckpt_bench.report.schema import ProjectedTime, Projection, ProjectionFigure, Traffic
 
 __all__ = ["STEP_COLUMNS", "TERM_COLUMNS", "hosts_rows", "projection_rows", "projection_title", "step_rows",
@@ -13,10 +13,6 @@ __all__ = ["STEP_COLUMNS", "TERM_COLUMNS", "hosts_rows", "projection_rows", "pro
 
 TERM_COLUMNS = ["term", "seconds", "what"]
 STEP_COLUMNS = ["global step", "operation", "CPU here (s)", "busiest host's network", "a rank's buffer", "skipped by"]
-
-
-def _plural(count: int, word: str) -> str:
-    return f"{count:,} {word}{'' if count == 1 else 's'}"
 
 
 def range_words(low: float | None, high: float | None) -> str:
@@ -47,7 +43,7 @@ def time_words(time: ProjectedTime | None) -> str:
 def hosts_rows(hosts: dict) -> tuple[str, list[tuple[str, str]]]:
     """--plan's hosts (a workload's preview: what a save and a restart move per host), titled."""
     traffic = Projection.from_json({"save_traffic": hosts["save"], "load_traffic": hosts["load"]})
-    title = f"per host ({_plural(hosts['nodes'], 'host')} of {hosts['ranks_per_node']} ranks; GB = 10^9 bytes)"
+    title = f"per host ({plural(hosts['nodes'], 'host')} of {hosts['ranks_per_node']} ranks; GB = 10^9 bytes)"
     return title, [("a save writes", _traffic_words(traffic.save_traffic, "write")),
                    ("a restart reads", _traffic_words(traffic.load_traffic, "read"))]
 
@@ -56,8 +52,8 @@ def _traffic_words(traffic: Traffic | None, verb: str) -> str:
     if traffic is None:
         return NONE
     busiest = traffic.busiest_host
-    words = (f"{gb(traffic.bytes)} in {_plural(traffic.files, 'file')}; {_plural(traffic.ranks_moving_bytes, 'rank')} "
-             f"on {_plural(traffic.hosts_moving_bytes, 'host')} {verb}")
+    words = (f"{gb(traffic.bytes)} in {plural(traffic.files, 'file')}; {plural(traffic.ranks_moving_bytes, 'rank')} "
+             f"on {plural(traffic.hosts_moving_bytes, 'host')} {verb}")
     if busiest is not None:
         words += f"; the busiest, host {busiest.host}, {gb(busiest.bytes)}"
     return words
@@ -73,7 +69,7 @@ def projection_title(projection: Projection) -> str:
     job = projection.job
     if job is None or projection.error:
         return "Projection of the whole job (docs/projection.md)"
-    return (f"Projection of the whole job: {job.ranks:,} ranks on {_plural(job.nodes, 'host')} of "
+    return (f"Projection of the whole job: {job.ranks:,} ranks on {plural(job.nodes, 'host')} of "
             f"{job.ranks_per_node}, {job.engine}, {job.storage} (docs/projection.md; GB = 10^9 bytes)")
 
 

@@ -17,6 +17,7 @@ from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.options import Flag, Options
 from ckpt_bench.projection.job import JobCheckpoint
 from ckpt_bench.projection.rank_costs import DEFAULT_BUDGET_S
+from ckpt_bench.report.metrics import steady_saves
 
 __all__ = ["Figure", "ProjectionOptions", "measured_clients", "measured_storage"]
 
@@ -129,8 +130,9 @@ def measured_clients(report: dict, job: JobCheckpoint) -> tuple[Figure | None, F
         return None, None, ("this run is not a subset of whole hosts of the job (--subset with --nproc-per-node "
                             "the job's ranks per host): no client figure measured")
     per = job.ranks_per_node
-    saves = [s for s in report.get("saves") or [] if s.get("complete")]
-    steady = saves[1:] or saves
+    saves = report.get("saves") or []
+    steady = steady_saves(saves)
+    first_left_out = len(steady) < sum(1 for save in saves if save.get("complete"))
     loads = [load for load in report.get("loads") or [report.get("load") or {}] if load.get("complete")]
     index = max(range(len(hosts)), key=lambda i: (sum(job.write_bytes[hosts[i] * per:(hosts[i] + 1) * per]), -i))
     host, running = hosts[index], range(index * per, (index + 1) * per)
@@ -141,7 +143,7 @@ def measured_clients(report: dict, job: JobCheckpoint) -> tuple[Figure | None, F
     read, read_how = _host_rate(loads, running, written, LOAD_IO, "time")
     write_figure = None if write is None else Figure(
         write, f"measured: job host {host}, {written / GB:.4g} GB a save over {how}, median of {len(steady)} "
-               f"save(s){' after the first' if len(saves) > 1 else ''}{together}")
+               f"save(s){' after the first' if first_left_out else ''}{together}")
     read_figure = None if read is None else Figure(
         read, f"measured: job host {host}, {written / GB:.4g} GB a load over {read_how}, median of {len(loads)} "
               f"{loads[0].get('cache') or ''} load(s){together}")

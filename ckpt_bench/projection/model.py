@@ -27,7 +27,7 @@ from ckpt_bench.projection.inputs import GB, S3_GETS_PER_S, S3_PART_BYTES, S3_PU
 from ckpt_bench.projection.job import JobCheckpoint, Traffic
 from ckpt_bench.projection.rank_costs import RankCosts, Step
 
-__all__ = ["Inputs", "Term", "project"]
+__all__ = ["Inputs", "Term", "gb", "plural", "project"]
 
 
 @dataclass(frozen=True)
@@ -106,19 +106,19 @@ def _transfer(traffic: Traffic, client: Figure, storage: Figure, requests: Figur
     busiest = traffic.busiest()
     count = _requests(traffic, part_bytes)
     if requests.value is None:  # no known limit: not a term (its count is in the traffic)
-        limit = Term("requests", "transfer", None, None, f"{_plural(count, 'request')} "
-                     f"({_plural(traffic.total_files, 'file')}): not projected, {requests.source}")
+        limit = Term("requests", "transfer", None, None, f"{plural(count, 'request')} "
+                     f"({plural(traffic.total_files, 'file')}): not projected, {requests.source}")
     else:
         limit = Term("requests", "transfer", *_over(count, requests, unit=1),
-                     f"{_plural(count, 'request')} ({_plural(traffic.total_files, 'file')}"
+                     f"{plural(count, 'request')} ({plural(traffic.total_files, 'file')}"
                      f"{', in parts' if part_bytes else ''}) at {requests.value:,.0f} a second ({requests.source})")
     return [
         Term("client", "transfer", *_over(busiest.bytes, client),
-             f"the busiest host (host {busiest.host}, {_plural(busiest.ranks, 'rank')} {verb.removesuffix('e')}ing) "
+             f"the busiest host (host {busiest.host}, {plural(busiest.ranks, 'rank')} {verb.removesuffix('e')}ing) "
              f"{verb}s "
              f"{gb(busiest.bytes)} at {_figure(client)} a host"),
         Term("storage", "transfer", *_over(traffic.total_bytes, storage),
-             f"the job {verb}s {gb(traffic.total_bytes)} from {_plural(traffic.active_hosts, 'host')} at "
+             f"the job {verb}s {gb(traffic.total_bytes)} from {plural(traffic.active_hosts, 'host')} at "
              f"{_figure(storage)} in all"),
         limit,
     ]
@@ -139,7 +139,7 @@ def gb(size: float) -> str:
     return f"{size:,.0f} B"
 
 
-def _plural(count: int, word: str) -> str:
+def plural(count: int, word: str) -> str:
     return f"{count:,} {word}{'' if count == 1 else 's'}"
 
 

@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 from ckpt_bench.core import progress
+from ckpt_bench.core.environment import megatron_core_version, package_versions
 from ckpt_bench.projection.job import JobCheckpoint
 from ckpt_bench.projection.rank_costs.base import Budget, RankCosts, Step
 
@@ -54,15 +55,10 @@ def _cache_dir() -> Path:
 
 
 def _versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    found = {}
-    for name in ("torch", "megatron-core"):
-        try:
-            found[name] = version(name)
-        except PackageNotFoundError:
-            pass
-    return found
+    """The torch and megatron-core whose code computes the costs: megatron-core as `import megatron.core` finds it
+    (a checkout on PYTHONPATH before the installed wheel)."""
+    found = {"torch": package_versions(("torch",))["torch"], "megatron-core": megatron_core_version()}
+    return {name: version for name, version in found.items() if version}
 
 
 def _key(job: JobCheckpoint) -> str:

@@ -44,7 +44,7 @@ def compute(job: JobCheckpoint, budget: Budget) -> RankCosts:
         items = MegatronState(workload, job.world_size).held_items
     else:
         items = DlioItems(dlio_layout(workload, job.world_size))
-    dcp = DcpSteps(job.world_size, job.ranks_per_node, job.thread_count, budget, items, items)
+    dcp = DcpSteps(job.world_size, job.thread_count, budget, items, items)
     steps = [dcp.global_plan(DefaultSavePlanner(), decentralized=False), dcp.finalize(), dcp.metadata_read(),
              dcp.load_plan()]
     return RankCosts(job.engine, job.world_size, steps, metadata_file_bytes=dcp.metadata_bytes,

@@ -33,7 +33,15 @@ from torch.distributed.checkpoint.planner import (
 from torch.distributed.checkpoint.storage import WriteResult
 
 from ckpt_bench.backends.workload.workload import TORCH_DTYPE
-from ckpt_bench.projection.rank_costs.base import Budget, OutOfBudget, Step, gather_bytes, run_step, unpickled
+from ckpt_bench.projection.rank_costs.base import (
+    Budget,
+    OutOfBudget,
+    Step,
+    gather_bytes,
+    pickled_size,
+    run_step,
+    unpickled,
+)
 
 __all__ = ["DcpSteps", "Item", "load_plan", "save_plan"]
 
@@ -50,8 +58,8 @@ class Item:
     nbytes: int = 0
 
 
-_DTYPES = {name: getattr(torch, attr) for name, attr in TORCH_DTYPE.items()}
-_PROPERTIES = {name: TensorProperties(dtype=dtype) for name, dtype in _DTYPES.items()}
+DTYPES = {name: getattr(torch, attr) for name, attr in TORCH_DTYPE.items()}
+_PROPERTIES = {name: TensorProperties(dtype=dtype) for name, dtype in DTYPES.items()}
 
 
 def _write_item(item: Item) -> WriteItem:
@@ -108,9 +116,9 @@ def _write_results(rank: int, plan: SavePlan, sizes: dict[MetadataIndex, int], t
 class DcpSteps:
     """The DCP steps of one job: `plans(rank)` gives each rank's save items, `reads(rank)` its load items."""
 
-    def __init__(self, world_size: int, ranks_per_node: int, threads: int, budget: Budget,
-                 plans: Callable[[int], Sequence[Item]], reads: Callable[[int], Sequence[Item]]):
-        self.world, self.per_node, self.threads, self.budget = world_size, ranks_per_node, threads, budget
+    def __init__(self, world_size: int, threads: int, budget: Budget, plans: Callable[[int], Sequence[Item]],
+                 reads: Callable[[int], Sequence[Item]]):
+        self.world, self.threads, self.budget = world_size, threads, budget
         self.plans, self.reads = plans, reads
         self.metadata = None
         self.metadata_bytes: int | None = None
@@ -155,8 +163,7 @@ class DcpSteps:
             if keep_local_plans:
                 self.metadata.all_local_plans = local
             if not decentralized:
-                scattered = max(len(pickle.dumps(plan, protocol=pickle.HIGHEST_PROTOCOL))
-                                for plan in self.global_plans)
+                scattered = max(map(pickled_size, self.global_plans))
 
         run_step(step, self.budget, work)
         if decentralized:
@@ -225,7 +232,7 @@ class DcpSteps:
             for rank in range(self.world):
                 self.budget.check()
                 plan = load_plan(self.reads(rank))
-                largest = max(largest, len(pickle.dumps(plan, protocol=pickle.HIGHEST_PROTOCOL)))
+                largest = max(largest, pickled_size(plan))
                 plans.append(plan)
         except OutOfBudget:
             step.complete, step.why = False, "the budget ran out while building the ranks' load plans"

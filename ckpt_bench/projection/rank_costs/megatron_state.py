@@ -8,25 +8,23 @@ from __future__ import annotations
 import dataclasses
 from functools import cached_property
 
-import torch
 from megatron.core.dist_checkpointing.mapping import ShardedObject, ShardedTensor
 
 from ckpt_bench.backends.workload.megatron_fsdp2 import parameter_groups
 from ckpt_bench.backends.workload.megatron_fsdp2 import rank_state as fsdp2_rank_state
 from ckpt_bench.backends.workload.megatron_shapes import MegatronGPT, Shard
-from ckpt_bench.backends.workload.workload import TORCH_DTYPE, Workload
+from ckpt_bench.backends.workload.workload import Workload
 from ckpt_bench.model.parallel import RankCoordinates
-from ckpt_bench.projection.rank_costs.dcp_steps import Item
+from ckpt_bench.projection.rank_costs.dcp_steps import DTYPES, Item
 
 __all__ = ["MegatronState"]
 
-_DTYPES = {name: getattr(torch, attr) for name, attr in TORCH_DTYPE.items()}
 
 
 def _sharded_tensor(shard: Shard, regular: bool = True) -> ShardedTensor:
     """megatron-core's object for the shard; not `regular`: an FSDP2 chunk (torch.chunk's rows, uneven at the end),
     on no regular grid, whose overlap check megatron-core leaves to DCP."""
-    return ShardedTensor(shard.key, None, _DTYPES[shard.dtype], shard.local_shape, shard.global_shape,
+    return ShardedTensor(shard.key, None, DTYPES[shard.dtype], shard.local_shape, shard.global_shape,
                          shard.global_offset, shard.axis_fragmentations if regular else None, shard.replica_id,
                          shard.prepend_axis_num)
 

@@ -77,12 +77,12 @@ class TorchDistCosts:
                 self.state.sharded_metadata(rank, tensors_only=True), protocol=pickle.HIGHEST_PROTOCOL)
         return payload
 
-    def _payloads(self, tensors_only: bool) -> tuple[list[bytes], int]:
+    def _payloads(self) -> tuple[list[bytes], int]:
         """Every rank's pickled metadata list (its sharded objects without data), and how many objects."""
         payloads, count = [], 0
         for rank in range(self.job.world_size):
             self.budget.check()
-            local = self.state.sharded_metadata(rank, tensors_only)
+            local = self.state.sharded_metadata(rank)
             count += len(local)
             payloads.append(pickle.dumps(local, protocol=pickle.HIGHEST_PROTOCOL))
         return payloads, count
@@ -96,7 +96,7 @@ class TorchDistCosts:
                     "validate_sharding_integrity on rank 0", cached_away=operation == "save",
                     collective=f"all_gather_object over {world} ranks")
         try:
-            payloads, step.units = self._payloads(tensors_only=False)
+            payloads, step.units = self._payloads()
         except OutOfBudget:
             step.complete, step.why = False, "the budget ran out while building the ranks' metadata: not computed"
             return step
@@ -119,7 +119,7 @@ class TorchDistCosts:
                     "ShardedTensors all-gathered (all_gather_object) and determine_main_replica_uniform_distribution"
                     f"{'(ignore_groups=True)' if load else ''} on each of its ranks", cached_away=not load,
                     collective=f"all_gather_object over {len(groups[0])} ranks")
-        slowest, largest, units = 0.0, 0, 0
+        slowest, largest = 0.0, 0
         try:
             for group in groups:
                 payloads = []
@@ -136,7 +136,6 @@ class TorchDistCosts:
                             {"local": gathered[0]}, parallelization_group=object(), ignore_groups=load)
 
                 run_step(one, self.budget, work)
-                units += sum(len(payload) for payload in payloads)
                 slowest = max(slowest, one.cpu_s or 0.0)
                 if not one.complete:
                     raise OutOfBudget
@@ -144,7 +143,6 @@ class TorchDistCosts:
             step.complete = False
             step.why = "the budget ran out before every group's distribution was computed: a lower bound"
         step.cpu_s = round(slowest, 4)
-        step.units = None
         step.host_bytes = all_gather_bytes(len(groups[0]), largest, self.per_node)
         step.rank_memory_bytes = len(groups[0]) * largest
         return step
@@ -162,7 +160,7 @@ class TorchDistCosts:
 
     def compute(self) -> RankCosts:
         world, threads = self.job.world_size, self.job.thread_count
-        dcp = DcpSteps(world, self.per_node, threads, self.budget, self.state.written_items,
+        dcp = DcpSteps(world, threads, self.budget, self.state.written_items,
                        self.state.written_items)  # a fully parallel load reads about what the rank wrote
         save_validation = self.validation("save")
         steps = [save_validation, self.distribution("save"),
