@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from ckpt_bench.core.rundir import RunDir, write_atomic
+from ckpt_bench.launcher.nodes import JOIN_TIMEOUT_S, wait_for
 from ckpt_bench.storage.base import CheckpointStorage
 from ckpt_bench.storage.baseline import IOShape
 
@@ -25,8 +26,7 @@ __all__ = ["SCALING", "end_rounds", "follow_rounds", "host_counts", "lead_rounds
 
 SCALING = 0.8  # a round still scales while its aggregate is at least this share of the linear step from the last
 START_AFTER_S = 1.0  # a round's start: this far ahead of its announcement, so that every host is waiting for it
-WAIT_S = 900.0  # how long a host waits for the shape, a round's start or a peer's result
-POLL_S = 0.2
+WAIT_S = JOIN_TIMEOUT_S  # how long a host waits for the shape, a round's start or a peer's result
 
 
 def host_counts(nnodes: int) -> list[int]:
@@ -44,12 +44,7 @@ def _folder(run: RunDir) -> Path:
 
 def _wait(path: Path) -> dict | None:
     """`path`'s content once it is written; None if node 0 ended the rounds first (`end_rounds`) or it never came."""
-    deadline = time.monotonic() + WAIT_S
-    while not path.exists():
-        if time.monotonic() > deadline or (path.parent / "end.json").exists():
-            return None
-        time.sleep(POLL_S)
-    return json.loads(path.read_text())
+    return json.loads(path.read_text()) if wait_for(path, WAIT_S, unless=path.parent / "end.json") else None
 
 
 def _take_part(run: RunDir, storage: CheckpointStorage, node: int, hosts: int, shape: IOShape) -> None:

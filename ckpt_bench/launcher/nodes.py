@@ -50,10 +50,11 @@ def is_leader(topology: Topology) -> bool:
     return topology.node_rank == 0
 
 
-def _wait(path: Path, timeout: float) -> bool:
+def wait_for(path: Path, timeout: float, unless: Path | None = None) -> bool:
+    """Whether `path` appeared within `timeout` seconds (polled): False once it is past, or once `unless` exists."""
     deadline = time.monotonic() + timeout
     while not path.exists():
-        if time.monotonic() > deadline:
+        if time.monotonic() > deadline or (unless is not None and unless.exists()):
             return False
         time.sleep(POLL_S)
     return True
@@ -62,7 +63,7 @@ def _wait(path: Path, timeout: float) -> bool:
 def join(runs_dir: Path, run_id: str, timeout: float = JOIN_TIMEOUT_S) -> RunDir:
     """Node R > 0: node 0's run directory, once node 0 has set it up (its run.json is written last)."""
     run = RunDir(Path(runs_dir) / run_id)
-    if not _wait(run.path / RUN_FILE, timeout):
+    if not wait_for(run.path / RUN_FILE, timeout):
         raise ConfigError(f"--run-id {run_id}: node 0 did not set up {run.path} within {timeout:.0f} s "
                           "(is --runs-dir on storage every node shares?)")
     return run
@@ -87,7 +88,7 @@ def finish_pass(run: RunDir, topology: Topology, result: PassResult,
         path = folder / f"node-{node}.json"
         if node == topology.node_rank:
             summaries.append(own)
-        elif _wait(path, timeout):
+        elif wait_for(path, timeout):
             summaries.append(PassSummary.from_json(json.loads(path.read_text())))
         else:
             summaries.append(PassSummary(name=result.name, exit_code=None, ok=False, cause=None, failed_ranks=[],
