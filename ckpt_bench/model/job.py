@@ -7,11 +7,12 @@ arguments); the world size is given when the job is laid out (`parallelism(world
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ckpt_bench.model.architecture import Architecture, ArchitectureError
+from ckpt_bench.model.checkpointing import CheckpointSettings
 from ckpt_bench.model.parallel import ParallelError, Parallelism, megatron_parallel_sizes
 
 __all__ = ["CKPT_FORMATS", "PrecisionAwareOptimizer", "TrainingJob"]
@@ -82,6 +83,9 @@ class TrainingJob:
     fsdp: str | None = None
     """"torch_fsdp2" (`--use-torch-fsdp2`: every parameter and its optimizer state sharded over the data-parallel
     ranks, `backends/workload/megatron_fsdp2.py`); None: megatron-core's DDP."""
+    checkpointing: CheckpointSettings = dataclasses.field(default_factory=CheckpointSettings)
+    """How it saves and restarts (fully parallel save and load, constant structure, async, retention), each
+    setting with its source."""
 
     def parallelism(self, world_size: int) -> Parallelism:
         return Parallelism(world_size=world_size, num_layers=self.architecture.num_layers, tp=self.tp, pp=self.pp,
@@ -121,11 +125,15 @@ class TrainingJob:
             values["stage_layer_counts"] = tuple(values["stage_layer_counts"])
         if values.get("precision_aware_optimizer") is not None:
             values["precision_aware_optimizer"] = PrecisionAwareOptimizer(**values["precision_aware_optimizer"])
+        if values.get("checkpointing") is not None:
+            values["checkpointing"] = CheckpointSettings.from_dict(values["checkpointing"])
         return cls(**values)
 
     @classmethod
-    def from_megatron_args(cls, args: Mapping[str, Any]) -> TrainingJob:
-        """The job Megatron-LM runs for `args`; raises ArchitectureError (virtual pipeline arguments Megatron-LM
+    def from_megatron_args(cls, args: Mapping[str, Any],
+                           origin: Callable[[str], str | None] = lambda key: None) -> TrainingJob:
+        """The job Megatron-LM runs for `args` (`origin(key)`: the file that set an argument, for the checkpoint
+        settings' sources); raises ArchitectureError (virtual pipeline arguments Megatron-LM
         refuses included; how the layers split is checked once the job is laid out, `parallelism`)."""
         fmt = str(args.get("ckpt_format") or DEFAULT_CKPT_FORMAT)
         fsdp = _fsdp(args, fmt)
@@ -156,7 +164,15 @@ class TrainingJob:
                    grad_dtype=_grad_dtype(args, architecture.params_dtype),
                    overlap_param_gather_with_optimizer_step=overlap_with_step,
                    overlap_grad_reduce=bool(args.get("overlap_grad_reduce")),
-                   ddp_bucket_size=None if bucket is None else int(bucket), ckpt_format=fmt, fsdp=fsdp)
+                   ddp_bucket_size=None if bucket is None else int(bucket), ckpt_format=fmt, fsdp=fsdp,
+                   checkpointing=_checkpointing(args, origin))
+
+
+def _checkpointing(args: Mapping[str, Any], origin: Callable[[str], str | None]) -> CheckpointSettings:
+    try:
+        return CheckpointSettings.from_megatron_args(args, origin)
+    except (ValueError, TypeError) as error:
+        raise ArchitectureError(str(error)) from None
 
 
 def _fsdp(args: Mapping[str, Any], fmt: str) -> str | None:

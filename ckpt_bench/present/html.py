@@ -556,7 +556,17 @@ def projection_html(projection: Projection) -> str:
     """The projection's headline, each time's terms and the engine's global steps at the job's size."""
     content = f'<p class="hint">{_e(pp.projection_title(projection))}</p>'
     content += _pairs_table(pp.projection_rows(projection), "projection-table")
-    for title, time, table_id in (("Save (first)", projection.save, "projection-save-table"),
+    changes = pp.change_rows(projection)
+    if changes:
+        content += ("<h3>What to change</h3><p class=\"hint\">Each setting projected again from the same global "
+                    "steps, the most effective first.</p>"
+                    + _grid_table(pp.CHANGE_COLUMNS, changes, "projection-changes-table", table_class="terms"))
+    settings = pp.setting_rows(projection)
+    if settings:
+        content += ("<h3>The checkpoint settings projected</h3><p class=\"hint\">The experiment's own, each with "
+                    "the file it came from (or Megatron-LM's default).</p>"
+                    + _grid_table(pp.SETTING_COLUMNS, settings, "projection-settings-table", table_class="terms"))
+    for title, time, table_id in (("Save (a process's first)", projection.save, "projection-save-table"),
                                   ("Restart", projection.load, "projection-load-table")):
         if time is not None and time.terms:
             content += (f"<h3>{title}: {_e(pp.time_words(time))}</h3><p class=\"hint\">Global steps run one after "

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from ckpt_bench.present.rows import NONE, duration
 from ckpt_bench.projection.model import gb, plural
-from ckpt_bench.report.schema import ProjectedTime, Projection, ProjectionFigure, Traffic
+from ckpt_bench.report.schema import ChangeSide, ProjectedTime, Projection, ProjectionFigure, Traffic
 
-__all__ = ["STEP_COLUMNS", "TERM_COLUMNS", "hosts_rows", "projection_rows", "projection_title", "step_rows",
-           "term_rows", "time_words"]
+__all__ = ["CHANGE_COLUMNS", "SETTING_COLUMNS", "STEP_COLUMNS", "TERM_COLUMNS", "change_rows", "hosts_rows",
+           "projection_rows", "projection_title", "setting_rows", "step_rows", "term_rows", "time_words"]
 
 TERM_COLUMNS = ["term", "seconds", "what"]
+SETTING_COLUMNS = ["setting", "value", "from"]
+CHANGE_COLUMNS = ["change", "figure", "now", "after the change"]
 STEP_COLUMNS = ["global step", "operation", "CPU here (s)", "busiest host's network", "a rank's buffer", "skipped by"]
 
 
@@ -26,9 +28,13 @@ def range_words(low: float | None, high: float | None) -> str:
 
 
 def time_words(time: ProjectedTime | None) -> str:
-    """A projected time with its binding limit: '412 s, bound by the client (could also bind: storage)'."""
+    """A projected time with its binding limit: '412 s, bound by the client (could also bind: storage)'; where the
+    hosts cannot hold it, that, and what it would take if it ran."""
     if time is None:
         return NONE
+    if time.feasible is False:
+        low, high = ((time.range_if_it_ran_s or []) + [None, None])[:2]
+        return f"{time.cannot_run}; if it ran: {range_words(low, high)}, bound by {time.binding}"
     low, high = (time.range_s + [None, None])[:2]
     words = f"{range_words(low, high)}, bound by {time.binding}"
     steps = [term for term in time.terms if term.kind == "step" and term.range_s and term.range_s[0]]
@@ -79,12 +85,29 @@ def projection_rows(projection: Projection) -> list[tuple[str, str]]:
         return [("projection", projection.error)]
     rows = [("a save writes", _traffic_words(projection.save_traffic, "write")),
             ("a restart reads", _traffic_words(projection.load_traffic, "read")),
-            ("save (first)", time_words(projection.save)),
-            ("save (cached structure)", time_words(projection.cached_save)),
-            ("restart (load)", time_words(projection.load))]
-    if projection.job is not None and projection.job.async_save and projection.save is not None:
-        low, _ = (projection.save.block_range_s or [None, None])[:2]
-        rows.append(("save blocks training", f"{range_words(low, None)} -- {projection.save.block_note}"))
+            ("save (a process's first)", time_words(projection.save))]
+    if projection.second_save is not None and projection.second_save.range_s != (projection.save.range_s if
+                                                                                  projection.save else None):
+        rows.append(("save (its second)", time_words(projection.second_save)))
+    rows += [("save (third and later)", time_words(projection.steady_save)),
+             ("restart (load)", time_words(projection.load))]
+    steady = projection.steady_save
+    if projection.job is not None and projection.job.async_save and steady is not None:
+        low, _ = (steady.block_range_s or [None, None])[:2]
+        rows.append(("a later save blocks training", f"{range_words(low, None)} -- {steady.block_note}"))
+    feasibility = projection.feasibility
+    if feasibility is not None:
+        rows += [(label, check.what) for label, check in (("host memory, a save", feasibility.save),
+                                                          ("host memory, a restart", feasibility.load)) if check]
+        if feasibility.files is not None and feasibility.files.what:
+            rows.append(("files", feasibility.files.what))
+    capacity = projection.capacity
+    if capacity is not None:
+        rows.append(("storage kept", capacity.what or f"{gb(capacity.checkpoint_bytes)} a checkpoint "
+                     f"({capacity.why})"))
+        if capacity.retention:
+            rows.append(("retention", f"{capacity.retention}; at most {gb(capacity.peak_bytes or 0)} while a save "
+                         "writes"))
     inputs = projection.inputs
     if inputs is not None:
         rows += [("client write GB/s a host", _figure_words(inputs.client_write_gbps)),
@@ -116,5 +139,28 @@ def step_rows(projection: Projection) -> list[list[str]]:
         cpu = NONE if step.cpu_s is None else f"{'at least ' if not step.complete else ''}{step.cpu_s:,.3g}"
         rows.append([step.name, step.operation, cpu, NONE if step.host_bytes is None else gb(step.host_bytes),
                      NONE if step.rank_memory_bytes is None else gb(step.rank_memory_bytes),
-                     "a cached save" if step.cached_away else ""])
+                     "constant structure (later saves)" if step.cached_away else ""])
     return rows
+
+
+def setting_rows(projection: Projection) -> list[list[str]]:
+    """The checkpoint settings the projection follows, each with where it came from."""
+    def words(value) -> str:
+        return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+    return [[setting.name, words(setting.value), setting.source] for setting in projection.settings or []]
+
+
+def _side_words(side: ChangeSide | None) -> str:
+    if side is None:
+        return NONE
+    low, high = (side.range_s + [None, None])[:2]
+    words = f"{range_words(low, high)}, bound by {side.binding}"
+    return f"cannot run; {words} if it ran" if side.feasible is False else words
+
+
+def change_rows(projection: Projection) -> list[list[str]]:
+    """What to change: each setting with the figures it moves, now and after."""
+    return [[change.change if not number else "", effect.figure, _side_words(effect.before),
+             _side_words(effect.after)]
+            for change in projection.what_to_change for number, effect in enumerate(change.effects)]

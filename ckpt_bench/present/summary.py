@@ -168,7 +168,15 @@ def _without_checkpoints(report: Report) -> list[RenderableType]:
 def projection_renderables(projection: Projection) -> list[RenderableType]:
     """The whole job's save and restart: the headline, each time's terms, the engine's global steps."""
     parts: list[RenderableType] = [_pairs(pp.projection_title(projection), pp.projection_rows(projection))]
-    for title, time in (("save (first)", projection.save), ("restart", projection.load)):
+    changes = pp.change_rows(projection)
+    if changes:
+        parts.append(_grid("What to change (each projected again with that setting, the most effective first)",
+                           pp.CHANGE_COLUMNS, changes, text_columns=(2, 3)))
+    settings = pp.setting_rows(projection)
+    if settings:
+        parts.append(_grid("The checkpoint settings projected (the experiment's, each with where it came from)",
+                           pp.SETTING_COLUMNS, settings, text_columns=(2,)))
+    for title, time in (("save (a process's first)", projection.save), ("restart", projection.load)):
         if time is not None and time.terms:
             parts.append(_grid(f"Projected {title}: its terms (steps one after another; the slowest transfer "
                                "limit counts)", pp.TERM_COLUMNS, pp.term_rows(time), text_columns=(2,)))

@@ -16,10 +16,15 @@ import dataclasses
 import json
 from pathlib import Path
 
+import psutil
+
+from ckpt_bench.projection.changes import what_to_change
+from ckpt_bench.projection.feasibility import Limits
 from ckpt_bench.projection.inputs import Figure, ProjectionOptions, measured_clients, measured_storage
 from ckpt_bench.projection.job import JobCheckpoint
 from ckpt_bench.projection.model import Inputs, default_requests, project
 from ckpt_bench.projection.rank_costs import rank_costs
+from ckpt_bench.projection.units import GB
 
 __all__ = ["PROJECTION_FILE", "JobCheckpoint", "ProjectionOptions", "add_projection", "projection",
            "projection_inputs"]
@@ -59,7 +64,18 @@ def projection(job: JobCheckpoint, options: ProjectionOptions, report: dict | No
         costs = rank_costs(job, options.rank_costs_budget)
     except RuntimeError as error:
         return {"error": str(error), "job": {"ranks": job.world_size, "engine": job.engine}}
-    return project(job, costs, inputs, part)
+    limits = Limits(_host_memory(options.host_memory_gb), options.files_limit)
+    section = project(job, costs, inputs, part, limits)
+    section["what_to_change"] = what_to_change(job, costs, inputs, part, limits, section)
+    return section
+
+
+def _host_memory(given: float | None) -> Figure:
+    """GB a training host has: given, or this machine's (said as such: a login node is rarely a training host)."""
+    if given is not None:
+        return Figure(given, "--host-memory-gb")
+    total = psutil.virtual_memory().total / GB
+    return Figure(total, f"this machine's {total:,.0f} GB (give the training hosts' with --host-memory-gb)")
 
 
 def projection_inputs(job: JobCheckpoint, options: ProjectionOptions) -> dict:

@@ -17,11 +17,10 @@ from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.options import Flag, Options
 from ckpt_bench.projection.job import JobCheckpoint
 from ckpt_bench.projection.rank_costs import DEFAULT_BUDGET_S
+from ckpt_bench.projection.units import GB
 from ckpt_bench.report.metrics import steady_saves
 
 __all__ = ["Figure", "ProjectionOptions", "measured_clients", "measured_storage"]
-
-GB = 1e9
 
 #: AWS S3's documented request rates a prefix: PUT/COPY/POST/DELETE 3,500 a second, GET/HEAD 5,500.
 S3_PUTS_PER_S, S3_GETS_PER_S = 3500.0, 5500.0
@@ -58,6 +57,13 @@ class ProjectionOptions(Options):
     storage_requests_per_s: float | None = Flag(
         ("--storage-requests-per-s",), "Requests a second the storage takes: S3 PUTs (default on AWS: 3,500 a "
         "prefix) or a file system's file creates.", type=float, metavar="N").field()
+    host_memory_gb: float | None = Flag(
+        ("--host-memory-gb",), "Memory of one training host, in GB (10^9 bytes): a save or restart its hosts cannot "
+        "hold is projected as 'cannot run' instead of a time (default: this machine's, said as such).", type=float,
+        metavar="GB").field()
+    files_limit: int | None = Flag(
+        ("--files-limit",), "Files the storage may hold for the job's checkpoints (an inode or object quota): "
+        "the checkpoints the experiment keeps are checked against it.", type=int, min=1, metavar="N").field()
     rank_costs_budget: float = Flag(
         ("--rank-costs-budget",), "CPU seconds each of the engine's global steps at the job's size may take to "
         "compute (a step cut short is a lower bound).", type=float, metavar="S", default=DEFAULT_BUDGET_S,
@@ -70,13 +76,14 @@ class ProjectionOptions(Options):
 
     @property
     def given(self) -> set[str]:
-        """The figures given (the budget aside)."""
-        return {name for name in self.flags() if name != "rank_costs_budget" and getattr(self, name) is not None}
+        """The figures given (the budget and the limits aside)."""
+        limits = ("rank_costs_budget", "host_memory_gb", "files_limit")
+        return {name for name in self.flags() if name not in limits and getattr(self, name) is not None}
 
     def __post_init__(self) -> None:
         super().__post_init__()
         for name in ("storage_write_gbps", "storage_read_gbps", "client_write_gbps", "client_read_gbps",
-                     "network_gbps", "storage_requests_per_s", "rank_costs_budget"):
+                     "network_gbps", "storage_requests_per_s", "host_memory_gb", "rank_costs_budget"):
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise ConfigError(f"--{name.replace('_', '-')} {value:g}: must be a positive number")

@@ -11,6 +11,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from ckpt_bench.model.checkpointing import CheckpointSettings
+
 __all__ = ["HostLoad", "JobCheckpoint", "Traffic"]
 
 
@@ -111,13 +113,31 @@ class JobCheckpoint:
     hosts_that_ran: tuple[int, ...] | None = None
     """The job's hosts the run's hosts played, in order (a subset of whole hosts); None: all, or not a run."""
     notes: tuple[str, ...] = field(default=())
+    settings: dict | None = None
+    """The Megatron job's checkpoint settings, each with its source (`CheckpointSettings.as_dict()`); None: not a
+    Megatron job (DLIO's tensors), or Megatron-LM's defaults."""
+    fully_parallel_bytes: tuple[int, ...] | None = None
+    """A Megatron job's tensor bytes each rank writes (and reads) under megatron-core's fully parallel save (load)
+    in torch_dist, whatever this job's engine and settings: what another setting or format would move."""
+    held_bytes: tuple[int, ...] | None = None
+    """A Megatron job's tensor bytes each rank holds (its shards, replicas included): what a torch_dist restart
+    without the fully parallel load reads."""
+    auto_detect_read_bytes: int = 0
+    """Bytes every rank reads first at a restart to find the format (`auto_detect_ckpt_format`: rank 0's common
+    state; the legacy format's whole model file), included in `read_bytes`."""
 
     def __post_init__(self) -> None:
         if self.world_size % self.ranks_per_node:
             raise ValueError(f"a job of {self.world_size} ranks is not whole hosts of {self.ranks_per_node}")
-        for name in ("write_bytes", "write_files", "read_bytes", "read_files"):
-            if len(getattr(self, name)) != self.world_size:
-                raise ValueError(f"{name}: {len(getattr(self, name))} ranks, the job has {self.world_size}")
+        for name in ("write_bytes", "write_files", "read_bytes", "read_files", "fully_parallel_bytes", "held_bytes"):
+            value = getattr(self, name)
+            if value is not None and len(value) != self.world_size:
+                raise ValueError(f"{name}: {len(value)} ranks, the job has {self.world_size}")
+
+    @property
+    def checkpoint_settings(self) -> CheckpointSettings:
+        """The settings it runs with: its experiment's, else Megatron-LM's defaults."""
+        return CheckpointSettings() if self.settings is None else CheckpointSettings.from_dict(self.settings)
 
     @property
     def nodes(self) -> int:
@@ -139,15 +159,19 @@ class JobCheckpoint:
                 "state": self.state, "storage_endpoint": self.storage_endpoint,
                 "storage_part_bytes": self.storage_part_bytes,
                 "hosts_that_ran": None if self.hosts_that_ran is None else list(self.hosts_that_ran),
-                "notes": list(self.notes)}
+                "notes": list(self.notes), "settings": self.settings,
+                "fully_parallel_bytes": None if self.fully_parallel_bytes is None else list(self.fully_parallel_bytes),
+                "held_bytes": None if self.held_bytes is None else list(self.held_bytes),
+                "auto_detect_read_bytes": self.auto_detect_read_bytes}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobCheckpoint:
         values = dict(data)
         for name in ("write_bytes", "write_files", "read_bytes", "read_files"):
             values[name] = tuple(values[name])
-        if values.get("hosts_that_ran") is not None:
-            values["hosts_that_ran"] = tuple(values["hosts_that_ran"])
+        for name in ("hosts_that_ran", "fully_parallel_bytes", "held_bytes"):
+            if values.get(name) is not None:
+                values[name] = tuple(values[name])
         values["notes"] = tuple(values.get("notes") or ())
         return cls(**values)
 

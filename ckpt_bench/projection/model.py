@@ -13,9 +13,11 @@ figure -- and the transfer of the bytes, which three limits bound at once, so th
 Each term is a range (low, high): equal where its inputs are measured or given; open where an input is a bound
 (a storage ceiling not reached: the storage term is at most its bytes over that figure) or unknown (high None).
 The binding limit is the term whose low is largest; terms that could still exceed it are named beside it.
-A cached save (megatron-core's --ckpt-assume-constant-structure, DCP's plan caching) leaves out the steps a
-repeated structure skips. An async save blocks training for its global steps before the write (and its
-staging copy, not projected: null); its total is the save's.
+Which global steps a save runs depends on the experiment's settings and on how many saves its process has
+made (`schedule`): a process's first save (every restart's), its second, and its third and later each get their
+own time. An async save blocks training for its global steps and its finalize (and its staging copy, not
+projected: the block time is a lower bound); its total is the save's. Where the hosts cannot hold a save or a
+restart (`feasibility`) it has no time, only what it would take if it ran.
 """
 
 from __future__ import annotations
@@ -23,11 +25,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ckpt_bench.projection.feasibility import Limits, capacity, feasibility
 from ckpt_bench.projection.inputs import GB, S3_GETS_PER_S, S3_PART_BYTES, S3_PUTS_PER_S, Figure
 from ckpt_bench.projection.job import JobCheckpoint, Traffic
 from ckpt_bench.projection.rank_costs import RankCosts, Step
+from ckpt_bench.projection.schedule import load_steps, save_steps
+from ckpt_bench.projection.units import gb, plural
 
-__all__ = ["Inputs", "Term", "gb", "plural", "project"]
+__all__ = ["TIMES", "Inputs", "Term", "gb", "plural", "project", "times"]
 
 
 @dataclass(frozen=True)
@@ -77,16 +82,18 @@ def _over(amount: float, figure: Figure, unit: float = GB) -> tuple[float | None
     return (0.0, seconds) if figure.at_least else (seconds, seconds)
 
 
-def _step_term(step: Step, network: Figure) -> Term:
-    """A global step: its CPU (a lower bound where cut short) and its collective's bytes over the network."""
+def _step_term(label: str, step: Step, network: Figure) -> Term:
+    """A global step: its CPU (a lower bound at the CPU it spent where cut short) and its collective's bytes over
+    the network."""
     sent_low, sent_high = _over(step.host_bytes or 0, network)
     if step.cpu_s is None and step.host_bytes is None:
-        return Term(step.name, "step", 0.0, None, f"{step.what}: {step.why or 'not computed'}")
+        return Term(label, "step", 0.0, None, f"{step.what}: {step.why or 'not computed'}")
     cpu = step.cpu_s or 0.0
     high = None if sent_high is None or not step.complete else cpu + sent_high
-    parts = [f"{cpu:.3g} s CPU (computed here)" if step.cpu_s is not None else None,
+    parts = [f"{'at least ' if not step.complete else ''}{cpu:.3g} s CPU (computed here)"
+             if step.cpu_s is not None else None,
              f"{gb(step.host_bytes)} on the busiest host's network" if step.host_bytes else None]
-    return Term(step.name, "step", cpu + (sent_low or 0.0), high,
+    return Term(label, "step", cpu + (sent_low or 0.0), high,
                 f"{step.what}: " + ", ".join(p for p in parts if p) + ("" if step.complete else f" ({step.why})"))
 
 
@@ -130,19 +137,6 @@ def _figure(figure: Figure) -> str:
     return f"{'at least ' if figure.at_least else ''}{figure.value:.4g} GB/s"
 
 
-def gb(size: float) -> str:
-    """Bytes in decimal units a reader takes in at a glance: 10,117 GB, 240.3 GB, 37.76 MB, 46.02 kB."""
-    for unit, scale in (("GB", GB), ("MB", 1e6), ("kB", 1e3)):
-        if size >= scale:
-            value = size / scale
-            return f"{value:,.0f} {unit}" if value >= 1000 else f"{value:.4g} {unit}"
-    return f"{size:,.0f} B"
-
-
-def plural(count: int, word: str) -> str:
-    return f"{count:,} {word}{'' if count == 1 else 's'}"
-
-
 def _combine(all_terms: list[Term]) -> dict:
     """The time of a save or load from its terms (those projected), the binding limit, and what could still
     bind."""
@@ -162,9 +156,10 @@ def _combine(all_terms: list[Term]) -> dict:
             "could_also_bind": others, "terms": [t.as_dict() for t in all_terms]}
 
 
-def _save(job: JobCheckpoint, costs: RankCosts, inputs: Inputs, part_bytes: int | None, cached: bool) -> dict:
-    steps = [s for s in costs.steps if s.operation == "save" and not (cached and s.cached_away)]
-    terms = [_step_term(step, inputs.network) for step in steps]
+def _save(job: JobCheckpoint, costs: RankCosts, inputs: Inputs, part_bytes: int | None, nth: int) -> dict:
+    """The `nth` save of a process (1, 2, 3: the third and later) at the job's settings."""
+    settings = job.checkpoint_settings
+    terms = [_step_term(label, step, inputs.network) for label, step in save_steps(costs, settings, nth)]
     terms += _transfer(job.save, inputs.client_write, inputs.storage_write, inputs.write_requests, part_bytes,
                        "write")
     if costs.metadata_file_bytes:
@@ -173,9 +168,12 @@ def _save(job: JobCheckpoint, costs: RankCosts, inputs: Inputs, part_bytes: int 
                           "rank's write (its host's client rate)"))
     result = _combine(terms)
     if job.async_save:
-        before = [t for t in terms if t.kind == "step" and t.name not in ("finalize", "metadata file")]
-        result["block_range_s"] = [_r(sum(t.low or 0.0 for t in before)), None]
-        result["block_note"] = ("an async save blocks training for its global steps before the write and its staging "
+        # The write goes on in the background; the steps before it and the finalize (at a later iteration, in the
+        # training loop: async_utils.py 602-607) block training, and so does the staging copy, not projected.
+        blocking = [t for t in terms if t.kind == "step"]
+        result["block_range_s"] = [_r(sum(t.low or 0.0 for t in blocking)), None]
+        result["block_note"] = ("an async save blocks training for its global steps before the write, its finalize "
+                                "at a later iteration (write results gathered, .metadata written) and its staging "
                                 "copy (device to host), which is not projected: a lower bound")
     else:
         result["block_range_s"] = result["range_s"]
@@ -185,10 +183,11 @@ def _save(job: JobCheckpoint, costs: RankCosts, inputs: Inputs, part_bytes: int 
 def _load(job: JobCheckpoint, costs: RankCosts, inputs: Inputs, part_bytes: int | None) -> dict:
     traffic = job.load
     if costs.every_rank_reads_metadata and costs.metadata_file_bytes:
-        # every rank reads .metadata: its bytes join each rank's reads (a file more each)
-        traffic = Traffic(tuple(size + costs.metadata_file_bytes for size in traffic.rank_bytes),
+        # every rank reads .metadata (twice under the fully parallel load): its bytes join each rank's reads
+        reads = 2 if job.engine == "torch_dist" and job.checkpoint_settings.ckpt_fully_parallel_load else 1
+        traffic = Traffic(tuple(size + reads * costs.metadata_file_bytes for size in traffic.rank_bytes),
                           tuple(files + 1 for files in traffic.rank_files), traffic.ranks_per_node)
-    terms = [_step_term(step, inputs.network) for step in costs.steps if step.operation == "load"]
+    terms = [_step_term(label, step, inputs.network) for label, step in load_steps(costs, job.checkpoint_settings)]
     terms += _transfer(traffic, inputs.client_read, inputs.storage_read, inputs.read_requests, part_bytes, "read")
     return _combine(terms)
 
@@ -207,21 +206,54 @@ def default_requests(job: JobCheckpoint, given: float | None) -> tuple[Figure, F
     return unknown, unknown, part
 
 
-def project(job: JobCheckpoint, costs: RankCosts, inputs: Inputs, part_bytes: int | None) -> dict:
-    """The projection section: the job, what a save and a restart move, the inputs, and each time with its terms."""
-    first = _save(job, costs, inputs, part_bytes, cached=False)
-    cached = _save(job, costs, inputs, part_bytes, cached=True)
+def project(job: JobCheckpoint, costs: RankCosts, inputs: Inputs, part_bytes: int | None,
+            limits: Limits | None = None) -> dict:
+    """The projection section: the job, its settings, what a save and a restart move, the inputs, each time with
+    its terms, whether the hosts can hold it, and the storage it takes."""
     return {
         "job": {"ranks": job.world_size, "nodes": job.nodes, "ranks_per_node": job.ranks_per_node,
                 "engine": job.engine, "storage": job.storage, "async_save": job.async_save,
                 "hosts_that_ran": None if job.hosts_that_ran is None else list(job.hosts_that_ran)},
+        "settings": settings_section(job),
         "save_traffic": job.save.as_dict(),
         "load_traffic": job.load.as_dict(),
         "inputs": inputs.as_dict(),
-        "save": first,
-        "cached_save": cached,
-        "load": _load(job, costs, inputs, part_bytes),
+        **times(job, costs, inputs, part_bytes, limits or Limits()),
+        "capacity": capacity(job, costs),
         "rank_costs": costs.as_dict(),
         "units": {"bytes": "bytes", "rates": "GB/s = 10^9 bytes a second", "seconds": "s"},
         "notes": list(job.notes) + list(costs.notes),
     }
+
+
+#: The projected times of a section, and whether each is a save (or the restart).
+TIMES = (("save", "save"), ("second_save", "save"), ("steady_save", "save"), ("load", "load"))
+
+
+def times(job: JobCheckpoint, costs: RankCosts, inputs: Inputs, part_bytes: int | None, limits: Limits) -> dict:
+    """A process's first, second and later saves and the restart, each marked infeasible (no time, and what it
+    would take if it ran) where the hosts cannot hold it (`feasibility`)."""
+    result = {key: _save(job, costs, inputs, part_bytes, nth)
+              for nth, key in enumerate(("save", "second_save", "steady_save"), start=1)}
+    result["load"] = _load(job, costs, inputs, part_bytes)
+    result["feasibility"] = feasibility(job, costs, limits)
+    for key, operation in TIMES:
+        check = result["feasibility"][operation]
+        result[key]["feasible"] = check["fits"]
+        if check["fits"] is False:
+            result[key]["cannot_run"] = check["what"]
+            result[key]["range_if_it_ran_s"] = result[key]["range_s"]
+            result[key]["seconds"], result[key]["range_s"] = None, [None, None]
+            result[key]["block_range_s"] = [None, None]
+    return result
+
+
+def settings_section(job: JobCheckpoint) -> list[dict] | None:
+    """The checkpoint settings each figure assumed, each with its source; None for a job that is not Megatron's."""
+    if job.state not in ("megatron", "megatron_fsdp2"):
+        return None
+    described = job.checkpoint_settings.described()
+    if job.settings is None:
+        for entry in described:
+            entry["source"] = "Megatron-LM's default (the workload names no experiment)"
+    return described

@@ -275,23 +275,28 @@ def _projected(time: dict | None, key: str = "range_s") -> tuple[float | None, b
     return low, high is None or not math.isclose(low, high)
 
 
+def steady_save(projection: dict) -> dict:
+    """The projection's later saves (a process's third on), or its one save where it has no such split."""
+    return projection.get("steady_save") or projection.get("save") or {}
+
+
 def projected_costs(report: dict) -> tuple[float | None, str, float | None, str, list[str]]:
     """(C, its source, the load part of R, its source, notes) from the report's projection of the whole job
-    (`projection.save`: every save repeats its global steps, as megatron-core's and DCP's do unless told the
-    structure is constant; an async save's block time), or Nones where it has none."""
+    (`projection.steady_save`: a process's third and later saves, what most checkpoints of a long job cost, at
+    the experiment's settings; an async save's block time), or Nones where it has none."""
     projection = report.get("projection")
     if not isinstance(projection, dict) or projection.get("error"):
         return None, "", None, "", []
     job = projection.get("job") or {}
-    save = projection.get("save") or {}
+    save = steady_save(projection)
     asynchronous = bool(job.get("async_save"))
     cost, cost_bound = _projected(save, "block_range_s" if asynchronous else "range_s")
     load, load_bound = _projected(projection.get("load"))
     ranks = job.get("ranks")
     notes = []
     where = f"projected for the whole job of {ranks:,} ranks" if isinstance(ranks, int) else "projected"
-    cost_from = (f"{'save block time' if asynchronous else 'save total time'} {where} (projection.save, bound by "
-                 f"{save.get('binding')})")
+    cost_from = (f"{'save block time' if asynchronous else 'save total time'} {where} (projection.steady_save, "
+                 f"bound by {save.get('binding')})")
     if cost_bound:
         notes.append("the projected checkpoint cost is a lower bound (an input of the projection is a bound or "
                      "unknown: projection.inputs): the interval is a lower bound too")
@@ -419,12 +424,12 @@ def bandwidth_needed(report: dict, share: float, cost: float | None, restart: fl
     projection = report.get("projection") if isinstance(report.get("projection"), dict) else {}
     traffic = projection.get("save_traffic") or {}
     if traffic:
-        save = projection.get("save") or {}
+        save = steady_save(projection)
         fixed = sum((term.get("range_s") or [0])[0] or 0.0 for term in save.get("terms") or []
                     if term.get("kind") == "step")
         total, busiest = traffic.get("bytes") or 0, (traffic.get("busiest_host") or {}).get("bytes") or 0
-        source = ("projection.save_traffic (the whole job's bytes, the busiest host's) and the projected save's "
-                  "global steps (projection.save.terms), as fixed costs")
+        source = ("projection.save_traffic (the whole job's bytes, the busiest host's) and the projected later "
+                  "saves' global steps (projection.steady_save.terms), as fixed costs")
     else:
         saves = steady_saves(report.get("saves") or [])
         total = _median(s.get("bytes") for s in saves) or 0

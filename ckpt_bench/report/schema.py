@@ -430,6 +430,11 @@ class ProjectedTime:
     terms: list[ProjectionTerm] = field(default_factory=list)
     block_range_s: list[float | None] | None = None
     block_note: str | None = None
+    feasible: bool | None = None
+    """False where the job's hosts cannot hold it (projection.feasibility): then no time, only `cannot_run`
+    and what it would take if it ran (`range_if_it_ran_s`); null where the host memory is unknown."""
+    cannot_run: str | None = None
+    range_if_it_ran_s: list[float | None] | None = None
 
 
 @dataclass
@@ -464,6 +469,82 @@ class RankCostsSection:
 
 
 @dataclass
+class ProjectionSetting:
+    """One checkpoint setting the projection follows (model.checkpointing.CheckpointSettings)."""
+
+    name: str = ""
+    value: Any = None
+    source: str = ""
+    """The file that set it (the experiment, a preset), --set, or Megatron-LM's default."""
+
+
+@dataclass
+class HostMemoryCheck:
+    """What the busiest host holds for a save or a restart (projection.feasibility), against the host memory."""
+
+    host: int = 0
+    bytes_needed: int = 0
+    fits: bool | None = None
+    what: str = ""
+
+
+@dataclass
+class FilesCheck:
+    files_a_checkpoint: int = 0
+    limit: int | None = None
+    fits: bool | None = None
+    what: str | None = None
+
+
+@dataclass
+class ProjectionFeasibility:
+    host_memory_gb: ProjectionFigure | None = None
+    save: HostMemoryCheck | None = None
+    load: HostMemoryCheck | None = None
+    files: FilesCheck | None = None
+
+
+@dataclass
+class ProjectionCapacity:
+    """The storage the experiment's checkpoints take under its retention (projection.feasibility.capacity)."""
+
+    checkpoint_bytes: int = 0
+    saves_per_run: int | None = None
+    checkpoints_kept: int | None = None
+    footprint_bytes: int | None = None
+    peak_bytes: int | None = None
+    retention: str | None = None
+    what: str | None = None
+    why: str | None = None
+
+
+@dataclass
+class ChangeSide:
+    range_s: list[float | None] = field(default_factory=list)
+    binding: str | None = None
+    feasible: bool | None = None
+
+
+@dataclass
+class ChangeEffect:
+    figure: str = ""
+    before: ChangeSide | None = None
+    after: ChangeSide | None = None
+
+
+@dataclass
+class ProjectionChange:
+    """One setting to change, projected again (projection.changes)."""
+
+    change: str = ""
+    why: str = ""
+    effects: list[ChangeEffect] = field(default_factory=list)
+    steps_computed: bool = True
+    """False where the change's engine has no global steps computed at this size: its times are lower bounds."""
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
 class Projection:
     """The whole job's save and restart from a few hosts (projection.model.project); `error` alone where the
     engine's global steps could not be computed."""
@@ -472,9 +553,20 @@ class Projection:
     save_traffic: Traffic | None = None
     load_traffic: Traffic | None = None
     inputs: ProjectionInputs | None = None
+    settings: list[ProjectionSetting] | None = None
+    """The job's checkpoint settings the figures assume, each with its source; null for a job not Megatron's."""
     save: ProjectedTime | None = None
-    cached_save: ProjectedTime | None = None
+    """A process's first save (every restart's)."""
+    second_save: ProjectedTime | None = None
+    steady_save: ProjectedTime | None = None
+    """A process's third and later saves: what most checkpoints of a long job cost."""
     load: ProjectedTime | None = None
+    feasibility: ProjectionFeasibility | None = None
+    """Host memory for a save and a restart, and files, against the limits given (projection.feasibility)."""
+    capacity: ProjectionCapacity | None = None
+    """The storage the experiment's retention keeps, and its peak during a save."""
+    what_to_change: list[ProjectionChange] = field(default_factory=list)
+    """Each setting that moves a figure for the better, with the figures before and after."""
     rank_costs: RankCostsSection | None = None
     units: dict[str, str] | None = None
     notes: list[str] = field(default_factory=list)

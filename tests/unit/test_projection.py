@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from ckpt_bench.model.checkpointing import CheckpointSettings
 from ckpt_bench.projection import JobCheckpoint, ProjectionOptions
 from ckpt_bench.projection.inputs import Figure, measured_clients
 from ckpt_bench.projection.model import Inputs, project
@@ -76,24 +77,31 @@ def test_global_steps_add_their_cpu_and_their_network_bytes_and_a_cached_save_sk
              Step("load plan", "load", "l", cpu_s=0.25)]
     costs = RankCosts("torch_dist", 4, steps, metadata_file_bytes=GB // 2, every_rank_reads_metadata=True)
     result = project(job(engine="torch_dist"), costs, inputs(client=2.0, storage=10.0, network=1.0), None)
-    # 3 + 2 (2 GB at 1 GB/s) + 0.5 + 4 (client) + 0.25 (the .metadata on rank 0's host)
-    assert result["save"]["seconds"] == pytest.approx(9.75)
-    assert result["cached_save"]["seconds"] == pytest.approx(4.75)
+    # Megatron-LM's defaults: the fully parallel save validates twice, every save (fully_parallel.py 128-130):
+    # 2 x (3 + 2 (2 GB at 1 GB/s)) + 0.5 + 4 (client) + 0.25 (the .metadata on rank 0's host)
+    assert result["save"]["seconds"] == pytest.approx(14.75)
+    assert result["steady_save"]["seconds"] == pytest.approx(14.75)
+    # under ckpt_assume_constant_structure only a process's first save validates
+    constant = job(engine="torch_dist", settings=CheckpointSettings(ckpt_assume_constant_structure=True).as_dict())
+    result = project(constant, costs, inputs(client=2.0, storage=10.0, network=1.0), None)
+    assert result["save"]["seconds"] == pytest.approx(14.75)
+    assert result["second_save"]["seconds"] == result["steady_save"]["seconds"] == pytest.approx(4.75)
     # a restart: every rank also reads the 0.5 GB .metadata: host 0 reads 9 GB at 2 GB/s
     assert result["load"]["seconds"] == pytest.approx(0.25 + 4.5)
 
 
-def test_a_step_cut_short_by_its_budget_is_a_lower_bound():
+def test_a_step_cut_short_by_its_budget_is_a_lower_bound_at_the_cpu_it_spent():
     steps = [Step("sharding validation", "save", "v", cpu_s=30.0, complete=False, why="budget")]
     save = project(job(engine="torch_dist"), RankCosts("torch_dist", 4, steps), inputs(client=2.0, storage=10.0),
                    None)["save"]
-    assert save["range_s"] == [34.0, None]
+    assert save["range_s"] == [64.0, None]  # validated twice (the fully parallel save's own), 4 s of client
+    assert save["binding"] == "rank-count steps"
 
 
-def test_an_async_save_blocks_for_its_global_steps_only():
+def test_an_async_save_blocks_for_its_global_steps_and_its_finalize():
     steps = [Step("global plan", "save", "p", cpu_s=1.0), Step("finalize", "save", "f", cpu_s=0.5)]
     save = project(job(async_save=True), RankCosts("dcp", 4, steps), inputs(client=2.0, storage=10.0), None)["save"]
-    assert save["block_range_s"] == [1.0, None] and save["seconds"] == 5.5
+    assert save["block_range_s"] == [1.5, None] and save["seconds"] == 5.5
 
 
 def test_a_measured_client_is_the_busiest_host_that_ran_over_its_ranks_io_phases():

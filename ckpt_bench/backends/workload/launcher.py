@@ -24,6 +24,7 @@ from typing import ClassVar
 
 from ckpt_bench.backends.workload.checkpoint_layout import Layout
 from ckpt_bench.backends.workload.engines import ENGINES, EngineInfo, saved_state, state_layout
+from ckpt_bench.backends.workload.megatron_shapes import MegatronGPT, fully_parallel_bytes
 from ckpt_bench.backends.workload.sources import resolve_workload
 from ckpt_bench.backends.workload.spec import SECTION, WorkloadSpec
 from ckpt_bench.backends.workload.workload import DLIO_APPLIES_FSYNC, Workload
@@ -49,6 +50,7 @@ from ckpt_bench.launcher.base import (
 from ckpt_bench.launcher.config import LaunchConfig
 from ckpt_bench.launcher.resources import RANK_BASE_BYTES, check_host_memory, default_dist_backend
 from ckpt_bench.launcher.run_info import Ranks, RunInfo, SaveConfig, fsynced
+from ckpt_bench.model.checkpointing import CheckpointSettings
 from ckpt_bench.model.job import TrainingJob
 from ckpt_bench.projection import JobCheckpoint, ProjectionOptions, projection, projection_inputs
 from ckpt_bench.storage import StorageOptions, storage_for
@@ -232,6 +234,26 @@ def busiest_hosts(rank_bytes: Sequence[int], ranks: int, per_host: int) -> list[
     return [host * per_host + local for host in hosts[:ranks // per_host] for local in range(per_host)]
 
 
+def checkpoint_settings(run: WorkloadRun) -> CheckpointSettings | None:
+    """A Megatron experiment's checkpoint settings, each with its source; None for another workload."""
+    return TrainingJob.from_dict(run.workload.megatron).checkpointing if run.workload.megatron else None
+
+
+def saves_async(config: WorkloadConfig, run: WorkloadRun) -> bool:
+    """--async-save, or the experiment's own async save (with its persistent worker) where the engine has one."""
+    settings = checkpoint_settings(run)
+    return config.async_save or bool(settings and settings.async_save and run.info.async_save)
+
+
+def _megatron_bytes(run: WorkloadRun, world: int) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(written under torch_dist's fully parallel save, held) tensor bytes per rank of a Megatron job, whatever
+    its engine: what the projection's other settings and formats move; None for another state."""
+    if run.state != "megatron":
+        return None
+    written, held = fully_parallel_bytes(MegatronGPT(run.workload, world))
+    return tuple(written[rank] for rank in range(world)), tuple(held[rank] for rank in range(world))
+
+
 def host_memory_needed(run: WorkloadRun, info: EngineInfo, async_save: bool, nproc_per_node: int) -> int:
     """Bytes the busiest host needs: its ranks' resident state (and an async save's staging copy), plus
     each rank's process. Ranks are laid out node by node, `nproc_per_node` each."""
@@ -256,19 +278,27 @@ def job_checkpoint(run: WorkloadRun, config: WorkloadConfig, per_host: int, stor
     hosts = [running[start] // per_host for start in range(0, len(running), per_host)]
     whole = all(running[i * per_host:(i + 1) * per_host] == list(range(h * per_host, (h + 1) * per_host))
                 for i, h in enumerate(hosts))
+    settings = checkpoint_settings(run)
+    megatron = _megatron_bytes(run, world)
+    # auto_detect_ckpt_format: every rank loads rank 0's common state first; the legacy format's is its model file
+    detect = (sum(f.nbytes for f in full.ranks[0].files if f.kind == "model")
+              if settings and settings.auto_detect_ckpt_format and run.engine == "torch" else 0)
     return JobCheckpoint(
         engine=run.engine, world_size=world, ranks_per_node=per_host,
         write_bytes=tuple(share.bytes for share in full.ranks), write_files=tuple(files),
-        read_bytes=tuple(share.load_bytes for share in full.ranks),
+        read_bytes=tuple(share.load_bytes + detect for share in full.ranks),
         # files read: its own, or (a rank that reads what others wrote: a replica) at least one
         read_files=tuple(max(count, 1) if share.load_bytes else 0 for count, share in zip(files, full.ranks,
                                                                                             strict=True)),
         storage=storage["storage"], storage_endpoint=storage.get("s3_endpoint"),
         storage_part_bytes=storage.get("s3_part_size"),
-        thread_count=threads, async_save=config.async_save, workload=dataclasses.asdict(run.workload),
+        thread_count=threads, async_save=saves_async(config, run), workload=dataclasses.asdict(run.workload),
         state=run.state, hosts_that_ran=tuple(hosts) if whole else None,
         notes=() if whole else (f"the ranks that ran are not whole hosts of {per_host}: no client figure is "
-                                "measured (--subset-hosts busiest runs whole hosts)",))
+                                "measured (--subset-hosts busiest runs whole hosts)",),
+        settings=None if settings is None else settings.as_dict(),
+        fully_parallel_bytes=None if megatron is None else megatron[0],
+        held_bytes=None if megatron is None else megatron[1], auto_detect_read_bytes=detect)
 
 
 def projects(config: WorkloadConfig, run: WorkloadRun) -> bool:
@@ -326,7 +356,7 @@ def preview(config: WorkloadConfig, launch: LaunchConfig, run: WorkloadRun) -> d
         **({"subset_rank_bytes": dataclasses.asdict(layout.run_spread)} if layout.is_subset else {}),
         "save_calls": run.save_calls,
         "load_calls": run.load_calls,
-        "host_memory_needed_bytes": host_memory_needed(run, run.info, config.async_save,
+        "host_memory_needed_bytes": host_memory_needed(run, run.info, saves_async(config, run),
                                                        launch.topology.nproc_per_node),
         "ranks": [{"rank": share.rank, "bytes": share.bytes,
                    "files": run.info.files_written(share.rank, [f.name for f in share.files],
@@ -399,7 +429,8 @@ def run_info(config: WorkloadConfig, run: WorkloadRun, spec: WorkloadSpec, launc
     # torch_dist's saved fully parallel; DLIO's state has no such settings (None: null in the report).
     megatron = run.state == "megatron"
     distributed = TrainingJob.from_dict(workload.megatron).distributed_optimizer if workload.megatron else True
-    fully_parallel = True if run.info.fully_parallel else None
+    settings = TrainingJob.from_dict(workload.megatron).checkpointing if workload.megatron else None
+    fully_parallel = (settings or CheckpointSettings()) if run.info.fully_parallel else None
     facts, spread = model_facts(run), layout.spread
     return WorkloadRunInfo(
         backend="workload",
@@ -407,9 +438,9 @@ def run_info(config: WorkloadConfig, run: WorkloadRun, spec: WorkloadSpec, launc
         saves=SaveConfig(
             data_parallel_size=layout.data_parallelism,
             ckpt_format=run.engine,
-            ckpt_fully_parallel_save=fully_parallel,
-            ckpt_fully_parallel_load=fully_parallel,
-            async_save=config.async_save,
+            ckpt_fully_parallel_save=fully_parallel and fully_parallel.ckpt_fully_parallel_save,
+            ckpt_fully_parallel_load=fully_parallel and fully_parallel.ckpt_fully_parallel_load,
+            async_save=saves_async(config, run),
             optimizer="adam" if megatron else None,
             use_distributed_optimizer=distributed if megatron else None,
             params_dtype=workload.model_datatype,
@@ -482,7 +513,7 @@ class WorkloadBackend(Backend[WorkloadConfig]):
                                   "acknowledges it")
             sync_files = False
         check_host_memory(
-            host_memory_needed(run, info, config.async_save, launch.topology.nproc_per_node),
+            host_memory_needed(run, info, saves_async(config, run), launch.topology.nproc_per_node),
             f"workload {run.workload.name} through {run.engine}: the ranks of one host",
             "run fewer ranks per host (--nproc-per-node, --subset), or a smaller workload")
         spec = WorkloadSpec(
@@ -490,7 +521,7 @@ class WorkloadBackend(Backend[WorkloadConfig]):
             run_ranks=[share.rank for share in run.layout.ranks] if run.layout.is_subset else None,
             engine=run.engine,
             save_calls=run.save_calls, load_calls=run.load_calls, time_between_checkpoints=run.time_between,
-            sync_files=sync_files, async_save=config.async_save,
+            sync_files=sync_files, async_save=saves_async(config, run),
             thread_count=config.thread_count or info.default_threads or 1,
             dist_backend=config.dist_backend or default_dist_backend(), storage=storage.describe(), seed=1234)
         passes = [WorkerPass("save", ["--phase", "save"])]

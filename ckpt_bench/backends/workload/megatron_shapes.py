@@ -578,6 +578,7 @@ class MegatronGPT:
         loads = [self.optimizer_bytes(c) if distributed else 0 for c in coords]
         resident = list(loads)
         entries: dict[str, tuple[tuple[int, ...], int, tuple]] = {}
+        main_holder: dict[str, int] = {}
         for members in classes.values():
             probe = dataclasses.replace(coords[members[0]], dp_rank=0, edp_rank=0)
             shards = self.model_shards(probe)
@@ -591,12 +592,19 @@ class MegatronGPT:
                 if shard.is_main_replica and (main_here or not shard.expert) and shard.name not in entries:
                     holders = tuple(members) if shard.expert else everyone
                     entries[shard.name] = (holders, shard.nbytes, (shard.key, shard.global_offset))
+                    main_holder[shard.name] = min(holders, key=lambda i: (
+                        coords[i].edp_rank if shard.expert else coords[i].dp_rank, i))
+        # Without the wrapper (ckpt_fully_parallel_save off) each shard's main replica writes it: data-parallel
+        # rank 0 of the group (an expert's: expert data-parallel rank 0 of its class), beside its own optimizer.
+        main = list(loads)
         writer: dict[str, int] = {}
         for name, (holders, size, _) in sorted(entries.items(), key=lambda e: (len(e[1][0]), -e[1][1], e[1][2])):
             index = min(holders, key=lambda i: (loads[i], i))
             writer[name] = group[index]
             loads[index] += size
-        return Distribution(writer, dict(zip(group, loads, strict=True)), dict(zip(group, resident, strict=True)))
+            main[main_holder[name]] += size
+        return Distribution(writer, dict(zip(group, loads, strict=True)), dict(zip(group, resident, strict=True)),
+                            dict(zip(group, main, strict=True)))
 
 
 @dataclass(frozen=True)
@@ -610,6 +618,9 @@ class Distribution:
     """Tensor bytes each rank writes."""
     resident: dict[int, int]
     """Tensor bytes each rank holds (its model shards and its optimizer's)."""
+    main_written: dict[int, int]
+    """Tensor bytes each rank writes without the wrapper (megatron-core's `keep_only_main_replica`): the main
+    replicas it holds, and its own optimizer shards."""
 
 
 def _bucketize(params: list[tuple[int, bool]], bucket_size: int | None, multiple: int) -> tuple[_Bucket, ...]:
@@ -710,7 +721,11 @@ class RankShards:
 def _rank_shards(gpt: MegatronGPT, c: RankCoordinates, distribution: Distribution) -> RankShards:
     model = gpt.model_shards(c)
     optimizer = gpt.optimizer_shards(c, model)
-    written = {name for name, writer in distribution.writer.items() if writer == c.rank}
+    if gpt.job.checkpointing.ckpt_fully_parallel_save:
+        written = {name for name, writer in distribution.writer.items() if writer == c.rank}
+    else:  # megatron-core's keep_only_main_replica: the main replicas it holds
+        written = {shard.name for shard in model + ([] if gpt.job.distributed_optimizer else optimizer)
+                   if shard.is_main_replica}
     if gpt.job.distributed_optimizer:
         written |= {shard.name for shard in optimizer}
     return RankShards(c.rank, c, tuple(model), tuple(optimizer), tuple(gpt.objects(c)), frozenset(written))
@@ -735,14 +750,22 @@ def megatron_job(workload: Workload, world_size: int | None,
 def fully_parallel_bytes(gpt: MegatronGPT) -> tuple[dict[int, int], dict[int, int]]:
     """Tensor bytes each rank of the job writes under megatron's fully-parallel save, and the tensor bytes it
     holds (its model shards and its optimizer's), by rank."""
+    written, resident, _ = _group_bytes(gpt)
+    return written, resident
+
+
+def _group_bytes(gpt: MegatronGPT) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
+    """(written under the fully parallel save, held, written without it) tensor bytes by rank."""
     written: dict[int, int] = {}
     resident: dict[int, int] = {}
+    main: dict[int, int] = {}
     for pp_rank in range(gpt.pp):
         for tp_rank in range(gpt.tp):
             distribution = gpt.save_distribution(tp_rank, pp_rank)
             written |= distribution.written
             resident |= distribution.resident
-    return written, resident
+            main |= distribution.main_written
+    return written, resident, main
 
 
 def rank_layout(gpt: MegatronGPT, running: Sequence[int], written: Sequence[int] | Mapping[int, int],
@@ -776,4 +799,10 @@ def layout(workload: Workload, world_size: int | None = None, run_ranks: Sequenc
     (each replicated shard once). Raises `WorkloadError`.
     """
     gpt, running = megatron_job(workload, world_size, run_ranks)
-    return rank_layout(gpt, running, *fully_parallel_bytes(gpt))
+    fully_parallel, resident, main = _group_bytes(gpt)
+    settings = gpt.job.checkpointing
+    # A restart without ckpt_fully_parallel_load reads every shard a rank holds, replicas included (megatron-core's
+    # TorchDistLoadShardedStrategy keeps them all: strategies/torch.py 364); with it, about what the fully
+    # parallel distribution gives each rank, the rest exchanged.
+    return rank_layout(gpt, running, fully_parallel if settings.ckpt_fully_parallel_save else main, resident,
+                       read=fully_parallel if settings.ckpt_fully_parallel_load else resident)

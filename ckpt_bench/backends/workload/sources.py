@@ -11,7 +11,7 @@ Told apart by content, never by file name. Every mistake is one ConfigError line
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import yaml
@@ -80,14 +80,16 @@ def from_experiment(path: Path, overrides: Mapping[str, object], primus_path: st
                           "describe a model shape")
     arguments.check_settings(overrides, beside=experiment.args)  # a typo is refused, never an unused key
     arguments.check_given_values(overrides, experiment)
-    return from_megatron_args(experiment.exp_name, deep_merge(experiment.args, dict(overrides)), f"--workload {path}")
+    return from_megatron_args(experiment.exp_name, deep_merge(experiment.args, dict(overrides)), f"--workload {path}",
+                              lambda key: f"--set {key}" if key in overrides else experiment.origin(key))
 
 
-def from_megatron_args(name: str, args: Mapping[str, object], source: str) -> Workload:
+def from_megatron_args(name: str, args: Mapping[str, object], source: str,
+                       origin: Callable[[str], str | None] = lambda key: None) -> Workload:
     """The workload of a Megatron job's merged arguments (see `from_experiment`); `source` names them in the
-    one-line error for a model that cannot be described."""
+    one-line error for a model that cannot be described; `origin(key)` the file that set an argument."""
     try:
-        job = TrainingJob.from_megatron_args(args)
+        job = TrainingJob.from_megatron_args(args, origin)
     except ArchitectureError as error:
         raise ConfigError(f"{source}: {error}") from None
     arch = job.architecture

@@ -28,7 +28,7 @@ from ckpt_bench.core.environment import megatron_core_version, package_versions
 from ckpt_bench.projection.job import JobCheckpoint
 from ckpt_bench.projection.rank_costs.base import Budget, RankCosts, Step
 
-__all__ = ["DEFAULT_BUDGET_S", "ENGINES", "RankCosts", "Step", "rank_costs"]
+__all__ = ["DEFAULT_BUDGET_S", "ENGINES", "RankCosts", "Step", "cached_rank_costs", "rank_costs"]
 
 _PACKAGE = "ckpt_bench.projection.rank_costs"
 
@@ -40,7 +40,7 @@ ENGINES = {"torch_dist": f"{_PACKAGE}.torch_dist", "dcp": f"{_PACKAGE}.dcp", "to
 RUNS_ENGINE_CODE = ("torch_dist", "dcp", "torch_dcp")
 
 #: The computation's own version: a cached result of another is computed again.
-COMPUTATION_VERSION = 4
+COMPUTATION_VERSION = 5
 
 #: CPU seconds each step of the computation may take by default (`--rank-costs-budget`): DeepSeek-V3's 1,024 ranks
 #: through torch_dist take about 2 minutes a step on a 2-core VM.
@@ -62,10 +62,24 @@ def _versions() -> dict[str, str]:
 
 
 def _key(job: JobCheckpoint) -> str:
-    """What the costs depend on: the job's state, layout and engine, not the run's hosts or notes."""
-    facts = {**job.as_dict(), "hosts_that_ran": None, "notes": [], "versions": _versions(),
+    """What the costs depend on: the job's state, layout and engine; not the run's hosts or notes, nor the
+    checkpoint settings (the computation covers every step each setting runs: `projection.schedule`)."""
+    workload = dict(job.workload)
+    if workload.get("megatron"):
+        workload["megatron"] = {k: v for k, v in workload["megatron"].items() if k != "checkpointing"}
+    facts = {"engine": job.engine, "world_size": job.world_size, "ranks_per_node": job.ranks_per_node,
+             "thread_count": job.thread_count, "state": job.state, "workload": workload, "versions": _versions(),
              "computation": COMPUTATION_VERSION}
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def cached_rank_costs(job: JobCheckpoint) -> RankCosts | None:
+    """The engine's rank-count costs at the job's size where an earlier computation left them (None: not
+    computed yet, or by other versions); computes nothing."""
+    try:
+        return RankCosts.from_dict(json.loads((_cache_dir() / f"{_key(job)}.json").read_text()))
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
 
 
 def rank_costs(job: JobCheckpoint, budget_s: float = DEFAULT_BUDGET_S) -> RankCosts:
@@ -75,13 +89,10 @@ def rank_costs(job: JobCheckpoint, budget_s: float = DEFAULT_BUDGET_S) -> RankCo
                                                                "modelled: none computed (a lower bound)"])
     if job.engine not in RUNS_ENGINE_CODE:
         return importlib.import_module(ENGINES[job.engine]).compute(job, Budget(budget_s))
+    known = cached_rank_costs(job)
+    if known is not None and (all(step.complete for step in known.steps) or (known.budget_s or 0) >= budget_s):
+        return known
     cached = _cache_dir() / f"{_key(job)}.json"
-    try:
-        known = RankCosts.from_dict(json.loads(cached.read_text()))
-        if all(step.complete for step in known.steps) or (known.budget_s or 0) >= budget_s:
-            return known
-    except (OSError, ValueError, TypeError, KeyError):
-        pass
     progress.show(f"computing the {job.engine} engine's global steps at {job.world_size:,} ranks with its own code "
                   f"(on one core, at most {budget_s:g} s a step; cached for the next run)")
     with tempfile.TemporaryDirectory(prefix="ckpt-bench-rank-costs-") as folder:

@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["Budget", "OutOfBudget", "RankCosts", "Step", "all_gather_bytes", "gather_bytes", "pickled_size",
-           "unpickled"]
+__all__ = ["Budget", "OutOfBudget", "RankCosts", "Step", "all_gather_bytes", "built_or_floor", "gather_bytes",
+           "pickled_size", "unpickled"]
 
 
 class OutOfBudget(Exception):
@@ -156,6 +156,29 @@ def unpickled(payloads: list[bytes], budget: Budget) -> list:
         budget.check()
         gathered.append(pickle.loads(payload))
     return gathered
+
+
+def built_or_floor(step: Step, budget: Budget, build, floor_work) -> list | None:
+    """Build a step's inputs with `build(kept)` (each rank's payload appended to `kept`, outside the timing: a
+    rank's own payload is not a rank-count cost); where the budget runs out first, the step is a lower bound at
+    what `floor_work(kept)` (the step's work over the payloads built so far, which every rank of the real job
+    does and more) spends, never 0. Returns the payloads, or None where the step is a floor."""
+    kept: list = []
+    try:
+        build(kept)
+        return kept
+    except OutOfBudget:
+        pass
+    started = time.thread_time()
+    try:
+        with Budget(budget.seconds).enforced():
+            floor_work(kept)
+    except OutOfBudget:
+        pass
+    step.cpu_s, step.complete = round(time.thread_time() - started, 4), False
+    step.why = (f"the budget ran out while building the ranks' inputs ({len(kept):,} built): a lower bound, "
+                "the step's own work over those alone")
+    return None
 
 
 def run_step(step: Step, budget: Budget, work) -> Step:

@@ -35,8 +35,8 @@ from torch.distributed.checkpoint.storage import WriteResult
 from ckpt_bench.backends.workload.workload import TORCH_DTYPE
 from ckpt_bench.projection.rank_costs.base import (
     Budget,
-    OutOfBudget,
     Step,
+    built_or_floor,
     gather_bytes,
     pickled_size,
     run_step,
@@ -125,9 +125,8 @@ class DcpSteps:
         self.global_plans: list[SavePlan] | None = None
         self._sizes: dict[MetadataIndex, int] = {}
 
-    def _local_plans(self, flattened: bool) -> list[bytes]:
-        """Every rank's local plan, pickled as its gather_object sends it."""
-        payloads = []
+    def _local_plans(self, flattened: bool, payloads: list[bytes]) -> None:
+        """Every rank's local plan, pickled as its gather_object sends it (appended to `payloads`)."""
         for rank in range(self.world):
             self.budget.check()
             items = self.plans(rank)
@@ -135,9 +134,9 @@ class DcpSteps:
                 if item.global_shape is not None:
                     self._sizes[MetadataIndex(item.fqn, torch.Size(item.offsets))] = item.nbytes
             payloads.append(pickle.dumps(save_plan(items, flattened), protocol=pickle.HIGHEST_PROTOCOL))
-        return payloads
 
-    def global_plan(self, planner, decentralized: bool, keep_local_plans: bool = False) -> Step:
+    def global_plan(self, planner, decentralized: bool, keep_local_plans: bool = False,
+                    cached_away: bool = False) -> Step:
         """The coordinator's global plan over every rank's local plan: `planner.create_global_plan`; decentralized,
         each rank keeps its own plan (nothing scattered), and with `keep_local_plans` the global metadata holds
         every local plan (megatron-core's, to check a later save's structure against)."""
@@ -146,13 +145,11 @@ class DcpSteps:
                     f"every rank's local save plan gathered to rank 0 (gather_object), {type(planner).__name__}."
                     "create_global_plan there (dedup, the global metadata, _validate_global_plan)"
                     + ("" if decentralized else ", the global plans scattered back (scatter_object_list)"),
-                    cached_away=True, collective=f"gather_object over {self.world} ranks"
+                    cached_away=cached_away, collective=f"gather_object over {self.world} ranks"
                     + ("" if decentralized else " + scatter_object_list"))
-        try:
-            # built outside the timing: a rank's own plan is not a rank-count cost
-            payloads = self._local_plans(planner.flatten_state_dict)
-        except OutOfBudget:
-            step.complete, step.why = False, "the budget ran out while building the ranks' plans: not computed"
+        payloads = built_or_floor(step, self.budget, lambda kept: self._local_plans(planner.flatten_state_dict, kept),
+                                  lambda kept: unpickled(kept, self.budget))
+        if payloads is None:
             return step
         largest, scattered, local = max(map(len, payloads)), 0, []
 
@@ -182,14 +179,14 @@ class DcpSteps:
         if self.metadata is None or self.global_plans is None:
             step.why = "no global plan to finalize (the budget ran out before it)"
             return step
-        try:
-            payloads = []
+        def build(payloads: list) -> None:
             for rank, plan in enumerate(self.global_plans):
                 self.budget.check()
                 payloads.append(pickle.dumps(_write_results(rank, plan, self._sizes, self.threads),
                                              protocol=pickle.HIGHEST_PROTOCOL))
-        except OutOfBudget:
-            step.complete, step.why = False, "the budget ran out while building the ranks' write results"
+
+        payloads = built_or_floor(step, self.budget, build, lambda kept: unpickled(kept, self.budget))
+        if payloads is None:
             return step
         largest = max(map(len, payloads))
         with tempfile.TemporaryDirectory(prefix="ckpt-bench-metadata-") as folder:
@@ -221,23 +218,31 @@ class DcpSteps:
         return step
 
     def load_plan(self) -> Step:
-        """A restart's plan: every rank's load plan gathered to rank 0, `create_default_global_load_plan`,
-        scattered back."""
+        """A restart's plan: every rank's load plan gathered to rank 0 (which unpickles them all),
+        `create_default_global_load_plan`, the plans pickled back to every rank (scatter_object_list)."""
         self.budget.restart()
-        step = Step("load plan", "load", "every rank's load plan gathered to rank 0 (gather_object), "
-                    "create_default_global_load_plan, scattered back (scatter_object_list)",
+        step = Step("load plan", "load", "every rank's load plan gathered to rank 0 (gather_object: unpickled "
+                    "there), create_default_global_load_plan, each rank's plan pickled and scattered back "
+                    "(scatter_object_list)",
                     collective=f"gather_object + scatter_object_list over {self.world} ranks")
-        try:
-            plans, largest = [], 0
+
+        def build(payloads: list) -> None:
             for rank in range(self.world):
                 self.budget.check()
-                plan = load_plan(self.reads(rank))
-                largest = max(largest, pickled_size(plan))
-                plans.append(plan)
-        except OutOfBudget:
-            step.complete, step.why = False, "the budget ran out while building the ranks' load plans"
+                payloads.append(pickle.dumps(load_plan(self.reads(rank)), protocol=pickle.HIGHEST_PROTOCOL))
+
+        payloads = built_or_floor(step, self.budget, build, lambda kept: unpickled(kept, self.budget))
+        if payloads is None:
             return step
-        step.units = sum(len(plan.items) for plan in plans)
-        run_step(step, self.budget, lambda: create_default_global_load_plan(plans))
+        largest = max(map(len, payloads))
+
+        def work() -> None:
+            plans = unpickled(payloads, self.budget)
+            step.units = sum(len(plan.items) for plan in plans)
+            for plan in create_default_global_load_plan(plans):
+                self.budget.check()
+                pickle.dumps(plan, protocol=pickle.HIGHEST_PROTOCOL)
+
+        run_step(step, self.budget, work)
         step.host_bytes = 2 * gather_bytes(self.world, largest)
         return step

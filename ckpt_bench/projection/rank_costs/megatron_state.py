@@ -118,6 +118,13 @@ class MegatronState:
             return sum(shard.nbytes for shards in self.shards(rank) for shard in shards)
         return self._distribution(rank).resident[rank]
 
+    def fully_parallel_read_bytes(self, rank: int) -> int:
+        """Tensor bytes the rank reads under the fully parallel load: about what the distribution gives it (the
+        rest it receives from its group)."""
+        if self.fsdp2:
+            return self.resident_bytes(rank)
+        return self._distribution(rank).written[rank]
+
     @cached_property
     def groups(self) -> list[list[int]]:
         """The data-parallel x context-parallel groups the fully parallel save distributes over."""

@@ -39,6 +39,7 @@ from ckpt_bench.projection.rank_costs.base import (
     RankCosts,
     Step,
     all_gather_bytes,
+    built_or_floor,
     run_step,
     unpickled,
 )
@@ -77,15 +78,11 @@ class TorchDistCosts:
                 self.state.sharded_metadata(rank, tensors_only=True), protocol=pickle.HIGHEST_PROTOCOL)
         return payload
 
-    def _payloads(self) -> tuple[list[bytes], int]:
-        """Every rank's pickled metadata list (its sharded objects without data), and how many objects."""
-        payloads, count = [], 0
+    def _payloads(self, payloads: list[bytes]) -> None:
+        """Every rank's pickled metadata list (its sharded objects without data), appended to `payloads`."""
         for rank in range(self.job.world_size):
             self.budget.check()
-            local = self.state.sharded_metadata(rank)
-            count += len(local)
-            payloads.append(pickle.dumps(local, protocol=pickle.HIGHEST_PROTOCOL))
-        return payloads, count
+            payloads.append(pickle.dumps(self.state.sharded_metadata(rank), protocol=pickle.HIGHEST_PROTOCOL))
 
     def validation(self, operation: str) -> Step:
         self.budget.restart()
@@ -95,17 +92,17 @@ class TorchDistCosts:
                     "(determine_global_metadata: all_gather_object, unpickled on every rank), "
                     "validate_sharding_integrity on rank 0", cached_away=operation == "save",
                     collective=f"all_gather_object over {world} ranks")
-        try:
-            payloads, step.units = self._payloads()
-        except OutOfBudget:
-            step.complete, step.why = False, "the budget ran out while building the ranks' metadata: not computed"
+        payloads = built_or_floor(step, self.budget, self._payloads, lambda kept: unpickled(kept, self.budget))
+        if payloads is None:
             return step
         largest = max(map(len, payloads))
         step.host_bytes = all_gather_bytes(world, largest, self.per_node)
         step.rank_memory_bytes = world * largest
 
         def work() -> None:
-            validation.validate_sharding_integrity(unpickled(payloads, self.budget))
+            gathered = unpickled(payloads, self.budget)
+            step.units = sum(map(len, gathered))
+            validation.validate_sharding_integrity(gathered)
 
         return run_step(step, self.budget, work)
 
@@ -119,7 +116,7 @@ class TorchDistCosts:
                     "ShardedTensors all-gathered (all_gather_object) and determine_main_replica_uniform_distribution"
                     f"{'(ignore_groups=True)' if load else ''} on each of its ranks", cached_away=not load,
                     collective=f"all_gather_object over {len(groups[0])} ranks")
-        slowest, largest = 0.0, 0
+        slowest, largest, payloads = 0.0, 0, []
         try:
             for group in groups:
                 payloads = []
@@ -142,6 +139,10 @@ class TorchDistCosts:
         except OutOfBudget:
             step.complete = False
             step.why = "the budget ran out before every group's distribution was computed: a lower bound"
+            if not slowest and payloads:  # not one group done: at least its members' payloads unpickled
+                floor = Step(step.name, operation, step.what)
+                run_step(floor, Budget(self.budget.seconds), lambda: unpickled(payloads, Budget(self.budget.seconds)))
+                slowest = floor.cpu_s or 0.0
         step.cpu_s = round(slowest, 4)
         step.host_bytes = all_gather_bytes(len(groups[0]), largest, self.per_node)
         step.rank_memory_bytes = len(groups[0]) * largest
@@ -149,7 +150,8 @@ class TorchDistCosts:
 
     def exchange(self) -> Step:
         """The fully parallel load's exchange: each rank gets the shards it needs that another rank read."""
-        received = [max(0, self.state.resident_bytes(rank) - read) for rank, read in enumerate(self.job.read_bytes)]
+        received = [max(0, self.state.resident_bytes(rank) - self.state.fully_parallel_read_bytes(rank))
+                    for rank in range(self.job.world_size)]
         per = self.per_node
         busiest = max(sum(received[start:start + per]) for start in range(0, len(received), per))
         return Step("exchange of loaded shards", "load",
@@ -165,7 +167,7 @@ class TorchDistCosts:
         save_validation = self.validation("save")
         steps = [save_validation, self.distribution("save"),
                  dcp.global_plan(MCoreSavePlanner(dedup_replicated_tensors=False, flatten_state_dict=False),
-                                 decentralized=True, keep_local_plans=True),
+                                 decentralized=True, keep_local_plans=True, cached_away=True),
                  dcp.finalize()]
         load_validation = Step(**{**save_validation.as_dict(), "operation": "load", "cached_away": False})
         steps += [load_validation, dcp.metadata_read(), self.distribution("load"), dcp.load_plan(), self.exchange()]

@@ -51,8 +51,7 @@ class EngineInfo:
     always_fsyncs: bool = False
     """Whether its writer fsyncs whatever --sync-files says (megatron-core's has no switch)."""
     fully_parallel: bool = False
-    """Whether it saves and loads fully parallel (megatron-core's strategy wrappers: Megatron-LM's
-    --ckpt-fully-parallel-save and -load)."""
+    """Whether it follows Megatron-LM's ckpt_fully_parallel_save and -load (megatron-core's strategy wrappers)."""
     rank_files: str | None = None
     """The names of the files a rank writes, one per writer thread (`{rank}`, `{thread}`); None: the state's
     own file names (DLIO's, or megatron-core's as `state_layout` gives them)."""
@@ -76,11 +75,15 @@ ENGINES: dict[str, EngineInfo] = {
                    "torch.save of each rank's files with DLIO's names (MLPerf Storage's way)", _DLIO,
                    async_save=False, default_threads=None, storage_kinds=("disk", "s3", "fsspec", "msc")),
         EngineInfo("torch_dist", f"{_WORKLOAD}.engines.torch_dist",
-                   "megatron-core dist_checkpointing, torch_dist format, fully-parallel save and load",
+                   "megatron-core dist_checkpointing, torch_dist format, fully parallel save and load as the "
+                   "experiment sets them (Megatron-LM's defaults: save on, load off)",
                    {"megatron": f"{_WORKLOAD}.megatron_shapes", "megatron_fsdp2": _FSDP2},
                    # 2 writer threads a rank: Megatron-LM's default (--ckpt-fully-parallel-save's torch_dist strategy)
                    async_save=True, default_threads=2, storage_kinds=("disk",), async_staging_copies=1,
-                   always_fsyncs=True, fully_parallel=True),
+                   always_fsyncs=True, fully_parallel=True,
+                   # megatron-core's FileSystemWriterAsync: a file per writer thread a rank; rank 0's own beside
+                   rank_files="__{rank}_{thread}.distcp", coordinator_files=(".metadata", "common.pt",
+                                                                             "metadata.json")),
         EngineInfo("torch", f"{_WORKLOAD}.engines.torch_save",
                    "Megatron-LM's legacy torch format: mp_rank_* folders of model_optim_rng.pt and distrib_optim.pt",
                    {"megatron": f"{_WORKLOAD}.megatron_torch"}, async_save=False, default_threads=None,

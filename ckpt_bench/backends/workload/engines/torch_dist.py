@@ -5,15 +5,20 @@ distributed optimizer (`megatron_shapes`: its model shards, replicated over data
 `dp_reshardable` optimizer shards), without a model, and saves and loads it as Megatron-LM does:
 
 save   `dist_checkpointing.save` through `TorchDistSaveShardedStrategy` (`--thread-count` writer processes
-       per rank) wrapped in `FullyParallelSaveStrategyWrapper` over the rank's data-parallel group, so each
-       replicated shard is written once, by the rank megatron assigns it to. With `--async-save`, megatron's
+       per rank) wrapped, as the experiment's `ckpt_fully_parallel_save` says (Megatron-LM's default), in
+       `FullyParallelSaveStrategyWrapper` over the rank's data-parallel group, so each replicated shard is
+       written once, by the rank megatron assigns it to (without it, by its main replica's rank); with
+       `ckpt_assume_constant_structure`, the distribution and plan cached and later saves unvalidated, as
+       Megatron-LM does. With `--async-save`, megatron's
        async path: `async_sharded_save=True`, the request scheduled on a persistent `AsyncCallsQueue` (the
        spawned writer process Megatron-LM requires for async saves); the save is durable when the blocking
        finalize returns (every rank's writes done, rank 0's `.metadata` and `metadata.json` written). Its
        phases: the writer's write | fsync (SAVE_WRITTEN), awaiting_finalize (megatron's blocking wait polls
        for the writer every 0.1 s, then waits for every rank's), the finalize on the waiting thread.
-load   `dist_checkpointing.load` into preallocated tensors through `FullyParallelLoadStrategyWrapper`: each
-       rank reads part of the replicated shards and the data-parallel group exchanges the rest.
+load   `dist_checkpointing.load` into preallocated tensors: with `ckpt_fully_parallel_load` through
+       `FullyParallelLoadStrategyWrapper` (each rank reads part of the replicated shards and the data-parallel
+       group exchanges the rest); without it (Megatron-LM's and Primus's default) every rank reads every shard it
+       holds, replicas included.
 
 fsync: megatron-core decides it, not this engine. Every `__{rank}_{thread}.distcp` is `os.fsync`ed by the
 process that wrote it (`FileSystemWriterAsync.write_preloaded_data`, `use_fsync=True`, no switch), and the
@@ -125,10 +130,15 @@ class TorchDistEngine(Engine):
         self.subset = self.layout.is_subset
         # Built once, as Megatron-LM keeps its strategies between saves (`checkpointing_context`).
         self._group = None if self.subset else self._data_parallel_group()
+        # The experiment's own settings, as Megatron-LM's save_checkpoint applies them (checkpointing.py 610-629).
+        self.settings = self.gpt.job.checkpointing
         self._save_strategy = TorchDistSaveShardedStrategy("torch_dist", 1, thread_count=self.spec.thread_count)
+        self._save_strategy.use_cached_ckpt_structure = self.settings.ckpt_assume_constant_structure
         base = self._save_strategy
-        if not self.subset:
-            self._save_strategy = FullyParallelSaveStrategyWrapper(self._save_strategy, self._group)
+        if not self.subset and self.settings.ckpt_fully_parallel_save:
+            self._save_strategy = FullyParallelSaveStrategyWrapper(
+                self._save_strategy, self._group, self.settings.ckpt_assume_constant_structure)
+        self._saved_before = False  # Megatron-LM validates the sharding of a later save only without constant structure
         mark_save_strategy(self._save_strategy, self.phases, not self.spec.async_save, base)
         self._async_queue = AsyncCallsQueue(persistent=True) if self.spec.async_save else None
         self._tensors: dict[str, torch.Tensor] = {}  # the allocated shards' tensors, by `Shard.name`
@@ -209,8 +219,11 @@ class TorchDistEngine(Engine):
     # ---- save and load ------------------------------------------------------------------------------------
 
     def save(self, state: RankState, location: str) -> Pending | None:
+        validate = not (self._saved_before and self.settings.ckpt_assume_constant_structure)
+        self._saved_before = True
         request = dist_checkpointing.save(self._state_dict, location, self._save_strategy,
                                           async_sharded_save=self.spec.async_save, content_metadata=CONTENT_METADATA,
+                                          validate_access_integrity=validate,
                                           preprocess_common_before_consistancy_check=common_check_hook(self.phases))
         if request is None:
             return None
@@ -237,7 +250,7 @@ class TorchDistEngine(Engine):
 
     def load(self, state: RankState, location: str) -> dict[str, torch.Tensor]:
         strategy = get_default_load_sharded_strategy(location)
-        if not self.subset:
+        if not self.subset and self.settings.ckpt_fully_parallel_load:
             strategy = FullyParallelLoadStrategyWrapper(strategy, self._group)
         self.phases.begin(Phase.VALIDATE_COMMON)
         loaded = dist_checkpointing.load(self._state_dict, location, mark_load_strategy(strategy, self.phases))
