@@ -23,7 +23,8 @@ restart:
                            248, 252), each with a reader of its own
     fully parallel         only with `ckpt_fully_parallel_load` (checkpointing.py 1124-1127)
       distribution
-    load plan              gathered, planned, scattered
+    load plan              gathered, planned, scattered: of the shards the distribution gives each rank, or
+                           without the fully parallel load of every shard a rank holds
     exchange               only with `ckpt_fully_parallel_load`: the shards a rank holds and another read
 
 Other engines run every step at every save (DCP's plan caching is off by default and in the dcp engine).
@@ -33,6 +34,10 @@ from __future__ import annotations
 
 from ckpt_bench.model.checkpointing import CheckpointSettings
 from ckpt_bench.projection.rank_costs.base import RankCosts, Step
+
+#: The load plan a restart without the fully parallel load makes (`rank_costs.torch_dist` computes it under this
+#: name; kept here, beside the schedule, so that the schedule imports no engine's code).
+HELD_LOAD_PLAN = "load plan (every shard a rank holds)"
 
 __all__ = ["SAVES", "load_steps", "save_steps"]
 
@@ -74,7 +79,7 @@ def load_steps(costs: RankCosts, settings: CheckpointSettings) -> list[tuple[str
     if parallel:
         plan += [("fully parallel distribution", "fully parallel distribution"),
                  ("metadata, again (the tensors' load)", "metadata")]
-    plan.append(("load plan", "load plan"))
+    plan.append(("load plan", "load plan") if parallel else ("load plan", HELD_LOAD_PLAN))
     if parallel:
         plan.append(("exchange of loaded shards", "exchange of loaded shards"))
     return [(label, step) for label, name in plan if (step := _step(costs, name, "load")) is not None]

@@ -15,6 +15,7 @@ bound (`complete` False).
 from __future__ import annotations
 
 import contextlib
+import gc
 import pickle
 import signal
 import threading
@@ -166,6 +167,7 @@ def built_or_floor(step: Step, budget: Budget, build, floor_work) -> list | None
     kept: list = []
     try:
         build(kept)
+        pickle.loads(kept[0])  # once untimed: the classes it names imported, as in a training process
         return kept
     except OutOfBudget:
         pass
@@ -182,7 +184,10 @@ def built_or_floor(step: Step, budget: Budget, build, floor_work) -> list | None
 
 
 def run_step(step: Step, budget: Budget, work) -> Step:
-    """Time `work()` (this thread's CPU) into `step`; a budget that runs out leaves a lower bound."""
+    """Time `work()` (this thread's CPU) into `step`; a budget that runs out leaves a lower bound. What the heap
+    holds so far is frozen out of the collections the step may trigger: a collection's cost is the whole heap's
+    (this computation's inputs here, a training process's model and state there), not the step's."""
+    gc.freeze()
     started = time.thread_time()
     try:
         with budget.enforced():

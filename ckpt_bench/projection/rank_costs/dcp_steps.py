@@ -59,7 +59,6 @@ class Item:
 
 
 DTYPES = {name: getattr(torch, attr) for name, attr in TORCH_DTYPE.items()}
-_PROPERTIES = {name: TensorProperties(dtype=dtype) for name, dtype in DTYPES.items()}
 
 
 def _write_item(item: Item) -> WriteItem:
@@ -68,7 +67,8 @@ def _write_item(item: Item) -> WriteItem:
     offsets = torch.Size(item.offsets)  # one object in the index and the chunk, as DCP's planner shares it
     return WriteItem(index=MetadataIndex(item.fqn, offsets), type=WriteItemType.SHARD,
                      tensor_data=TensorWriteData(chunk=ChunkStorageMetadata(offsets, torch.Size(item.sizes)),
-                                                 properties=_PROPERTIES[item.dtype],
+                                                 # one a write item, as the planner makes them
+                                                 properties=TensorProperties(dtype=DTYPES[item.dtype]),
                                                  size=torch.Size(item.global_shape)))
 
 
@@ -87,16 +87,19 @@ def save_plan(items: Iterable[Item], flattened: bool = False) -> SavePlan:
 
 
 def load_plan(items: Iterable[Item]) -> LoadPlan:
-    """A rank's local load plan: each chunk read whole into the tensor at the same offsets."""
+    """A rank's local load plan: each chunk read whole into the tensor at the same offsets. As DCP's planner makes
+    it, the destination's index comes from the state dict and the storage's from the metadata (with its chunk's
+    position): separate objects, each pickled in full."""
     reads = []
     for item in _one_name_a_key(items):
         if item.global_shape is None:
             reads.append(ReadItem(LoadItemType.BYTE_IO, MetadataIndex(item.fqn), torch.Size([0]),
-                                  MetadataIndex(item.fqn), torch.Size([0]), torch.Size([0])))
+                                  MetadataIndex(item.fqn, index=0), torch.Size([0]), torch.Size([0])))
             continue
-        index = MetadataIndex(item.fqn, torch.Size(item.offsets))
-        zeros = torch.Size([0] * len(item.sizes))
-        reads.append(ReadItem(LoadItemType.TENSOR, index, zeros, index, zeros, torch.Size(item.sizes)))
+        rank = len(item.sizes)
+        reads.append(ReadItem(LoadItemType.TENSOR, MetadataIndex(item.fqn, torch.Size(item.offsets)),
+                              torch.Size([0] * rank), MetadataIndex(item.fqn, torch.Size(item.offsets), 0),
+                              torch.Size([0] * rank), torch.Size(item.sizes)))
     return LoadPlan(reads)
 
 
@@ -217,11 +220,13 @@ class DcpSteps:
         run_step(step, self.budget, lambda: pickle.loads(payload))
         return step
 
-    def load_plan(self) -> Step:
-        """A restart's plan: every rank's load plan gathered to rank 0 (which unpickles them all),
-        `create_default_global_load_plan`, the plans pickled back to every rank (scatter_object_list)."""
+    def load_plan(self, name: str = "load plan", reads: Callable[[int], Sequence[Item]] | None = None) -> Step:
+        """A restart's plan: every rank's load plan (of `reads`, default the job's) gathered to rank 0 (which
+        unpickles them all), `create_default_global_load_plan`, the plans pickled back to every rank
+        (scatter_object_list)."""
         self.budget.restart()
-        step = Step("load plan", "load", "every rank's load plan gathered to rank 0 (gather_object: unpickled "
+        reads = reads or self.reads
+        step = Step(name, "load", "every rank's load plan gathered to rank 0 (gather_object: unpickled "
                     "there), create_default_global_load_plan, each rank's plan pickled and scattered back "
                     "(scatter_object_list)",
                     collective=f"gather_object + scatter_object_list over {self.world} ranks")
@@ -229,7 +234,7 @@ class DcpSteps:
         def build(payloads: list) -> None:
             for rank in range(self.world):
                 self.budget.check()
-                payloads.append(pickle.dumps(load_plan(self.reads(rank)), protocol=pickle.HIGHEST_PROTOCOL))
+                payloads.append(pickle.dumps(load_plan(reads(rank)), protocol=pickle.HIGHEST_PROTOCOL))
 
         payloads = built_or_floor(step, self.budget, build, lambda kept: unpickled(kept, self.budget))
         if payloads is None:

@@ -112,6 +112,13 @@ class MegatronState:
         model, optimizer = self.shards(rank)
         return [item(shard) for shard in model + optimizer]
 
+    def held_items_and_objects(self, rank: int) -> list[Item]:
+        """`held_items` and the rank's sharded objects: what a torch_dist load without the fully parallel wrapper
+        reads (every shard and object the rank holds)."""
+        return self.held_items(rank) + [
+            Item(ShardedObject(obj.key, None, obj.global_shape, obj.global_offset, obj.replica_id).unique_key)
+            for obj in self.gpt.objects(self.gpt.coordinates(rank))]
+
     def resident_bytes(self, rank: int) -> int:
         """Tensor bytes the rank holds (its model shards and its optimizer's)."""
         if self.fsdp2:

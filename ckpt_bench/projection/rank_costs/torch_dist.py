@@ -14,7 +14,8 @@ save   1. sharding validation (`dist_checkpointing.save` -> `save_preprocess`): 
        4. finalize: write results gathered, `.metadata` written.
        With `--ckpt-assume-constant-structure` Megatron-LM skips 1 after the first save and caches 2 and 3.
 load   the sharding validation again, every rank reading `.metadata`, the fully parallel load's distribution
-       (`ignore_groups=True`), the load plan, and the exchange of what each rank needs and another read
+       (`ignore_groups=True`), the load plan (of what the distribution gives each rank; without the fully
+       parallel load, of every shard a rank holds), and the exchange of what each rank needs and another read
        (`exchange_by_distribution`: network bytes, priced by the projection).
 
 Steps 1 and 2 run megatron-core's own functions on the job's objects; their all_gather_object is simulated by
@@ -45,6 +46,7 @@ from ckpt_bench.projection.rank_costs.base import (
 )
 from ckpt_bench.projection.rank_costs.dcp_steps import DcpSteps
 from ckpt_bench.projection.rank_costs.megatron_state import MegatronState
+from ckpt_bench.projection.schedule import HELD_LOAD_PLAN
 
 
 @contextlib.contextmanager
@@ -170,7 +172,8 @@ class TorchDistCosts:
                                  decentralized=True, keep_local_plans=True, cached_away=True),
                  dcp.finalize()]
         load_validation = Step(**{**save_validation.as_dict(), "operation": "load", "cached_away": False})
-        steps += [load_validation, dcp.metadata_read(), self.distribution("load"), dcp.load_plan(), self.exchange()]
+        steps += [load_validation, dcp.metadata_read(), self.distribution("load"), dcp.load_plan(),
+                  dcp.load_plan(HELD_LOAD_PLAN, self.state.held_items_and_objects), self.exchange()]
         return RankCosts("torch_dist", world, steps, metadata_file_bytes=dcp.metadata_bytes,
                          every_rank_reads_metadata=True)
 

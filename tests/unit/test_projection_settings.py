@@ -1,0 +1,173 @@
+"""The projection follows the experiment's own checkpoint settings (docs/projection.md): each read with its
+source, the global steps each save and restart runs at them, what the hosts can hold, the storage the retention
+keeps, and what to change. Arithmetic and plans only; the real runs that check the steps are
+benchmarks/projection_fidelity.py's."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers import ROOT, launch
+
+from ckpt_bench.backends.workload.megatron_shapes import layout
+from ckpt_bench.backends.workload.sources import resolve_workload
+from ckpt_bench.model.checkpointing import CheckpointSettings
+from ckpt_bench.projection import JobCheckpoint
+from ckpt_bench.projection.changes import what_to_change
+from ckpt_bench.projection.feasibility import Limits
+from ckpt_bench.projection.inputs import Figure
+from ckpt_bench.projection.model import Inputs, project
+from ckpt_bench.projection.rank_costs import RankCosts, Step
+from ckpt_bench.projection.schedule import HELD_LOAD_PLAN, load_steps, save_steps
+
+GB = 10**9
+TINY = str(ROOT / "ckpt_bench" / "configs" / "tiny_gpt.yaml")
+
+
+def test_settings_are_megatrons_defaults_unless_a_file_sets_them_and_each_names_its_source():
+    origin = {"ckpt_fully_parallel_load": "exp.yaml", "async_save": "exp.yaml"}.get
+    settings = CheckpointSettings.from_megatron_args(
+        {"ckpt_fully_parallel_load": True, "async_save": True, "save_interval": 100, "train_iters": 450,
+         "save_retain_interval": 200}, origin)
+    assert settings.ckpt_fully_parallel_save and settings.ckpt_fully_parallel_load
+    assert not settings.ckpt_assume_constant_structure
+    assert settings.sources["ckpt_fully_parallel_load"] == "exp.yaml"
+    assert settings.sources["ckpt_assume_constant_structure"] == "Megatron-LM's default"
+    # Megatron-LM runs no async save without the persistent worker (arguments.py 1139-1143)
+    assert not settings.async_save and "turned off" in settings.sources["async_save"]
+    # 450 iterations, a save every 100 and one at the end: 5; kept: 200, 400 and the latest (450)
+    assert settings.saves_per_run() == 5 and settings.kept(5) == 3
+    with pytest.raises(ValueError, match="save_interval 0"):
+        CheckpointSettings(save_interval=0)
+
+
+def test_an_experiment_file_its_presets_and_set_are_each_named():
+    workload = resolve_workload(TINY, {"ckpt_assume_constant_structure": True})
+    sources = workload.megatron["checkpointing"]["sources"]
+    assert sources["ckpt_assume_constant_structure"] == "--set ckpt_assume_constant_structure"
+    assert sources["save_interval"] == "tiny_gpt.yaml"
+    assert sources["ckpt_fully_parallel_load"].startswith("module preset")
+
+
+def test_a_restart_without_the_fully_parallel_load_reads_every_shard_a_rank_holds():
+    default = layout(resolve_workload(TINY, {"use_distributed_optimizer": True}), 8)
+    parallel = layout(resolve_workload(TINY, {"use_distributed_optimizer": True, "ckpt_fully_parallel_load": True}),
+                      8)
+    assert [r.load_bytes for r in default.ranks] == [r.resident_bytes for r in default.ranks]
+    assert [r.load_bytes for r in parallel.ranks] == [r.bytes for r in parallel.ranks]
+    # the replicated model (a third of the state beside Adam's fp32 shards) is read by each of the 8 ranks
+    assert sum(r.load_bytes for r in default.ranks) > 2.5 * sum(r.load_bytes for r in parallel.ranks)
+    # without the fully parallel save, data-parallel rank 0 writes every replicated shard
+    main = layout(resolve_workload(TINY, {"use_distributed_optimizer": True, "ckpt_fully_parallel_save": False}), 8)
+    assert main.total_bytes == default.total_bytes and main.ranks[0].bytes == main.ranks[0].resident_bytes
+    assert all(r.bytes < r.resident_bytes / 2 for r in main.ranks[1:])  # the others: their optimizer shards
+
+
+def _costs() -> RankCosts:
+    steps = [Step("sharding validation", "save", "v", cpu_s=3.0), Step("fully parallel distribution", "save", "d",
+             cpu_s=2.0), Step("global plan", "save", "p", cpu_s=1.0), Step("finalize", "save", "f", cpu_s=0.5),
+             Step("sharding validation", "load", "v", cpu_s=3.0), Step("metadata", "load", "m", cpu_s=0.25),
+             Step("fully parallel distribution", "load", "d", cpu_s=2.0), Step("load plan", "load", "l", cpu_s=0.1),
+             Step(HELD_LOAD_PLAN, "load", "l", cpu_s=0.4), Step("exchange of loaded shards", "load", "x")]
+    return RankCosts("torch_dist", 4, steps, metadata_file_bytes=GB // 100, every_rank_reads_metadata=True)
+
+
+@pytest.mark.parametrize(("settings", "firsts", "seconds", "steadies"), [
+    ({}, 3 + 2 + 3 + 1 + 0.5, 9.5, 9.5),  # every save validates twice, distributes and plans
+    ({"ckpt_assume_constant_structure": True}, 9.5, 1.5, 0.5),  # later: the plan until it is cached (third)
+    ({"ckpt_fully_parallel_save": False}, 3 + 1 + 0.5, 4.5, 4.5),
+])
+def test_each_save_of_a_process_runs_the_steps_megatron_core_runs_at_the_settings(settings, firsts, seconds,
+                                                                                 steadies):
+    chosen = CheckpointSettings(**settings)
+    assert [sum(step.cpu_s for _, step in save_steps(_costs(), chosen, nth)) for nth in (1, 2, 3)] == [
+        pytest.approx(firsts), pytest.approx(seconds), pytest.approx(steadies)]
+
+
+def test_a_restart_runs_the_fully_parallel_loads_steps_only_with_it():
+    plain = [label for label, _ in load_steps(_costs(), CheckpointSettings())]
+    assert plain == ["sharding validation", "metadata", "load plan"]
+    assert load_steps(_costs(), CheckpointSettings())[-1][1].name == HELD_LOAD_PLAN
+    parallel = [label for label, _ in load_steps(_costs(), CheckpointSettings(ckpt_fully_parallel_load=True))]
+    assert parallel == ["sharding validation", "metadata", "fully parallel distribution",
+                        "metadata, again (the tensors' load)", "load plan", "exchange of loaded shards"]
+
+
+def _inputs(rate: float) -> Inputs:
+    figure = Figure(rate, "given")
+    return Inputs(client_write=figure, client_read=figure, storage_write=figure, storage_read=figure,
+                  network=Figure(10.0, "given"), write_requests=Figure(None, "n"), read_requests=Figure(None, "n"))
+
+
+def _job(**changes) -> JobCheckpoint:
+    values = dict(engine="torch_dist", world_size=4, ranks_per_node=2, write_bytes=(GB,) * 4, write_files=(2,) * 4,
+                  read_bytes=(4 * GB,) * 4, read_files=(2,) * 4, storage="disk", thread_count=2, async_save=False,
+                  workload={}, state="megatron", settings=CheckpointSettings().as_dict(),
+                  fully_parallel_bytes=(GB,) * 4, held_bytes=(4 * GB,) * 4)
+    return JobCheckpoint(**{**values, **changes})
+
+
+def test_what_to_change_projects_the_fully_parallel_load_from_the_same_steps():
+    job, costs, inputs = _job(), _costs(), _inputs(1.0)
+    section = project(job, costs, inputs, None, Limits())
+    changes = what_to_change(job, costs, inputs, None, Limits(), section)
+    restart = next(c for c in changes if c["change"] == "set ckpt_fully_parallel_load: true")
+    effect = restart["effects"][0]
+    assert effect["figure"] == "restart"
+    # 16 GB read at 1 GB/s in all against 4 GB (and .metadata twice): the bytes bound both
+    assert effect["before"]["range_s"][0] == pytest.approx(3 + 0.25 + 0.4 + 16.04, abs=0.01)
+    assert effect["after"]["range_s"][0] < effect["before"]["range_s"][0] / 2
+    assert {c["change"] for c in changes} >= {"set ckpt_assume_constant_structure: true"}
+
+
+def test_a_save_no_host_can_hold_has_no_time_and_says_so():
+    legacy = _job(engine="torch", write_bytes=(3000 * GB, 0, 0, 0), read_bytes=(3000 * GB, 10 * GB, 10 * GB, 10 * GB),
+                  settings=None)
+    section = project(legacy, RankCosts("torch", 4, []), _inputs(10.0), None, Limits(Figure(2048.0, "given")))
+    save = section["save"]
+    assert save["feasible"] is False and save["range_s"] == [None, None]
+    assert save["range_if_it_ran_s"] == [300.0, 300.0]
+    assert save["cannot_run"].startswith("cannot run on hosts of 2,048 GB (given): host 0 holds at least 3,000 GB")
+    assert section["feasibility"]["load"]["fits"] is False  # torch.load of its whole files
+    unknown = project(legacy, RankCosts("torch", 4, []), _inputs(10.0), None, Limits())
+    assert unknown["save"]["feasible"] is None and unknown["save"]["seconds"] == 300.0
+
+
+def test_capacity_follows_the_retention():
+    settings = CheckpointSettings(save_interval=100, train_iters=1000, save_retain_interval=500)
+    section = project(_job(settings=settings.as_dict()), _costs(), _inputs(1.0), None, Limits())
+    capacity = section["capacity"]
+    size = 4 * GB + GB // 100
+    assert capacity["saves_per_run"] == 10 and capacity["checkpoints_kept"] == 2  # 500 and 1000
+    assert capacity["footprint_bytes"] == 2 * size and capacity["peak_bytes"] == 3 * size
+    every = project(_job(settings=CheckpointSettings(save_interval=100, train_iters=1000).as_dict()), _costs(),
+                    _inputs(1.0), None, Limits())["capacity"]
+    assert every["checkpoints_kept"] == 10 and "every checkpoint is kept" in every["retention"]
+
+
+def test_files_are_checked_against_a_limit():
+    settings = CheckpointSettings(save_interval=100, train_iters=1000)
+    section = project(_job(settings=settings.as_dict()), _costs(), _inputs(1.0), None,
+                      Limits(files_limit=50))
+    files = section["feasibility"]["files"]
+    assert files["files_a_checkpoint"] == 9 and files["fits"] is False  # 8 shard files and .metadata, 10 kept
+
+
+def test_the_primus_legacy_experiment_cannot_save_on_2_tb_hosts_and_torch_dist_is_what_to_change(
+        upstream_primus, tmp_path):
+    experiment = upstream_primus / "examples/megatron/configs/MI300X/deepseek_v3-BF16-pretrain.yaml"
+    result = launch("--workload", str(experiment), "--nnodes", "128", "--nproc-per-node", "8", "--plan",
+                    "--storage-write-gbps", "100", "--client-write-gbps", "25", "--network-gbps", "25",
+                    "--host-memory-gb", "2048", "--format", "json", cwd=upstream_primus,
+                    env={"CKPT_BENCH_CACHE": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    projection = json.loads(result.stdout)["projection"]
+    assert projection["job"]["engine"] == "torch" and projection["save"]["feasible"] is False
+    assert projection["feasibility"]["save"]["bytes_needed"] > 8 * 10**12  # the fp32 gather onto host 0
+    settings = {entry["name"]: entry for entry in projection["settings"]}
+    assert settings["ckpt_fully_parallel_load"] == {"name": "ckpt_fully_parallel_load", "value": False,
+                                                    "source": "module preset pre_trainer.yaml"}
+    change = projection["what_to_change"][0]
+    assert change["change"] == "set ckpt_format: torch_dist"
+    assert change["effects"][0]["after"]["feasible"] is True and not change["steps_computed"]
