@@ -73,10 +73,12 @@ class _Grid:
     `remarks` column becomes numbered notes under the table, each text once."""
 
     def __init__(self, title: str, columns: list[str], rows: list[list[str]], first_left: bool = True,
-                 remarks: int | None = None, lettered: bool = False, text_columns: tuple[int, ...] = ()):
+                 remarks: int | None = None, lettered: bool = False, text_columns: tuple[int, ...] = (),
+                 label_width: int = LABEL_WIDTH):
         self.title, self.columns, self.rows = title, columns, rows
         self.first_left, self.remarks, self.lettered = first_left, remarks, lettered
         self.text_columns = text_columns  # words, left-aligned (numbers are right-aligned)
+        self.label_width = label_width  # first-column labels up to this wide are never wrapped
 
     def _table(self, columns: list[str], rows: list[list[str]], compact: bool) -> Table:
         # Compact: one space between columns (the box's divider), none beside it.
@@ -84,7 +86,7 @@ class _Grid:
         for index, column in enumerate(columns):
             cells = [row[index] for row in rows if row[index]]
             widest = max(map(len, cells), default=0)
-            keep = all(map(_is_figure, cells)) if index else widest <= LABEL_WIDTH
+            keep = all(map(_is_figure, cells)) if index else widest <= self.label_width
             header = _lines(column, max(widest, *map(len, column.split()))) if compact and keep else column
             left = (self.first_left and index == 0) or index in self.text_columns
             table.add_column(header, justify="left" if left else "right", no_wrap=keep, overflow="fold")
@@ -116,8 +118,8 @@ class _Grid:
 
 
 def _grid(title: str, columns: list[str], rows: list[list[str]], first_left: bool = True,
-          remarks: int | None = None, text_columns: tuple[int, ...] = ()) -> _Grid:
-    return _Grid(title, columns, rows, first_left, remarks, text_columns=text_columns)
+          remarks: int | None = None, text_columns: tuple[int, ...] = (), label_width: int = LABEL_WIDTH) -> _Grid:
+    return _Grid(title, columns, rows, first_left, remarks, text_columns=text_columns, label_width=label_width)
 
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -171,7 +173,7 @@ def projection_renderables(projection: Projection) -> list[RenderableType]:
     changes = pp.change_rows(projection)
     if changes:
         parts.append(_grid("What to change (each projected again with that setting, the most effective first)",
-                           pp.CHANGE_COLUMNS, changes, text_columns=(2, 3)))
+                           pp.CHANGE_COLUMNS, changes, text_columns=(1, 2, 3), label_width=48))
     settings = pp.setting_rows(projection)
     if settings:
         parts.append(_grid("The checkpoint settings projected (the experiment's, each with where it came from)",

@@ -46,22 +46,22 @@ def _torch_dist_changes(job: JobCheckpoint) -> list[tuple[str, JobCheckpoint, st
     parallel = job.fully_parallel_bytes
     if not settings.ckpt_fully_parallel_load and parallel is not None:
         reads = tuple(size + job.auto_detect_read_bytes for size in parallel)
-        changes.append(("set ckpt_fully_parallel_load: true",
+        changes.append(("ckpt_fully_parallel_load: true",
                         dataclasses.replace(_with(job, ckpt_fully_parallel_load=True), read_bytes=reads,
                                             read_files=_files(reads, job.thread_count, 0)),
                         "each replicated shard is read once per data-parallel group and exchanged over the network, "
                         "instead of every rank reading every shard it holds"))
     if not settings.ckpt_assume_constant_structure:
-        changes.append(("set ckpt_assume_constant_structure: true", _with(job, ckpt_assume_constant_structure=True),
+        changes.append(("ckpt_assume_constant_structure: true", _with(job, ckpt_assume_constant_structure=True),
                         "a process's later saves skip the sharding validation and the distribution, and from the "
                         "third the global plan (every restart's first save pays them again)"))
     if not job.async_save:
-        changes.append(("set async_save: true and use_persistent_ckpt_worker: true",
+        changes.append(("async_save, use_persistent_ckpt_worker: true",
                         dataclasses.replace(_with(job, async_save=True, use_persistent_ckpt_worker=True),
                                             async_save=True),
                         "training waits for the global steps, the finalize and the staging copy, not the write"))
     if not settings.ckpt_fully_parallel_save and parallel is not None:
-        changes.append(("set ckpt_fully_parallel_save: true",
+        changes.append(("ckpt_fully_parallel_save: true",
                         dataclasses.replace(_with(job, ckpt_fully_parallel_save=True), write_bytes=parallel,
                                             write_files=_files(parallel, job.thread_count,
                                                                TORCH_DIST_COORDINATOR_FILES)),
@@ -74,7 +74,7 @@ def _torch_changes(job: JobCheckpoint) -> list[tuple[str, JobCheckpoint, str]]:
     if job.fully_parallel_bytes is not None and job.held_bytes is not None:
         reads = job.fully_parallel_bytes if settings.ckpt_fully_parallel_load else job.held_bytes
         threads = TORCH_DIST_WRITER_THREADS
-        changes.append(("set ckpt_format: torch_dist", dataclasses.replace(
+        changes.append(("ckpt_format: torch_dist", dataclasses.replace(
             job, engine="torch_dist", thread_count=threads, write_bytes=job.fully_parallel_bytes,
             write_files=_files(job.fully_parallel_bytes, threads, TORCH_DIST_COORDINATOR_FILES), read_bytes=reads,
             read_files=_files(reads, threads, 0), auto_detect_read_bytes=0),
@@ -83,7 +83,7 @@ def _torch_changes(job: JobCheckpoint) -> list[tuple[str, JobCheckpoint, str]]:
             f"ckpt_fully_parallel_load ({str(settings.ckpt_fully_parallel_load).lower()}) says"))
     if settings.auto_detect_ckpt_format and job.auto_detect_read_bytes:
         reads = tuple(max(0, size - job.auto_detect_read_bytes) for size in job.read_bytes)
-        changes.append(("set auto_detect_ckpt_format: false", dataclasses.replace(
+        changes.append(("auto_detect_ckpt_format: false", dataclasses.replace(
             _with(job, auto_detect_ckpt_format=False), read_bytes=reads, auto_detect_read_bytes=0),
             "no rank loads rank 0's model file first to find the format"))
     return changes

@@ -473,7 +473,7 @@ class ProjectionSetting:
     """One checkpoint setting the projection follows (model.checkpointing.CheckpointSettings)."""
 
     name: str = ""
-    value: Any = None
+    value: bool | int | str | None = None
     source: str = ""
     """The file that set it (the experiment, a preset), --set, or Megatron-LM's default."""
 

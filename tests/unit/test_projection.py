@@ -12,6 +12,7 @@ from ckpt_bench.projection import JobCheckpoint, ProjectionOptions
 from ckpt_bench.projection.inputs import Figure, measured_clients
 from ckpt_bench.projection.model import Inputs, project
 from ckpt_bench.projection.rank_costs import RankCosts, Step
+from ckpt_bench.projection.schedule import HELD_LOAD_PLAN
 from ckpt_bench.report.advice import AdviceOptions, advise, bandwidth_needed, largest_cost, lost_share
 
 GB = 10**9
@@ -71,10 +72,10 @@ def test_unknown_figures_leave_a_lower_bound():
     assert save["range_s"] == [1.0, None] and save["binding"] == "storage" and "client" in save["could_also_bind"]
 
 
-def test_global_steps_add_their_cpu_and_their_network_bytes_and_a_cached_save_skips_what_it_can():
+def test_global_steps_add_their_cpu_and_their_network_bytes_and_later_saves_skip_what_they_can():
     steps = [Step("sharding validation", "save", "v", cached_away=True, cpu_s=3.0, host_bytes=2 * GB),
              Step("finalize", "save", "f", cpu_s=0.5, host_bytes=0),
-             Step("load plan", "load", "l", cpu_s=0.25)]
+             Step(HELD_LOAD_PLAN, "load", "l", cpu_s=0.25)]
     costs = RankCosts("torch_dist", 4, steps, metadata_file_bytes=GB // 2, every_rank_reads_metadata=True)
     result = project(job(engine="torch_dist"), costs, inputs(client=2.0, storage=10.0, network=1.0), None)
     # Megatron-LM's defaults: the fully parallel save validates twice, every save (fully_parallel.py 128-130):

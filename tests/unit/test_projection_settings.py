@@ -112,13 +112,13 @@ def test_what_to_change_projects_the_fully_parallel_load_from_the_same_steps():
     job, costs, inputs = _job(), _costs(), _inputs(1.0)
     section = project(job, costs, inputs, None, Limits())
     changes = what_to_change(job, costs, inputs, None, Limits(), section)
-    restart = next(c for c in changes if c["change"] == "set ckpt_fully_parallel_load: true")
+    restart = next(c for c in changes if c["change"] == "ckpt_fully_parallel_load: true")
     effect = restart["effects"][0]
     assert effect["figure"] == "restart"
     # 16 GB read at 1 GB/s in all against 4 GB (and .metadata twice): the bytes bound both
     assert effect["before"]["range_s"][0] == pytest.approx(3 + 0.25 + 0.4 + 16.04, abs=0.01)
     assert effect["after"]["range_s"][0] < effect["before"]["range_s"][0] / 2
-    assert {c["change"] for c in changes} >= {"set ckpt_assume_constant_structure: true"}
+    assert {c["change"] for c in changes} >= {"ckpt_assume_constant_structure: true"}
 
 
 def test_a_save_no_host_can_hold_has_no_time_and_says_so():
@@ -169,5 +169,5 @@ def test_the_primus_legacy_experiment_cannot_save_on_2_tb_hosts_and_torch_dist_i
     assert settings["ckpt_fully_parallel_load"] == {"name": "ckpt_fully_parallel_load", "value": False,
                                                     "source": "module preset pre_trainer.yaml"}
     change = projection["what_to_change"][0]
-    assert change["change"] == "set ckpt_format: torch_dist"
+    assert change["change"] == "ckpt_format: torch_dist"
     assert change["effects"][0]["after"]["feasible"] is True and not change["steps_computed"]
