@@ -4,10 +4,12 @@ several ceilings: what `--plan` projects (docs/projection.md), as a Markdown tab
 
     python tools/projection_table.py PRIMUS CONFIG... [--nodes 128] [--per-node 8] [--storage-gbps 100 1000]
                                      [--client-gbps 25] [--network-gbps 25] [--engine torch_dist]
+                                     [--host-memory-gb 2048] [--set KEY=VALUE ...]
 
 CONFIG: a path under PRIMUS's examples/megatron/configs/ (MI300X/deepseek_v3-BF16-pretrain.yaml). Each config
-is planned in its own ckpt_format (or --engine), with its engine's global steps computed at the job's size once
-(cached) and priced for every storage ceiling given: its reads and writes at that ceiling both ways.
+is planned in its own ckpt_format (or --engine) and its own checkpoint settings (or --set's), with its engine's
+global steps computed at the job's size once (cached) and priced for every storage ceiling given: its reads and
+writes at that ceiling both ways. A save or restart the hosts cannot hold is "cannot run" with what it would take.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ def plan(primus: Path, config: str, args, storage: float) -> dict:
                "--network-gbps", str(args.network_gbps), "--rank-costs-budget", str(args.budget)]
     if args.engine:
         command += ["--engine", args.engine]
+    if args.host_memory_gb:
+        command += ["--host-memory-gb", str(args.host_memory_gb)]
+    command += [arg for text in args.set for arg in ("--set", text)]
     done = subprocess.run(command, cwd=primus, capture_output=True, text=True)
     if done.returncode:
         return {"error": (done.stderr.strip().splitlines() or ["?"])[-1]}
@@ -36,9 +41,11 @@ def plan(primus: Path, config: str, args, storage: float) -> dict:
 
 
 def seconds(time: dict) -> str:
+    if time.get("feasible") is False:
+        return f"cannot run ({seconds({**time, 'feasible': None, 'range_s': time['range_if_it_ran_s']})} if it ran)"
     low, high = time["range_s"]
-    if time["seconds"] is not None:
-        return f"{time['seconds']:,.0f}" if time["seconds"] >= 100 else f"{time['seconds']:.3g}"
+    if low is not None and high is not None and abs(high - low) <= 1e-3 * max(high, 1e-9):
+        return f"{low:,.0f}" if low >= 100 else f"{low:.3g}"
     return f"{low:,.3g}-{high:,.3g}" if high is not None else f">= {low:,.3g}"
 
 
@@ -53,12 +60,14 @@ def main() -> int:
     parser.add_argument("--network-gbps", type=float, default=25.0)
     parser.add_argument("--engine")
     parser.add_argument("--budget", type=float, default=1200.0)
+    parser.add_argument("--host-memory-gb", type=float)
+    parser.add_argument("--set", action="append", default=[], help="an experiment argument, as ckpt_launch.py's")
     args = parser.parse_args()
     print(f"{args.nodes} hosts x {args.per_node} ranks; client {args.client_gbps:g} GB/s a host (write and read), "
           f"network {args.network_gbps:g} GB/s a host; GB = 10^9 bytes; seconds")
     print()
     print("| config | engine | storage GB/s | a save writes (GB, hosts) | busiest host GB | global steps, save (s) "
-          "| save (s), binding | cached save (s) | restart reads (GB) | restart (s), binding |")
+          "| first save (s), binding | later saves (s) | restart reads (GB) | restart (s), binding |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for config in args.configs:
         for storage in args.storage_gbps:
@@ -73,7 +82,7 @@ def main() -> int:
             traffic, reads = projection["save_traffic"], projection["load_traffic"]
             print(f"| {config} | {projection['job']['engine']} | {storage:g} | {traffic['bytes'] / 1e9:,.0f} "
                   f"({traffic['hosts_moving_bytes']}) | {traffic['busiest_host']['bytes'] / 1e9:,.0f} | {steps:,.3g} "
-                  f"| {seconds(save)}, {save['binding']} | {seconds(projection['cached_save'])} "
+                  f"| {seconds(save)}, {save['binding']} | {seconds(projection['steady_save'])} "
                   f"| {reads['bytes'] / 1e9:,.0f} | {seconds(load)}, {load['binding']} |")
     return 0
 
