@@ -9,12 +9,13 @@ structure (`ckpt_fully_parallel_load` and `ckpt_assume_constant_structure` true)
     python benchmarks/projection_fidelity.py --ranks 4 8 16 32 --out fidelity.json
 
 Compared: rank 0's CPU seconds per step (`time.thread_time`, what the projection computes: one core's CPU; wall time
-on 2 cores shared by N ranks measures the oversubscription, not the step), and each rank's bytes read at the
-restart (what its DCP reader asks the checkpoint for: each item's stored length, a tensor's bytes with its torch.save
-framing, and .metadata at each read) against the projection's (its read bytes and .metadata reads); what read(2)
-delivered (rchar, buffers' read-ahead included) is kept beside. A line a step: measured, computed, their ratio;
-then the fit of each computed step's growth in ranks (a power law, least squares in log-log) and its largest error.
-Prints Markdown tables (docs/projection.md holds them).
+on 2 cores shared by N ranks measures the oversubscription, not the step; each rank's own planning and our CPU
+layer's dispatch of megatron-core's torch calls, which a GPU rank does not pay, are timed apart), and each rank's
+bytes read at the restart (what its DCP reader asks the checkpoint for: each item's stored length, a tensor's bytes
+with its torch.save framing, and .metadata at each read) against the projection's (its read bytes and .metadata
+reads); what read(2) delivered (rchar, buffers' read-ahead included) is kept beside. A line a step: measured,
+computed, their ratio; then the fit of each computed step's growth in ranks (a power law, least squares in log-log)
+and its largest error. Prints Markdown tables (docs/projection.md holds them).
 """
 
 from __future__ import annotations

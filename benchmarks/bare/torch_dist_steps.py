@@ -29,6 +29,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
 from megatron.core.dist_checkpointing import serialization, state_dict_utils, validation
 from megatron.core.dist_checkpointing.strategies import fully_parallel, state_dict_saver
@@ -36,6 +37,7 @@ from megatron.core.dist_checkpointing.strategies import torch as mcore_torch
 from megatron.core.dist_checkpointing.strategies.filesystem_async import FileSystemWriterAsync
 from torch.distributed.checkpoint import filesystem, utils
 
+from ckpt_bench.backends.megatron import cpu_compat
 from ckpt_bench.backends.workload.engines import ENGINES, state_layout
 from ckpt_bench.backends.workload.engines.torch_dist import TorchDistEngine
 from ckpt_bench.backends.workload.sources import resolve_workload
@@ -72,6 +74,17 @@ class Steps:
 
         return wrapper
 
+    def timed_for_caller(self, function):
+        """`function`, its time the step's below the one running (the CPU layer's call of the torch function it
+        intercepted: megatron-core's own work, as a GPU rank does it, not the layer's)."""
+        steps = self
+
+        def wrapper(*args, **kwargs):
+            name = steps.stack[-2][0] if len(steps.stack) > 1 else OUTSIDE
+            return steps.timed(name, function)(*args, **kwargs)
+
+        return wrapper
+
     def take(self) -> dict:
         taken = {name: {"cpu_s": round(cpu, 4), "wall_s": round(wall, 4), "calls": calls}
                  for name, (cpu, wall, calls) in self.current.items()}
@@ -81,6 +94,10 @@ class Steps:
 
 #: What each rank does for itself whatever the rank count (the projection leaves it out: not a rank-count cost).
 OWN = "own plan and state (per rank)"
+#: ckpt-bench's CPU layer (`cpu_compat`'s torch function mode): its own dispatch of every torch call megatron-core
+#: makes on a CPU rank, which a GPU rank does not pay; the torch call itself stays its step's.
+LAYER = "our CPU layer's dispatch (not on GPUs)"
+OUTSIDE = "outside a timed step"
 
 
 def instrument(steps: Steps) -> None:
@@ -104,6 +121,16 @@ def instrument(steps: Steps) -> None:
     for planner in (mcore_torch.MCoreSavePlanner, mcore_torch.MCoreLoadPlanner):
         for method in ("set_up_planner", "create_local_plan", "finish_plan"):
             setattr(planner, method, steps.timed(OWN, getattr(planner, method)))
+    mode = cpu_compat._CudaToCpu
+    dispatch = mode.__torch_function__
+
+    rewritten = (torch.Tensor.cuda, torch.Tensor.to, torch.Tensor.type)  # the layer tells these by identity
+
+    def layered(self, func, types, args=(), kwargs=None):
+        inner = func if func in rewritten else steps.timed_for_caller(func)
+        return dispatch(self, inner, types, args, kwargs)
+
+    mode.__torch_function__ = steps.timed(LAYER, layered)
     for writer_method in ("prepare_local_plan", "prepare_write_data"):
         setattr(FileSystemWriterAsync, writer_method, steps.timed(OWN, getattr(FileSystemWriterAsync, writer_method)))
 
@@ -170,6 +197,11 @@ def main() -> None:
         engine.save(state, location)
         saves.append(steps.take())
     engine.close()
+    # A restart's process holds only what it loads (the product runs it as a pass of its own): the save's
+    # tensors and state dict go first.
+    del state
+    engine._state_dict = {}
+    gc.collect()
     loaded = engine.allocate_for_load()
     engine.prepare(loaded, location)
     settled()
