@@ -171,3 +171,24 @@ def test_the_primus_legacy_experiment_cannot_save_on_2_tb_hosts_and_torch_dist_i
     change = projection["what_to_change"][0]
     assert change["change"] == "ckpt_format: torch_dist"
     assert change["effects"][0]["after"]["feasible"] is True and not change["steps_computed"]
+
+
+def test_a_step_whose_inputs_outrun_the_budget_is_a_floor_at_its_own_work_over_those_built():
+    import pickle
+
+    from ckpt_bench.projection.rank_costs.base import Budget, built_or_floor, unpickled
+
+    payload = pickle.dumps([list(range(200)) for _ in range(200)])
+    budget = Budget(0.02)
+
+    def build(kept: list) -> None:
+        while True:  # outruns any budget
+            budget.check()
+            kept.append(payload)
+            pickle.dumps(pickle.loads(payload))
+
+    step = Step("sharding validation", "save", "v")
+    assert built_or_floor(step, budget, build, unpickled) is None
+    assert not step.complete and step.cpu_s > 0 and "built" in step.why
+    assert built_or_floor(Step("s", "save", "v"), Budget(60.0), lambda kept: kept.append(payload),
+                          unpickled) == [payload]

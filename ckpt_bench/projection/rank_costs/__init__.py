@@ -40,7 +40,7 @@ ENGINES = {"torch_dist": f"{_PACKAGE}.torch_dist", "dcp": f"{_PACKAGE}.dcp", "to
 RUNS_ENGINE_CODE = ("torch_dist", "dcp", "torch_dcp")
 
 #: The computation's own version: a cached result of another is computed again.
-COMPUTATION_VERSION = 9
+COMPUTATION_VERSION = 10
 
 #: CPU seconds each step of the computation may take by default (`--rank-costs-budget`): DeepSeek-V3's 1,024 ranks
 #: through torch_dist take about 2 minutes a step on a 2-core VM.

@@ -162,19 +162,25 @@ def unpickled(payloads: list[bytes], budget: Budget) -> list:
 def built_or_floor(step: Step, budget: Budget, build, floor_work) -> list | None:
     """Build a step's inputs with `build(kept)` (each rank's payload appended to `kept`, outside the timing: a
     rank's own payload is not a rank-count cost); where the budget runs out first, the step is a lower bound at
-    what `floor_work(kept)` (the step's work over the payloads built so far, which every rank of the real job
-    does and more) spends, never 0. Returns the payloads, or None where the step is a floor."""
+    what `floor_work(kept, fresh)` (the step's work over the payloads built so far, which every rank of the real
+    job does and more, under a budget of its own) spends, never 0. Returns the payloads, or None where the step is
+    a floor."""
     kept: list = []
+    ran_out = False
     try:
         build(kept)
-        pickle.loads(kept[0])  # once untimed: the classes it names imported, as in a training process
-        return kept
     except OutOfBudget:
-        pass
+        ran_out = True
+    if kept:
+        pickle.loads(kept[0])  # once untimed: the classes it names imported, as in a training process
+    if not ran_out:
+        return kept
+    fresh = Budget(budget.seconds)
+    gc.freeze()
     started = time.thread_time()
     try:
-        with Budget(budget.seconds).enforced():
-            floor_work(kept)
+        with fresh.enforced():
+            floor_work(kept, fresh)
     except OutOfBudget:
         pass
     step.cpu_s, step.complete = round(time.thread_time() - started, 4), False

@@ -151,7 +151,7 @@ class DcpSteps:
                     cached_away=cached_away, collective=f"gather_object over {self.world} ranks"
                     + ("" if decentralized else " + scatter_object_list"))
         payloads = built_or_floor(step, self.budget, lambda kept: self._local_plans(planner.flatten_state_dict, kept),
-                                  lambda kept: unpickled(kept, self.budget))
+                                  unpickled)
         if payloads is None:
             return step
         largest, scattered, local = max(map(len, payloads)), 0, []
@@ -188,7 +188,7 @@ class DcpSteps:
                 payloads.append(pickle.dumps(_write_results(rank, plan, self._sizes, self.threads),
                                              protocol=pickle.HIGHEST_PROTOCOL))
 
-        payloads = built_or_floor(step, self.budget, build, lambda kept: unpickled(kept, self.budget))
+        payloads = built_or_floor(step, self.budget, build, unpickled)
         if payloads is None:
             return step
         largest = max(map(len, payloads))
@@ -236,7 +236,7 @@ class DcpSteps:
                 self.budget.check()
                 payloads.append(pickle.dumps(load_plan(reads(rank)), protocol=pickle.HIGHEST_PROTOCOL))
 
-        payloads = built_or_floor(step, self.budget, build, lambda kept: unpickled(kept, self.budget))
+        payloads = built_or_floor(step, self.budget, build, unpickled)
         if payloads is None:
             return step
         largest = max(map(len, payloads))

@@ -94,7 +94,7 @@ class TorchDistCosts:
                     "(determine_global_metadata: all_gather_object, unpickled on every rank), "
                     "validate_sharding_integrity on rank 0", cached_away=operation == "save",
                     collective=f"all_gather_object over {world} ranks")
-        payloads = built_or_floor(step, self.budget, self._payloads, lambda kept: unpickled(kept, self.budget))
+        payloads = built_or_floor(step, self.budget, self._payloads, unpickled)
         if payloads is None:
             return step
         largest = max(map(len, payloads))
