@@ -77,8 +77,11 @@ def feasibility(job: JobCheckpoint, costs: RankCosts, limits: Limits) -> dict:
             what += f", {gb(job.auto_detect_read_bytes)} of them rank 0's model file (auto_detect_ckpt_format)"
     else:
         host, needed = 0, (costs.metadata_file_bytes or 0) * per
-        what = "every rank unpickles .metadata" if costs.metadata_file_bytes else "no file is loaded whole"
+        what = "every rank unpickles .metadata"
     load = _check(needed, host, limits, what, "restart")
+    if job.engine not in LOADS_WHOLE_FILES and costs.every_rank_reads_metadata and not costs.metadata_file_bytes:
+        load |= {"fits": None, "what": "every rank unpickles .metadata, whose size was not computed (the global "
+                 "plan's budget ran out): unknown"}
     files = job.save.total_files + (1 if costs.metadata_file_bytes else 0)
     files_check = {"files_a_checkpoint": files, "limit": limits.files_limit, "fits": None}
     kept = capacity(job, costs).get("checkpoints_kept")
