@@ -19,10 +19,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DEFAULT_SOURCE", "CheckpointSettings", "TORCH_DIST_WRITER_THREADS"]
+__all__ = ["DEFAULT_SOURCE", "TORCH_DIST_COORDINATOR_FILES", "TORCH_DIST_WRITER_THREADS", "CheckpointSettings"]
 
 #: megatron-core's torch_dist writer threads a rank (files a rank writes), not an argument of Megatron-LM's.
 TORCH_DIST_WRITER_THREADS = 2
+#: The files rank 0 writes beside its shards in a torch_dist checkpoint: DCP's index, the common state, the
+#: checkpoint's format.
+TORCH_DIST_COORDINATOR_FILES = (".metadata", "common.pt", "metadata.json")
 #: Where a setting no file sets comes from.
 DEFAULT_SOURCE = "Megatron-LM's default"
 
@@ -81,8 +84,7 @@ class CheckpointSettings:
                 values[f.name] = getattr(defaults, f.name)
                 sources[f.name] = DEFAULT_SOURCE
             else:
-                values[f.name] = type(getattr(defaults, f.name))(given) if isinstance(
-                    getattr(defaults, f.name), bool) else given
+                values[f.name] = bool(given) if isinstance(getattr(defaults, f.name), bool) else given
                 sources[f.name] = origin(f.name) or "the experiment's arguments"
         values["async_save_asked"] = values["async_save"]
         values["async_save"] = bool(values["async_save"] and values["use_persistent_ckpt_worker"])

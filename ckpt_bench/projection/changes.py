@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ckpt_bench.model.checkpointing import TORCH_DIST_WRITER_THREADS
+from ckpt_bench.model.checkpointing import TORCH_DIST_COORDINATOR_FILES, TORCH_DIST_WRITER_THREADS
 from ckpt_bench.projection.feasibility import Limits
 from ckpt_bench.projection.job import JobCheckpoint
 from ckpt_bench.projection.model import TIMES, Inputs, times
@@ -29,7 +29,6 @@ __all__ = ["what_to_change"]
 
 #: The figures a change is judged on, as the summary names them.
 FIGURES = {"save": "first save", "steady_save": "later saves", "load": "restart"}
-TORCH_DIST_COORDINATOR_FILES = 3  # .metadata, common.pt, metadata.json
 
 
 def _files(rank_bytes: tuple[int, ...], threads: int, coordinator: int) -> tuple[int, ...]:
@@ -64,7 +63,7 @@ def _torch_dist_changes(job: JobCheckpoint) -> list[tuple[str, JobCheckpoint, st
         changes.append(("ckpt_fully_parallel_save: true",
                         dataclasses.replace(_with(job, ckpt_fully_parallel_save=True), write_bytes=parallel,
                                             write_files=_files(parallel, job.thread_count,
-                                                               TORCH_DIST_COORDINATOR_FILES)),
+                                                               len(TORCH_DIST_COORDINATOR_FILES))),
                         "each replicated shard is written once, spread over its data-parallel group"))
     return changes
 
@@ -76,7 +75,7 @@ def _torch_changes(job: JobCheckpoint) -> list[tuple[str, JobCheckpoint, str]]:
         threads = TORCH_DIST_WRITER_THREADS
         changes.append(("ckpt_format: torch_dist", dataclasses.replace(
             job, engine="torch_dist", thread_count=threads, write_bytes=job.fully_parallel_bytes,
-            write_files=_files(job.fully_parallel_bytes, threads, TORCH_DIST_COORDINATOR_FILES), read_bytes=reads,
+            write_files=_files(job.fully_parallel_bytes, threads, len(TORCH_DIST_COORDINATOR_FILES)), read_bytes=reads,
             read_files=_files(reads, threads, 0), auto_detect_read_bytes=0),
             "every host writes its share (megatron-core's fully parallel save) instead of data-parallel rank 0's "
             "host writing the whole checkpoint, with no fp32 gather onto one host; the restart reads as "

@@ -64,11 +64,13 @@ def feasibility(job: JobCheckpoint, costs: RankCosts, limits: Limits) -> dict:
     `fits` True, False, or None where the limit is unknown."""
     per = job.ranks_per_node
     host, needed = _per_host(job.write_bytes, per)
-    staged = ("each rank's share gathered and serialized by torch.save" if job.engine in LOADS_WHOLE_FILES
-              else "each rank's share staged in host memory by the writer")
     if job.engine == "torch":
         staged = ("data-parallel rank 0 of each group gathers the distributed optimizer's state in fp32 and "
                   "torch.saves it with its model file")
+    elif job.engine in LOADS_WHOLE_FILES:
+        staged = "each rank's share gathered and serialized by torch.save"
+    else:
+        staged = "each rank's share staged in host memory by the writer"
     save = _check(needed, host, limits, staged, "save")
     if job.engine in LOADS_WHOLE_FILES:
         host, needed = _per_host(job.read_bytes, per)
@@ -84,8 +86,9 @@ def feasibility(job: JobCheckpoint, costs: RankCosts, limits: Limits) -> dict:
                  "plan's budget ran out): unknown"}
     files = job.save.total_files + (1 if costs.metadata_file_bytes else 0)
     files_check = {"files_a_checkpoint": files, "limit": limits.files_limit, "fits": None}
-    kept = capacity(job, costs).get("checkpoints_kept")
     if limits.files_limit is not None:
+        saves = job.checkpoint_settings.saves_per_run()
+        kept = job.checkpoint_settings.kept(saves) if job.settings is not None and saves is not None else None
         total = files * (kept or 1)
         files_check["fits"] = total <= limits.files_limit
         files_check["what"] = (f"{plural(total, 'file')} ({plural(kept or 1, 'checkpoint')} kept) against a limit "

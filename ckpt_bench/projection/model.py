@@ -26,11 +26,11 @@ import math
 from dataclasses import dataclass
 
 from ckpt_bench.projection.feasibility import Limits, capacity, feasibility
-from ckpt_bench.projection.inputs import GB, S3_GETS_PER_S, S3_PART_BYTES, S3_PUTS_PER_S, Figure
+from ckpt_bench.projection.inputs import S3_GETS_PER_S, S3_PART_BYTES, S3_PUTS_PER_S, Figure
 from ckpt_bench.projection.job import JobCheckpoint, Traffic
 from ckpt_bench.projection.rank_costs import RankCosts, Step
 from ckpt_bench.projection.schedule import load_steps, save_steps
-from ckpt_bench.projection.units import gb, plural
+from ckpt_bench.projection.units import GB, gb, plural
 
 __all__ = ["TIMES", "Inputs", "Term", "gb", "plural", "project", "times"]
 

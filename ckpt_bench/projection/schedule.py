@@ -39,10 +39,7 @@ from ckpt_bench.projection.rank_costs.base import RankCosts, Step
 #: name; kept here, beside the schedule, so that the schedule imports no engine's code).
 HELD_LOAD_PLAN = "load plan (every shard a rank holds)"
 
-__all__ = ["SAVES", "load_steps", "save_steps"]
-
-#: The saves a projection gives: a process's first (and every restart's), its second, its third and later.
-SAVES = ("first", "second", "steady")
+__all__ = ["HELD_LOAD_PLAN", "load_steps", "save_steps"]
 
 
 def _step(costs: RankCosts, name: str, operation: str) -> Step | None:

@@ -147,6 +147,11 @@ class WorkloadRun:
         return experiment_label(self.workload.name, self.experiment) if self.experiment else None
 
     @property
+    def checkpoint_settings(self) -> CheckpointSettings | None:
+        """A Megatron experiment's checkpoint settings, each with its source; None for another workload."""
+        return TrainingJob.from_dict(self.workload.megatron).checkpointing if self.workload.megatron else None
+
+    @property
     def name_notes(self) -> list[str]:
         note = name_mismatch(self.workload.name, self.experiment) if self.experiment else None
         return [note] if note else []
@@ -234,22 +239,22 @@ def busiest_hosts(rank_bytes: Sequence[int], ranks: int, per_host: int) -> list[
     return [host * per_host + local for host in hosts[:ranks // per_host] for local in range(per_host)]
 
 
-def checkpoint_settings(run: WorkloadRun) -> CheckpointSettings | None:
-    """A Megatron experiment's checkpoint settings, each with its source; None for another workload."""
-    return TrainingJob.from_dict(run.workload.megatron).checkpointing if run.workload.megatron else None
-
-
 def saves_async(config: WorkloadConfig, run: WorkloadRun) -> bool:
     """--async-save, or the experiment's own async save (with its persistent worker) where the engine has one."""
-    settings = checkpoint_settings(run)
+    settings = run.checkpoint_settings
     return config.async_save or bool(settings and settings.async_save and run.info.async_save)
 
 
-def _megatron_bytes(run: WorkloadRun, world: int) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+def _megatron_bytes(run: WorkloadRun, full: Layout) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     """(written under torch_dist's fully parallel save, held) tensor bytes per rank of a Megatron job, whatever
-    its engine: what the projection's other settings and formats move; None for another state."""
+    its engine: what the projection's other settings and formats move; None for another state. A torch_dist
+    layout saved fully parallel already holds both (`full`); another is laid out again."""
     if run.state != "megatron":
         return None
+    settings = run.checkpoint_settings or CheckpointSettings()
+    if run.engine == "torch_dist" and settings.ckpt_fully_parallel_save:
+        return tuple(share.bytes for share in full.ranks), tuple(share.resident_bytes for share in full.ranks)
+    world = full.world_size
     written, held = fully_parallel_bytes(MegatronGPT(run.workload, world))
     return tuple(written[rank] for rank in range(world)), tuple(held[rank] for rank in range(world))
 
@@ -278,8 +283,8 @@ def job_checkpoint(run: WorkloadRun, config: WorkloadConfig, per_host: int, stor
     hosts = [running[start] // per_host for start in range(0, len(running), per_host)]
     whole = all(running[i * per_host:(i + 1) * per_host] == list(range(h * per_host, (h + 1) * per_host))
                 for i, h in enumerate(hosts))
-    settings = checkpoint_settings(run)
-    megatron = _megatron_bytes(run, world)
+    settings = run.checkpoint_settings
+    megatron = _megatron_bytes(run, full)
     # auto_detect_ckpt_format: every rank loads rank 0's common state first; the legacy format's is its model file
     detect = (sum(f.nbytes for f in full.ranks[0].files if f.kind == "model")
               if settings and settings.auto_detect_ckpt_format and run.engine == "torch" else 0)
@@ -429,8 +434,8 @@ def run_info(config: WorkloadConfig, run: WorkloadRun, spec: WorkloadSpec, launc
     # torch_dist's saved fully parallel; DLIO's state has no such settings (None: null in the report).
     megatron = run.state == "megatron"
     distributed = TrainingJob.from_dict(workload.megatron).distributed_optimizer if workload.megatron else True
-    settings = TrainingJob.from_dict(workload.megatron).checkpointing if workload.megatron else None
-    fully_parallel = (settings or CheckpointSettings()) if run.info.fully_parallel else None
+    # The wrappers' settings where the engine follows them (torch_dist): the experiment's, else Megatron-LM's.
+    fully_parallel = (run.checkpoint_settings or CheckpointSettings()) if run.info.fully_parallel else None
     facts, spread = model_facts(run), layout.spread
     return WorkloadRunInfo(
         backend="workload",
@@ -438,8 +443,8 @@ def run_info(config: WorkloadConfig, run: WorkloadRun, spec: WorkloadSpec, launc
         saves=SaveConfig(
             data_parallel_size=layout.data_parallelism,
             ckpt_format=run.engine,
-            ckpt_fully_parallel_save=fully_parallel and fully_parallel.ckpt_fully_parallel_save,
-            ckpt_fully_parallel_load=fully_parallel and fully_parallel.ckpt_fully_parallel_load,
+            ckpt_fully_parallel_save=None if fully_parallel is None else fully_parallel.ckpt_fully_parallel_save,
+            ckpt_fully_parallel_load=None if fully_parallel is None else fully_parallel.ckpt_fully_parallel_load,
             async_save=saves_async(config, run),
             optimizer="adam" if megatron else None,
             use_distributed_optimizer=distributed if megatron else None,

@@ -69,6 +69,7 @@ from functools import cached_property
 from ckpt_bench.backends.workload.checkpoint_layout import FileShare, Layout, RankShare, TensorSpec, ranks_that_run
 from ckpt_bench.backends.workload.workload import DTYPE_BYTES, TORCH_DTYPE, Workload, WorkloadError
 from ckpt_bench.model.architecture import Architecture, ArchitectureError
+from ckpt_bench.model.checkpointing import TORCH_DIST_COORDINATOR_FILES
 from ckpt_bench.model.job import TrainingJob
 from ckpt_bench.model.parallel import ParallelError, Parallelism, RankCoordinates
 from ckpt_bench.model.pipeline_layout import ModelChunk
@@ -102,7 +103,7 @@ __all__ = [
 OPTIMIZER_SHARDING = "dp_reshardable"
 
 #: Files rank 0 writes besides its shards: DCP's global index, the common state, megatron's format record.
-RANK0_FILES = (".metadata", "common.pt", "metadata.json")
+RANK0_FILES = TORCH_DIST_COORDINATOR_FILES
 
 # Alignments of megatron-core's `_ParamAndGradBuffer` with the distributed optimizer: every parameter starts
 # at a multiple of 64 elements, the bucket ends at a multiple of lcm(group size, 128).

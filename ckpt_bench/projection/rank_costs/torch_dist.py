@@ -142,8 +142,8 @@ class TorchDistCosts:
             step.complete = False
             step.why = "the budget ran out before every group's distribution was computed: a lower bound"
             if not slowest and payloads:  # not one group done: at least its members' payloads unpickled
-                floor = Step(step.name, operation, step.what)
-                run_step(floor, Budget(self.budget.seconds), lambda: unpickled(payloads, Budget(self.budget.seconds)))
+                floor, fresh = Step(step.name, operation, step.what), Budget(self.budget.seconds)
+                run_step(floor, fresh, lambda: unpickled(payloads, fresh))
                 slowest = floor.cpu_s or 0.0
         step.cpu_s = round(slowest, 4)
         step.host_bytes = all_gather_bytes(len(groups[0]), largest, self.per_node)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from ckpt_bench.backends.workload.checkpoint_layout import Layout
 from ckpt_bench.backends.workload.workload import Workload, WorkloadError
+from ckpt_bench.model.checkpointing import TORCH_DIST_COORDINATOR_FILES
 
 _WORKLOAD = "ckpt_bench.backends.workload"
 
@@ -82,8 +83,7 @@ ENGINES: dict[str, EngineInfo] = {
                    async_save=True, default_threads=2, storage_kinds=("disk",), async_staging_copies=1,
                    always_fsyncs=True, fully_parallel=True,
                    # megatron-core's FileSystemWriterAsync: a file per writer thread a rank; rank 0's own beside
-                   rank_files="__{rank}_{thread}.distcp", coordinator_files=(".metadata", "common.pt",
-                                                                             "metadata.json")),
+                   rank_files="__{rank}_{thread}.distcp", coordinator_files=TORCH_DIST_COORDINATOR_FILES),
         EngineInfo("torch", f"{_WORKLOAD}.engines.torch_save",
                    "Megatron-LM's legacy torch format: mp_rank_* folders of model_optim_rng.pt and distrib_optim.pt",
                    {"megatron": f"{_WORKLOAD}.megatron_torch"}, async_save=False, default_threads=None,
