@@ -556,6 +556,11 @@ def projection_html(projection: Projection) -> str:
     """The projection's headline, each time's terms and the engine's global steps at the job's size."""
     content = f'<p class="hint">{_e(pp.projection_title(projection))}</p>'
     content += _pairs_table(pp.projection_rows(projection), "projection-table")
+    bought = pp.purchase_rows(projection)
+    if bought:
+        content += ("<h3>What each storage buys</h3><p class=\"hint\">One computation of the global steps, priced "
+                    "at each storage ceiling given.</p>"
+                    + _grid_table(pp.PURCHASE_COLUMNS, bought, "projection-purchase-table", table_class="terms"))
     changes = pp.change_rows(projection)
     if changes:
         content += ("<h3>What to change</h3><p class=\"hint\">Each setting projected again from the same global "
@@ -646,6 +651,11 @@ def render_report(report: Report | dict, operations: list[TimedOperation] | None
             content += (f"<h3>What if the job were larger</h3><p class=\"hint\">{_e(p.what_if_basis(advice))}; job "
                         "MTBF = GPU MTTF / GPUs.</p>" + _grid_table(p.WHAT_IF_COLUMNS, p.what_if_rows(advice),
                                                                      "what-if-table"))
+        if advice.purchase:
+            content += ("<h3>What each storage buys</h3><p class=\"hint\">C, R, Daly's interval and the goodput "
+                        "there, ranges where the projection's figures are bounds.</p>"
+                        + _grid_table(p.PURCHASE_ADVICE_COLUMNS, p.purchase_advice_rows(advice),
+                                      "purchase-advice-table"))
         content += _notes(advice.notes)
         content += f'<p class="hint">{_e(advice.model or "")}</p>'
         sections.append(("advice", "Checkpoint interval advice", content))

@@ -8,12 +8,14 @@ from ckpt_bench.present.rows import NONE, duration
 from ckpt_bench.projection.model import gb, plural
 from ckpt_bench.report.schema import ChangeSide, ProjectedTime, Projection, ProjectionFigure, Traffic
 
-__all__ = ["CHANGE_COLUMNS", "SETTING_COLUMNS", "STEP_COLUMNS", "TERM_COLUMNS", "change_rows", "hosts_rows",
-           "projection_rows", "projection_title", "setting_rows", "step_rows", "term_rows", "time_words"]
+__all__ = ["CHANGE_COLUMNS", "PURCHASE_COLUMNS", "SETTING_COLUMNS", "STEP_COLUMNS", "TERM_COLUMNS", "change_rows",
+           "hosts_rows", "projection_rows", "projection_title", "purchase_rows", "setting_rows", "step_rows",
+           "term_rows", "time_words"]
 
 TERM_COLUMNS = ["term", "seconds", "what"]
 SETTING_COLUMNS = ["setting", "value", "from"]
 CHANGE_COLUMNS = ["change", "figure", "now", "after the change"]
+PURCHASE_COLUMNS = ["storage write / read (GB/s)", "first save", "later saves", "restart"]
 STEP_COLUMNS = ["global step", "operation", "CPU here (s)", "busiest host's network", "a rank's buffer", "skipped by"]
 
 
@@ -137,6 +139,9 @@ def step_rows(projection: Projection) -> list[list[str]]:
     rows = []
     for step in costs.steps:
         cpu = NONE if step.cpu_s is None else f"{'at least ' if not step.complete else ''}{step.cpu_s:,.3g}"
+        if step.extrapolated is not None and step.cpu_s is not None:
+            error = step.extrapolated.error
+            cpu += f" (fitted, +-{error:.0%})" if error is not None else " (fitted, error unknown)"
         rows.append([step.name, step.operation, cpu, NONE if step.host_bytes is None else gb(step.host_bytes),
                      NONE if step.rank_memory_bytes is None else gb(step.rank_memory_bytes),
                      "constant structure (later saves)" if step.cached_away else ""])
@@ -157,6 +162,16 @@ def _side_words(side: ChangeSide | None) -> str:
     low, high = (side.range_s + [None, None])[:2]
     words = f"{range_words(low, high)}, bound by {side.binding}"
     return f"cannot run; {words} if it ran" if side.feasible is False else words
+
+
+def _gbps(value: float | None) -> str:
+    return "as above" if value is None else f"{value:,.4g}"
+
+
+def purchase_rows(projection: Projection) -> list[list[str]]:
+    """The purchase table: each storage priced, the job's first save, later saves and restart there."""
+    return [[f"{_gbps(row.storage_write_gbps)} / {_gbps(row.storage_read_gbps)}", time_words(row.save),
+             time_words(row.steady_save), time_words(row.load)] for row in projection.purchase or []]
 
 
 def change_rows(projection: Projection) -> list[list[str]]:

@@ -478,13 +478,20 @@ def dominant_words(record: SaveRecord | LoadRecord) -> str:
 def advice_rows(advice: Advice) -> list[tuple[str, str]]:
     if advice.error:
         return [("advice", advice.error)]
+    cost_is, restart_is = advice.checkpoint_cost_is, advice.restart_cost_is
     rows = [
-        ("checkpoint cost C", f"{duration(advice.checkpoint_cost_s)} -- {advice.checkpoint_cost_from}"),
-        ("restart cost R", f"{duration(advice.restart_cost_s)} -- {advice.restart_cost_from}"),
+        ("checkpoint cost C", f"{bounded(advice.checkpoint_cost_range_s, cost_is, advice.checkpoint_cost_s, duration)}"
+                              f" -- {advice.checkpoint_cost_from}"),
+        ("restart cost R", f"{bounded(advice.restart_cost_range_s, restart_is, advice.restart_cost_s, duration)} -- "
+                           f"{advice.restart_cost_from}"),
         ("job MTBF M", f"{duration(advice.mtbf_s)} -- {advice.mtbf_from}"),
-        ("Young interval sqrt(2CM)", _interval(advice.young_interval_s, advice.young_interval_iterations)),
-        ("Daly interval", _interval(advice.daly_interval_s, advice.daly_interval_iterations)),
-        ("goodput at Daly's interval", percent(advice.goodput_at_optimum)),
+        ("Young interval sqrt(2CM)", _bound_word(cost_is) + _interval(advice.young_interval_s,
+                                                                     advice.young_interval_iterations)),
+        ("Daly interval", _interval(advice.daly_interval_s, advice.daly_interval_iterations)
+         if cost_is in (None, "point") else
+         f"{bounded(advice.daly_interval_range_s, cost_is, advice.daly_interval_s, duration)} (C is a bound)"),
+        ("goodput at Daly's interval", percent(advice.goodput_at_optimum)
+         if cost_is in (None, "point") and restart_is in (None, "point") else _goodput_range(advice)),
     ]
     configured = advice.configured_interval_iterations
     if configured is not None and advice.configured_interval_s is not None:
@@ -500,15 +507,40 @@ def advice_rows(advice: Advice) -> list[tuple[str, str]]:
     return rows
 
 
+def bounded(values: list | None, kind: str | None, point, show) -> str:
+    """A figure as it is known: a point, a range "a-b", or "at least a"."""
+    low, high = ((values or []) + [None, None])[:2]
+    if kind == "range" and low is not None and high is not None:
+        return f"{show(low)}-{show(high)}"
+    if kind == "at least" and low is not None:
+        return f"at least {show(low)}"
+    return show(point)
+
+
+def _bound_word(kind: str | None) -> str:
+    return {"at least": "at least ", "range": "about "}.get(kind or "", "")
+
+
+def _goodput_range(advice: Advice) -> str:
+    worst, best = ((advice.goodput_at_optimum_range or []) + [None, None])[:2]
+    if best is None:
+        return percent(advice.goodput_at_optimum)
+    return f"at most {percent(best)}" if worst is None else f"{percent(worst)}-{percent(best)}"
+
+
 def budget_words(budget: CheckpointBudget) -> str:
     """The write bandwidth a checkpoint budget needs, or why none meets it."""
     allowed = f"C at most {duration(budget.max_checkpoint_cost_s)} (Daly's interval {duration(budget.daly_interval_s)})"
-    if not budget.feasible:
+    if budget.feasible is False:
         return f"{allowed}: {budget.why}"
-    needs = [f"{budget.storage_write_gbps_needed:,.4g} GB/s from every host at once"
+    lead = "at least " if budget.needed_is == "at least" else ""
+    needs = [f"{lead}{budget.storage_write_gbps_needed:,.4g} GB/s from every host at once"
              if budget.storage_write_gbps_needed is not None else None,
-             f"{budget.client_write_gbps_needed:,.4g} GB/s from the busiest host"
+             f"{lead}{budget.client_write_gbps_needed:,.4g} GB/s from the busiest host"
              if budget.client_write_gbps_needed is not None else None]
+    if budget.feasible == "unknown":
+        rate = " and ".join(n for n in needs if n) or "an unknown rate"
+        return f"{allowed}: feasible unknown; if at all, writing {rate} -- {budget.why}; {budget.from_}"
     rate = " and ".join(n for n in needs if n) or "an unknown rate"
     return f"{allowed}: writing {rate} -- {budget.why}; {budget.from_}"
 
@@ -517,19 +549,52 @@ def _interval(seconds_of_work: float | None, iterations: int | None) -> str:
     return duration(seconds_of_work) + (f" = {iterations:,} iterations" if iterations is not None else "")
 
 
+PURCHASE_ADVICE_COLUMNS = ["storage write / read (GB/s)", "C (later saves)", "R", "Daly interval", "goodput",
+                           "budget met"]
+
+
+def purchase_advice_rows(advice: Advice) -> list[list[str]]:
+    """The purchase table's advice: each storage's C, R, interval and goodput, ranges where they are bounds."""
+    def span(values, show) -> str:
+        low, high = ((values or []) + [None, None])[:2]
+        kind = None if low is None else "at least" if high is None else (
+            "point" if abs(high - low) <= 1e-6 * max(abs(high), 1e-9) else "range")
+        return bounded(values, kind, low, show)
+
+    def gbps(value) -> str:
+        return "as given" if value is None else f"{value:,.4g}"
+
+    rows = []
+    for row in advice.purchase or []:
+        worst, best = ((row.goodput_at_optimum_range or []) + [None, None])[:2]
+        good = NONE if best is None else (f"at most {percent(best)}" if worst is None else
+                                          percent(best) if abs(best - worst) < 5e-5 else
+                                          f"{percent(worst)}-{percent(best)}")
+        met = {True: "yes", False: "no", "unknown": "unknown (a bound decides it)"}.get(row.budget_met, NONE)
+        rows.append([f"{gbps(row.storage_write_gbps)} / {gbps(row.storage_read_gbps)}",
+                     span(row.checkpoint_cost_range_s, duration), span(row.restart_cost_range_s, duration),
+                     span(row.daly_interval_range_s, duration), good, met])
+    return rows
+
+
 WHAT_IF_COLUMNS = ["GPUs", "job MTBF", "Young interval", "Daly interval", "Daly (iterations)", "goodput"]
 
 
 def what_if_basis(advice: Advice) -> str:
     """The C and R the what-if rows hold: projected at the job's size, this run's, or one of each (a projection
-    with no client read figure projects the save and leaves the load measured)."""
+    with no client read figure projects the save and leaves the load measured); at their low ends where they are
+    bounds (the goodput then an upper bound)."""
     cost = "projected" in (advice.checkpoint_cost_from or "")
     restart = "projected" in (advice.restart_cost_from or "")
     if cost and restart:
-        return "C and R projected at the job's size, held"
-    if cost or restart:
-        return f"{'C' if cost else 'R'} projected at the job's size and this run's {'R' if cost else 'C'}, held"
-    return "this run's C and R, held"
+        basis = "C and R projected at the job's size, held"
+    elif cost or restart:
+        basis = f"{'C' if cost else 'R'} projected at the job's size and this run's {'R' if cost else 'C'}, held"
+    else:
+        basis = "this run's C and R, held"
+    if {advice.checkpoint_cost_is, advice.restart_cost_is} - {None, "point"}:
+        basis += " at their low ends (they are bounds: each goodput is at most that, each interval at least)"
+    return basis
 
 
 def what_if_rows(advice: Advice) -> list[list[str]]:

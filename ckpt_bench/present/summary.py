@@ -170,6 +170,10 @@ def _without_checkpoints(report: Report) -> list[RenderableType]:
 def projection_renderables(projection: Projection) -> list[RenderableType]:
     """The whole job's save and restart: the headline, each time's terms, the engine's global steps."""
     parts: list[RenderableType] = [_pairs(pp.projection_title(projection), pp.projection_rows(projection))]
+    bought = pp.purchase_rows(projection)
+    if bought:
+        parts.append(_grid("What each storage buys (one computation of the global steps, priced at each ceiling)",
+                           pp.PURCHASE_COLUMNS, bought, text_columns=(1, 2, 3)))
     changes = pp.change_rows(projection)
     if changes:
         parts.append(_grid("What to change (each projected again with that setting, the most effective first)",
@@ -196,6 +200,9 @@ def advice_renderables(advice: Advice) -> list[RenderableType]:
     if advice.what_if:
         parts.append(_grid(f"What if the job were larger ({p.what_if_basis(advice)}; job MTBF = GPU MTTF / GPUs)",
                            p.WHAT_IF_COLUMNS, p.what_if_rows(advice)))
+    if advice.purchase:
+        parts.append(_grid("What each storage buys: C, R, Daly's interval and the goodput there (ranges where the "
+                           "projection's are bounds)", p.PURCHASE_ADVICE_COLUMNS, p.purchase_advice_rows(advice)))
     if advice.notes:
         parts.append(_notes("", advice.notes))
     return parts

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import statistics
 from pathlib import Path
 
 import psutil
@@ -22,9 +23,10 @@ from ckpt_bench.projection.changes import what_to_change
 from ckpt_bench.projection.feasibility import Limits
 from ckpt_bench.projection.inputs import Figure, ProjectionOptions, measured_clients, measured_storage
 from ckpt_bench.projection.job import JobCheckpoint
-from ckpt_bench.projection.model import Inputs, default_requests, project
+from ckpt_bench.projection.model import Inputs, default_requests, project, times
 from ckpt_bench.projection.rank_costs import rank_costs
 from ckpt_bench.projection.units import GB
+from ckpt_bench.report.metrics import steady_saves
 
 __all__ = ["PROJECTION_FILE", "JobCheckpoint", "ProjectionOptions", "add_projection", "projection",
            "projection_inputs"]
@@ -61,13 +63,70 @@ def projection(job: JobCheckpoint, options: ProjectionOptions, report: dict | No
                           "not given (--network-gbps): the collectives' bytes are not priced"),
         write_requests=write_requests, read_requests=read_requests)
     try:
-        costs = rank_costs(job, options.rank_costs_budget)
+        costs = rank_costs(job, options.rank_costs_budget, options.rank_costs_exact, options.rank_costs_time)
     except RuntimeError as error:
         return {"error": str(error), "job": {"ranks": job.world_size, "engine": job.engine}}
     limits = Limits(_host_memory(options.host_memory_gb), options.files_limit)
     section = project(job, costs, inputs, part, limits)
+    if report is not None:
+        floor_saves(section, *measured_save_floor(report, job))
     section["what_to_change"] = what_to_change(job, costs, inputs, part, limits, section)
+    if options.storage_ceilings:
+        section["purchase"] = purchase(job, costs, inputs, part, limits, options.storage_ceilings)
     return section
+
+
+def measured_save_floor(report: dict, job: JobCheckpoint) -> tuple[float | None, str]:
+    """The seconds the hosts that ran took for a steady save (the median over the saves after each process's
+    first; a save's time is its slowest rank's): the whole job's save, which those hosts are part of, takes at
+    least that. None where the ranks that ran are not whole hosts of the job."""
+    if job.hosts_that_ran is None:
+        return None, ""
+    times = [save["total_time"] for save in steady_saves(report.get("saves") or [])
+             if isinstance(save.get("total_time"), (int, float))]
+    if not times:
+        return None, ""
+    return statistics.median(times), (f"the hosts that ran (job host(s) {', '.join(map(str, job.hosts_that_ran))}) "
+                                      f"measured {statistics.median(times):.3g} s a steady save (median of "
+                                      f"{len(times)}): the whole job's save takes at least that")
+
+
+def floor_saves(section: dict, floor: float | None, what: str) -> None:
+    """Raise each projected save below `floor` (what its hosts measured) to it, naming the floor as the binding
+    limit: the model leaves out what a host pays around its writes (megatron-core's stage, collect and finalize
+    phases), which the measurement holds."""
+    if floor is None:
+        return
+    for key in ("save", "second_save", "steady_save"):
+        time = section.get(key) or {}
+        low, high = (time.get("range_s") or [None, None])[:2]
+        if time.get("feasible") is False or low is None or low >= floor:
+            continue
+        time["range_s"] = [round(floor, 3), None if high is None else round(max(high, floor), 3)]
+        time["seconds"] = round(floor, 3) if time["range_s"][1] == time["range_s"][0] else None
+        time["could_also_bind"] = sorted({*time.get("could_also_bind", []), time.get("binding")} - {None})
+        time["binding"] = "the hosts' measured save"
+        time["floor"] = {"seconds": round(floor, 3), "what": what}
+        if not time.get("block_note"):  # a synchronous save blocks for all of it
+            time["block_range_s"] = time["range_s"]
+
+
+def purchase(job: JobCheckpoint, costs, inputs: Inputs, part: int | None, limits: Limits,
+             ceilings) -> list[dict]:
+    """What each storage buys: the first save, the later saves and the restart at each (write, read) ceiling,
+    from the one computation of the global steps (`costs`); a ceiling not given keeps the projection's figure."""
+    rows = []
+    for write, read in ceilings:
+        priced = dataclasses.replace(
+            inputs,
+            storage_write=inputs.storage_write if write is None else Figure(write, "--storage-write-gbps"),
+            storage_read=inputs.storage_read if read is None else Figure(read, "--storage-read-gbps"))
+        projected = times(job, costs, priced, part, limits)
+        rows.append({"storage_write_gbps": write, "storage_read_gbps": read,
+                     **{key: {name: projected[key].get(name) for name in
+                              ("seconds", "range_s", "block_range_s", "binding", "feasible", "could_also_bind")}
+                        for key in ("save", "steady_save", "load")}})
+    return rows
 
 
 def _host_memory(given: float | None) -> Figure:

@@ -16,7 +16,7 @@ from typing import ClassVar
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.options import Flag, Options
 from ckpt_bench.projection.job import JobCheckpoint
-from ckpt_bench.projection.rank_costs import DEFAULT_BUDGET_S
+from ckpt_bench.projection.rank_costs import DEFAULT_BUDGET_S, DEFAULT_TIME_S, EXACT_UP_TO
 from ckpt_bench.projection.units import GB
 from ckpt_bench.report.metrics import steady_saves
 
@@ -36,16 +36,42 @@ def _rate(flag: str, what: str) -> Flag:
     return Flag((flag,), what + " In GB/s: 10^9 bytes a second (not gigabits).", type=float, metavar="GB/S")
 
 
+def _ceilings(flag: str, what: str) -> Flag:
+    return Flag((flag,), what + " In GB/s: 10^9 bytes a second (not gigabits). Several, comma-separated "
+                "(100,200,400,1000): the purchase table prices each from one computation of the global steps.",
+                type=str, metavar="GB/S[,GB/S...]")
+
+
+def _parse_ceilings(name: str, value) -> tuple[float, ...]:
+    """GB/s figures from `value` (a number, or numbers comma-separated); one clear line for a bad one."""
+    if value is None:
+        return ()
+    texts = [f"{value:g}"] if isinstance(value, (int, float)) else str(value).split(",")
+    figures = []
+    for text in texts:
+        try:
+            figure = float(text)
+        except ValueError:
+            raise ConfigError(f"--{name.replace('_', '-')} {value}: {text.strip()!r} is not a number (GB/s, "
+                              "several comma-separated: 100,200,400)") from None
+        if not (math.isfinite(figure) and figure > 0):
+            raise ConfigError(f"--{name.replace('_', '-')} {text.strip()}: must be a positive number")
+        figures.append(figure)
+    return tuple(figures)
+
+
 @dataclass
 class ProjectionOptions(Options):
     """The figures a projection of the whole job takes beyond what the run measures."""
 
     section: ClassVar[str] = "Projection to the whole job (the save and the restart at the job's size)"
 
-    storage_write_gbps: float | None = _rate(
+    storage_write_gbps: float | None = _ceilings(
         "--storage-write-gbps", "The storage's aggregate write ceiling, from every host at once: a vendor figure, "
         "or IOR/fio across the fabric.").field()
-    storage_read_gbps: float | None = _rate("--storage-read-gbps", "The storage's aggregate read ceiling.").field()
+    storage_read_gbps: float | None = _ceilings(
+        "--storage-read-gbps", "The storage's aggregate read ceiling (several: one a write ceiling, or one for "
+        "all).").field()
     client_write_gbps: float | None = _rate(
         "--client-write-gbps", "What one host writes at the job's ranks per host (its NIC, page cache, writer "
         "threads). Default: measured by this run's hosts (a --subset of whole hosts, --subset-hosts busiest).").field()
@@ -68,22 +94,47 @@ class ProjectionOptions(Options):
         ("--rank-costs-budget",), "CPU seconds each of the engine's global steps at the job's size may take to "
         "compute (a step cut short is a lower bound).", type=float, metavar="S", default=DEFAULT_BUDGET_S,
         show_default=True).field(DEFAULT_BUDGET_S)
+    rank_costs_exact: bool = Flag(
+        ("--rank-costs-exact",), "Compute the engine's global steps at the job's own size (minutes at 1,024 ranks for "
+        "a large model; cached) instead of on copies of it with fewer layers, fitted to its depth (the default above "
+        f"{EXACT_UP_TO} ranks).", type=bool).field(False)
+    rank_costs_time: float = Flag(
+        ("--rank-costs-time",), "Wall seconds the fitted computation of the global steps may take on every core of "
+        "an idle machine (CPU seconds: this x the cores; three samples are computed whatever it says).", type=float,
+        metavar="S", default=DEFAULT_TIME_S, show_default=True).field(DEFAULT_TIME_S)
 
     @classmethod
     def of(cls, options: Options) -> ProjectionOptions:
         """These options alone, from a config that holds them among others (a backend's)."""
-        return cls(**{name: getattr(options, name) for name in cls.flags()})
+        return cls(**{name: getattr(options, name) for name in [*cls.flags(), "storage_ceilings"]})
 
     @property
     def given(self) -> set[str]:
         """The figures given (the budget and the limits aside)."""
-        limits = ("rank_costs_budget", "host_memory_gb", "files_limit")
+        limits = ("rank_costs_budget", "rank_costs_exact", "rank_costs_time", "host_memory_gb", "files_limit")
         return {name for name in self.flags() if name not in limits and getattr(self, name) is not None}
+
+    storage_ceilings: tuple[tuple[float | None, float | None], ...] = ()
+    """(write, read) storage ceilings of the purchase table, where several were given (the first is the
+    projection's own)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("storage_write_gbps", "storage_read_gbps", "client_write_gbps", "client_read_gbps",
-                     "network_gbps", "storage_requests_per_s", "host_memory_gb", "rank_costs_budget"):
+        writes = _parse_ceilings("storage_write_gbps", self.storage_write_gbps)
+        reads = _parse_ceilings("storage_read_gbps", self.storage_read_gbps)
+        if len(writes) > 1 and len(reads) > 1 and len(reads) != len(writes):
+            raise ConfigError(f"--storage-read-gbps {self.storage_read_gbps}: {len(reads)} ceilings for "
+                              f"{len(writes)} write ceilings; give one a write ceiling, or one for all")
+        rows = max(len(writes), len(reads))
+        if rows > 1 and not self.storage_ceilings:
+            self.storage_ceilings = tuple(
+                (writes[i if len(writes) > 1 else 0] if writes else None,
+                 reads[i if len(reads) > 1 else 0] if reads else None) for i in range(rows))
+        self.storage_write_gbps = writes[0] if writes else None
+        self.storage_read_gbps = reads[0] if reads else None
+        for name in ("client_write_gbps", "client_read_gbps",
+                     "network_gbps", "storage_requests_per_s", "host_memory_gb", "rank_costs_budget",
+                     "rank_costs_time"):
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise ConfigError(f"--{name.replace('_', '-')} {value:g}: must be a positive number")

@@ -82,18 +82,35 @@ def _over(amount: float, figure: Figure, unit: float = GB) -> tuple[float | None
     return (0.0, seconds) if figure.at_least else (seconds, seconds)
 
 
+def _cpu_range(step: Step) -> tuple[float, float | None]:
+    """(low, high) CPU seconds of a step: a point where computed at the job's size, the fit's range where
+    extrapolated (open above where its error is unknown), at least the CPU spent where cut short."""
+    cpu = step.cpu_s or 0.0
+    if not step.complete:
+        return cpu, None
+    if step.extrapolated:
+        error = step.extrapolated.get("error")
+        return (cpu, None) if error is None else (cpu * max(0.0, 1 - error), cpu * (1 + error))
+    return cpu, cpu
+
+
 def _step_term(label: str, step: Step, network: Figure) -> Term:
-    """A global step: its CPU (a lower bound at the CPU it spent where cut short) and its collective's bytes over
-    the network."""
+    """A global step: its CPU (a lower bound at the CPU it spent where cut short, the fit's range where
+    extrapolated) and its collective's bytes over the network."""
     sent_low, sent_high = _over(step.host_bytes or 0, network)
     if step.cpu_s is None and step.host_bytes is None:
         return Term(label, "step", 0.0, None, f"{step.what}: {step.why or 'not computed'}")
-    cpu = step.cpu_s or 0.0
-    high = None if sent_high is None or not step.complete else cpu + sent_high
-    parts = [f"{'at least ' if not step.complete else ''}{cpu:.3g} s CPU (computed here)"
+    cpu_low, cpu_high = _cpu_range(step)
+    high = None if sent_high is None or cpu_high is None else cpu_high + sent_high
+    how = "computed here"
+    if step.extrapolated:
+        error = step.extrapolated.get("error")
+        how = ("extrapolated from copies of the job with fewer layers, "
+               + (f"fit error {error:.0%}" if error is not None else "fit error unknown"))
+    parts = [f"{'at least ' if not step.complete else ''}{step.cpu_s:.3g} s CPU ({how})"
              if step.cpu_s is not None else None,
              f"{gb(step.host_bytes)} on the busiest host's network" if step.host_bytes else None]
-    return Term(label, "step", cpu + (sent_low or 0.0), high,
+    return Term(label, "step", cpu_low + (sent_low or 0.0), high,
                 f"{step.what}: " + ", ".join(p for p in parts if p) + ("" if step.complete else f" ({step.why})"))
 
 

@@ -115,7 +115,10 @@ def goodput(interval: float, cost: float, restart: float, mtbf: float) -> float:
     work (Daly's expected-time model: exponential failures, also during saves and restarts)."""
     if interval <= 0:
         return math.exp(-restart / mtbf)  # the limit of checkpointing continuously
-    return interval / (mtbf * math.exp(restart / mtbf) * math.expm1((interval + cost) / mtbf))
+    try:
+        return interval / (mtbf * math.exp(restart / mtbf) * math.expm1((interval + cost) / mtbf))
+    except OverflowError:  # a restart or a save many MTBFs long: the job makes no progress
+        return 0.0
 
 
 def job_mtbf(gpu_mttf_s: float, gpus: int) -> float:
@@ -265,14 +268,24 @@ def job_gpus(report: dict) -> tuple[int | None, str]:
     return (ran if isinstance(ran, int) and ran > 0 else None), "the run's world size"
 
 
-def _projected(time: dict | None, key: str = "range_s") -> tuple[float | None, bool]:
-    """A projected time's value (its low end where it is a range) and whether it is a lower bound only."""
+def projected_range(time: dict | None, key: str = "range_s") -> tuple[float | None, float | None]:
+    """A projected time's (low, high): equal for a point, high None where only a lower bound is known; (None,
+    None) where it has none."""
     if not isinstance(time, dict):
-        return None, False
+        return None, None
     low, high = ((time.get(key) or []) + [None, None])[:2]
     if low is None or (high is None and not low):
-        return None, False
-    return low, high is None or not math.isclose(low, high)
+        return None, None
+    return low, high
+
+
+def bound_of(low: float | None, high: float | None) -> str | None:
+    """What a (low, high) figure is: "point", "range" or "at least" (None: unknown)."""
+    if low is None:
+        return None
+    if high is None:
+        return "at least"
+    return "point" if math.isclose(low, high, rel_tol=1e-6) else "range"
 
 
 def steady_save(projection: dict) -> dict:
@@ -290,18 +303,26 @@ def projected_costs(report: dict) -> tuple[float | None, str, float | None, str,
     job = projection.get("job") or {}
     save = steady_save(projection)
     asynchronous = bool(job.get("async_save"))
-    cost, cost_bound = _projected(save, "block_range_s" if asynchronous else "range_s")
-    load, load_bound = _projected(projection.get("load"))
+    cost = projected_range(save, "block_range_s" if asynchronous else "range_s")[0]
+    load = projected_range(projection.get("load"))[0]
     ranks = job.get("ranks")
     notes = []
     where = f"projected for the whole job of {ranks:,} ranks" if isinstance(ranks, int) else "projected"
     cost_from = (f"{'save block time' if asynchronous else 'save total time'} {where} (projection.steady_save, "
                  f"bound by {save.get('binding')})")
-    if cost_bound:
+    cost_kind = bound_of(*projected_range(save, "block_range_s" if asynchronous else "range_s"))
+    load_kind = bound_of(*projected_range(projection.get("load")))
+    if cost_kind == "at least":
         notes.append("the projected checkpoint cost is a lower bound (an input of the projection is a bound or "
                      "unknown: projection.inputs): the interval is a lower bound too")
-    if load_bound:
+    elif cost_kind == "range":
+        notes.append("the projected checkpoint cost is a range (extrapolated global steps with their fit's error, or "
+                     "a storage ceiling not reached): C, the intervals and the goodput are given as ranges; the "
+                     "single figures are at C's low end")
+    if load_kind == "at least":
         notes.append("the projected load is a lower bound: so is the restart cost")
+    elif load_kind == "range":
+        notes.append("the projected load is a range: so is the restart cost (its single figure is the low end)")
     return cost, cost_from, load, f"load {where} (projection.load)", notes
 
 
@@ -357,6 +378,8 @@ def advise(report: dict, options: AdviceOptions) -> dict:
         "model": "Young: sqrt(2CM); Daly 2006: sqrt(2CM)(1 + sqrt(C/2M)/3 + C/18M) - C (M if C >= 2M); "
                  "goodput(tau) = tau / (M e^(R/M) (e^((tau+C)/M) - 1)), exponential failures",
     }
+    advice.update(_ranges(report, cost, restart, overhead, mtbf, projected_cost is not None,
+                          projected_load is not None))
     if cost is not None:
         young, daly = young_interval(cost, mtbf), daly_interval(cost, mtbf)
         advice.update(
@@ -390,14 +413,80 @@ def advise(report: dict, options: AdviceOptions) -> dict:
                          "--job-ranks)")
     if options.checkpoint_budget is not None:
         advice["checkpoint_budget"] = bandwidth_needed(report, options.checkpoint_budget / 100, cost, restart, mtbf)
+    rows = purchase_rows(report, overhead, mtbf, options.checkpoint_budget)
+    if rows:
+        advice["purchase"] = rows
     advice["notes"] = notes
     return advice
+
+
+def _ranges(report: dict, cost: float | None, restart: float, overhead: float, mtbf: float, cost_projected: bool,
+            load_projected: bool) -> dict:
+    """C, R, Daly's interval and the goodput at it as (low, high) where the projection gives a range or a lower
+    bound (an extrapolated or cut-short step, a storage ceiling not reached), each with what it is: "point",
+    "range" or "at least"; goodput's worst case is at the high C and R (None where they are open)."""
+    projection = report.get("projection") if isinstance(report.get("projection"), dict) else {}
+    cost_range: tuple[float | None, float | None] = (cost, cost)
+    if cost_projected:
+        asynchronous = bool((projection.get("job") or {}).get("async_save"))
+        cost_range = projected_range(steady_save(projection), "block_range_s" if asynchronous else "range_s")
+    restart_range: tuple[float | None, float | None] = (restart, restart)
+    if load_projected:
+        low, high = projected_range(projection.get("load"))
+        restart_range = (restart, None if high is None else high + overhead) if low is not None else (restart, None)
+    section: dict = {"checkpoint_cost_range_s": [_round(v, 4) for v in cost_range],
+                     "checkpoint_cost_is": bound_of(*cost_range),
+                     "restart_cost_range_s": [_round(v) for v in restart_range],
+                     "restart_cost_is": bound_of(*restart_range),
+                     "daly_interval_range_s": [None, None], "goodput_at_optimum_range": [None, None]}
+    low_cost, high_cost = cost_range
+    if low_cost is not None:
+        best = goodput(daly_interval(low_cost, mtbf), low_cost, restart_range[0], mtbf)
+        worst = (None if high_cost is None or restart_range[1] is None else
+                 goodput(daly_interval(high_cost, mtbf), high_cost, restart_range[1], mtbf))
+        section["daly_interval_range_s"] = [_round(daly_interval(low_cost, mtbf)),
+                                            None if high_cost is None else _round(daly_interval(high_cost, mtbf))]
+        section["goodput_at_optimum_range"] = [None if worst is None else _round(worst, 4), _round(best, 4)]
+    return section
+
+
+def purchase_rows(report: dict, overhead: float, mtbf: float, budget_percent: float | None) -> list[dict]:
+    """The purchase table's advice: for each storage the projection priced (`projection.purchase`), C (its later
+    saves; an async save's block time), R, Daly's interval, the goodput there, and whether checkpointing costs at
+    most the budget's share ("unknown" where a bound decides it), each a range where its inputs are."""
+    projection = report.get("projection") if isinstance(report.get("projection"), dict) else {}
+    asynchronous = bool((projection.get("job") or {}).get("async_save"))
+    rows = []
+    for row in projection.get("purchase") or []:
+        cost_low, cost_high = projected_range(row.get("steady_save"), "block_range_s" if asynchronous else "range_s")
+        load_low, load_high = projected_range(row.get("load"))
+        restart_low = (load_low or 0.0) + overhead
+        restart_high = None if load_low is not None and load_high is None else (load_high or 0.0) + overhead
+        entry = {"storage_write_gbps": row.get("storage_write_gbps"), "storage_read_gbps": row.get("storage_read_gbps"),
+                 "checkpoint_cost_range_s": [_round(cost_low, 4), _round(cost_high, 4)],
+                 "restart_cost_range_s": [_round(restart_low), _round(restart_high)],
+                 "daly_interval_range_s": [None, None], "goodput_at_optimum_range": [None, None],
+                 "budget_met": None}
+        if cost_low is not None:
+            entry["daly_interval_range_s"] = [_round(daly_interval(cost_low, mtbf)),
+                                              None if cost_high is None else _round(daly_interval(cost_high, mtbf))]
+            best = goodput(daly_interval(cost_low, mtbf), cost_low, restart_low, mtbf)
+            worst = (None if cost_high is None or restart_high is None else
+                     goodput(daly_interval(cost_high, mtbf), cost_high, restart_high, mtbf))
+            entry["goodput_at_optimum_range"] = [None if worst is None else _round(worst, 4), _round(best, 4)]
+            if budget_percent is not None:
+                allowed = largest_cost(budget_percent / 100, restart_low, mtbf)
+                entry["budget_met"] = (False if cost_low > allowed else
+                                       True if cost_high is not None and cost_high <= allowed else "unknown")
+        rows.append(entry)
+    return rows
 
 
 def lost_share(cost: float, restart: float, mtbf: float) -> float:
     """The share of the job's time checkpointing costs at Daly's interval: what goodput loses beyond what
     failures alone cost (goodput with a free checkpoint, C -> 0, is e^(-R/M))."""
-    return 1 - goodput(daly_interval(cost, mtbf), cost, restart, mtbf) / math.exp(-restart / mtbf)
+    free = math.exp(-restart / mtbf)
+    return 1.0 if free == 0 else 1 - goodput(daly_interval(cost, mtbf), cost, restart, mtbf) / free
 
 
 def largest_cost(share: float, restart: float, mtbf: float) -> float:
@@ -425,36 +514,58 @@ def bandwidth_needed(report: dict, share: float, cost: float | None, restart: fl
     traffic = projection.get("save_traffic") or {}
     if traffic:
         save = steady_save(projection)
-        fixed = sum((term.get("range_s") or [0])[0] or 0.0 for term in save.get("terms") or []
-                    if term.get("kind") == "step")
+        steps = [term.get("range_s") or [0.0, 0.0] for term in save.get("terms") or [] if term.get("kind") == "step"]
+        fixed = sum(low or 0.0 for low, _ in steps)
+        fixed_high = None if any(high is None for _, high in steps) else sum(high for _, high in steps)
         total, busiest = traffic.get("bytes") or 0, (traffic.get("busiest_host") or {}).get("bytes") or 0
         source = ("projection.save_traffic (the whole job's bytes, the busiest host's) and the projected later "
                   "saves' global steps (projection.steady_save.terms), as fixed costs")
     else:
         saves = steady_saves(report.get("saves") or [])
         total = _median(s.get("bytes") for s in saves) or 0
-        fixed, busiest = 0.0, None
+        fixed, fixed_high, busiest = 0.0, 0.0, None
         source = "this run's steady save bytes, with no fixed cost known (no projection of the whole job)"
     section["from"] = source
     section["fixed_cost_s"] = _round(fixed)
+    section["fixed_cost_range_s"] = [_round(fixed), _round(fixed_high)]
+    section["share_counts"] = ("the job's time lost to checkpointing at Daly's interval beyond what failures alone "
+                               "cost: the saves themselves and the work redone after each failure since the last "
+                               "checkpoint (not the restarts, which failures cost anyway)")
     asynchronous = (projection.get("job") or {}).get("async_save") if projection else report.get("async_save")
     if asynchronous:
-        # An async save's cost is its block time, which bandwidth does not change; its write must end within the
-        # interval, or saves overlap.
-        window, section["feasible"] = interval, True
+        # An async save's cost is its block time, which bandwidth does not change; its write must end before the
+        # next save, at the async save's own optimum interval (Daly's at its block time), or saves overlap.
+        interval = daly_interval(cost, mtbf) if cost else interval
+        section["daly_interval_s"] = _round(interval)
+        section["feasible"] = True
         section["why"] = ("async saves: the block time does not depend on the storage; the write must end within "
-                          "Daly's interval, so the bandwidth is the checkpoint's bytes over that interval")
+                          "the async save's own Daly interval (at its block time, current_checkpoint_cost_s), so "
+                          "the bandwidth is the checkpoint's bytes over that interval")
+        windows = (interval, interval)
     else:
-        window = allowed - fixed
-        section["feasible"] = window > 0
-        if window <= 0:
+        windows = (allowed - fixed, None if fixed_high is None else allowed - fixed_high)
+        if windows[0] <= 0:
+            section["feasible"] = False
             section["why"] = (f"the save's global steps alone take {fixed:.3g} s, more than the {allowed:.3g} s "
                               "this budget allows a checkpoint: no bandwidth meets it")
             return section
+        certain = windows[1] is not None and windows[1] > 0
+        section["feasible"] = True if certain else "unknown"
         section["why"] = ("a synchronous save: training waits for the whole save, so the bytes must move in the "
                           "checkpoint cost the budget allows, less the global steps")
-    section["storage_write_gbps_needed"] = _significant(total / window / 1e9) if total else None
-    section["client_write_gbps_needed"] = _significant(busiest / window / 1e9) if busiest else None
+        if not certain:
+            section["why"] += (f"; the global steps are a bound ({fixed:.3g} s to "
+                               f"{'an unknown upper end' if fixed_high is None else f'{fixed_high:.3g} s'}): "
+                               "whether any bandwidth meets the budget is unknown")
+
+    def needed(amount: float, window: float | None) -> float | None:
+        return _significant(amount / window / 1e9) if amount and window and window > 0 else None
+
+    section["storage_write_gbps_needed"] = needed(total, windows[0])
+    section["client_write_gbps_needed"] = needed(busiest or 0, windows[0])
+    section["storage_write_gbps_needed_range"] = [needed(total, windows[0]), needed(total, windows[1])]
+    section["client_write_gbps_needed_range"] = [needed(busiest or 0, windows[0]), needed(busiest or 0, windows[1])]
+    section["needed_is"] = "point" if windows[0] == windows[1] else "at least"
     return section
 
 

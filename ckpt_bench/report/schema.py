@@ -304,10 +304,33 @@ class CheckpointBudget:
     """The aggregate write bandwidth (GB/s, 10^9 bytes a second), every host at once."""
     client_write_gbps_needed: float | None = None
     """What the busiest host must write (GB/s), where the projection knows it."""
-    feasible: bool | None = None
+    feasible: bool | str | None = None
+    """True, False, or "unknown" where a bound of the global steps decides it."""
     current_checkpoint_cost_s: float | None = None
     why: str | None = None
     from_: str | None = None
+    fixed_cost_range_s: list[float | None] | None = None
+    share_counts: str | None = None
+    storage_write_gbps_needed_range: list[float | None] | None = None
+    client_write_gbps_needed_range: list[float | None] | None = None
+    needed_is: str | None = None
+    """"point", or "at least" where the global steps are a bound."""
+
+
+@dataclass
+class AdvicePurchaseRow:
+    """One storage of the purchase table with its advice (advice.purchase): each figure [low, high]."""
+
+    storage_write_gbps: float | None = None
+    storage_read_gbps: float | None = None
+    checkpoint_cost_range_s: list[float | None] = field(default_factory=list)
+    restart_cost_range_s: list[float | None] = field(default_factory=list)
+    daly_interval_range_s: list[float | None] = field(default_factory=list)
+    goodput_at_optimum_range: list[float | None] = field(default_factory=list)
+    """[worst, best]."""
+    budget_met: bool | str | None = None
+    """Whether checkpointing costs at most --checkpoint-budget of the job's time: true, false, "unknown" where a
+    bound decides it; null without a budget."""
 
 
 @dataclass
@@ -333,8 +356,19 @@ class Advice:
     configured_interval_s: float | None = None
     goodput_at_configured: float | None = None
     model: str | None = None
+    checkpoint_cost_range_s: list[float | None] | None = None
+    """C as (low, high): equal for a point, high None for a lower bound (projected from a bound)."""
+    checkpoint_cost_is: str | None = None
+    """"point", "range" or "at least"."""
+    restart_cost_range_s: list[float | None] | None = None
+    restart_cost_is: str | None = None
+    daly_interval_range_s: list[float | None] | None = None
+    goodput_at_optimum_range: list[float | None] | None = None
+    """(worst, best): the worst at C's and R's high ends (None where they are open)."""
     what_if: list[WhatIf] | None = None
     checkpoint_budget: CheckpointBudget | None = None
+    purchase: list[AdvicePurchaseRow] | None = None
+    """What each storage priced buys (several --storage-write-gbps), with its interval and goodput."""
     notes: list[str] = field(default_factory=list)
     error: str | None = None
 
@@ -419,6 +453,14 @@ class ProjectionTerm:
 
 
 @dataclass
+class ProjectionFloor:
+    """What the hosts that ran measured for a steady save: the whole job's save takes at least that."""
+
+    seconds: float | None = None
+    what: str = ""
+
+
+@dataclass
 class ProjectedTime:
     """A projected save or restart of the whole job (projection.model)."""
 
@@ -435,6 +477,30 @@ class ProjectedTime:
     and what it would take if it ran (`range_if_it_ran_s`); null where the host memory is unknown."""
     cannot_run: str | None = None
     range_if_it_ran_s: list[float | None] | None = None
+    floor: ProjectionFloor | None = None
+    """Where the hosts that ran measured a slower save than the model projects: that save, the floor."""
+
+
+@dataclass
+class PurchaseRow:
+    """One storage of the purchase table (several --storage-write-gbps / --storage-read-gbps): the job's saves
+    and restart at its ceilings, from the same global steps (projection.purchase)."""
+
+    storage_write_gbps: float | None = None
+    storage_read_gbps: float | None = None
+    save: ProjectedTime | None = None
+    steady_save: ProjectedTime | None = None
+    load: ProjectedTime | None = None
+
+
+@dataclass
+class StepFit:
+    """How an extrapolated step was fitted (projection.rank_costs.sampled)."""
+
+    samples: list[list[int]] = field(default_factory=list)
+    """The copies of the job it was computed on: [ranks, layers]."""
+    error: float | None = None
+    """The fit's error at the job's depth, a fraction; None: unknown."""
 
 
 @dataclass
@@ -452,6 +518,9 @@ class RankCostStep:
     rank_memory_bytes: int | None = None
     units: int | None = None
     why: str | None = None
+    extrapolated: StepFit | None = None
+    """Where fitted from copies of the job with fewer layers: the samples [ranks, layers] and the fit's error (a
+    fraction; None: unknown)."""
 
 
 @dataclass
@@ -466,6 +535,10 @@ class RankCostsSection:
     spent_s: float | None = None
     peak_rss_bytes: int | None = None
     notes: list[str] = field(default_factory=list)
+    method: str = "computed"
+    """"computed" at the job's size or "extrapolated" from copies of it with fewer layers."""
+    samples: list[list[int]] | None = None
+    rank0_units: int | None = None
 
 
 @dataclass
@@ -567,6 +640,8 @@ class Projection:
     """The storage the experiment's retention keeps, and its peak during a save."""
     what_to_change: list[ProjectionChange] = field(default_factory=list)
     """Each setting that moves a figure for the better, with the figures before and after."""
+    purchase: list[PurchaseRow] | None = None
+    """What each storage ceiling given buys (several --storage-write-gbps): one row each."""
     rank_costs: RankCostsSection | None = None
     units: dict[str, str] | None = None
     notes: list[str] = field(default_factory=list)

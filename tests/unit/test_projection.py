@@ -7,13 +7,21 @@ import math
 
 import pytest
 
+from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.model.checkpointing import CheckpointSettings
 from ckpt_bench.projection import JobCheckpoint, ProjectionOptions
 from ckpt_bench.projection.inputs import Figure, measured_clients
 from ckpt_bench.projection.model import Inputs, project
 from ckpt_bench.projection.rank_costs import RankCosts, Step
 from ckpt_bench.projection.schedule import HELD_LOAD_PLAN
-from ckpt_bench.report.advice import AdviceOptions, advise, bandwidth_needed, largest_cost, lost_share
+from ckpt_bench.report.advice import (
+    AdviceOptions,
+    advise,
+    bandwidth_needed,
+    daly_interval,
+    largest_cost,
+    lost_share,
+)
 
 GB = 10**9
 
@@ -188,3 +196,91 @@ def test_a_plan_shows_its_hosts_and_advises_at_the_jobs_size_from_its_projection
     advice = plan["advice"]
     assert advice["checkpoint_cost_s"] == save["seconds"] and "/ 8 GPUs" in advice["mtbf_from"]
     assert advice["checkpoint_budget"]["feasible"] is True
+
+
+def test_a_budget_decided_by_a_bound_is_unknown_and_its_bandwidth_at_least():
+    mtbf, restart = 3600.0 * 2, 600.0
+    allowed = largest_cost(0.05, restart, mtbf)
+    report = {"projection": {"job": {"async_save": False}, "save_traffic": {"bytes": 1000 * GB,
+                                                                          "busiest_host": {"bytes": 10 * GB}},
+                             "steady_save": {"terms": [{"kind": "step", "range_s": [5.0, 2 * allowed]}]}}}
+    section = bandwidth_needed(report, 0.05, None, restart, mtbf)
+    assert section["feasible"] == "unknown" and section["needed_is"] == "at least"
+    assert section["storage_write_gbps_needed_range"] == [pytest.approx(1000 / (allowed - 5), rel=1e-3), None]
+    assert "counts" not in section["why"] and "redone after each failure" in section["share_counts"]
+
+
+def test_an_async_budget_uses_the_async_saves_own_interval():
+    mtbf, restart = 3600.0 * 24, 600.0
+    report = {"projection": {"job": {"async_save": True}, "save_traffic": {"bytes": 1000 * GB,
+                                                                         "busiest_host": {"bytes": 10 * GB}},
+                             "steady_save": {"terms": []}}}
+    section = bandwidth_needed(report, 0.05, 12.85, restart, mtbf)
+    own = daly_interval(12.85, mtbf)
+    assert section["daly_interval_s"] == pytest.approx(own, rel=1e-3)
+    assert own < daly_interval(section["max_checkpoint_cost_s"], mtbf)  # not the budget's synchronous C
+    assert section["storage_write_gbps_needed"] == pytest.approx(1000 / own, rel=1e-3)
+
+
+def test_the_advice_gives_c_r_the_interval_and_goodput_as_ranges_where_the_projection_does():
+    report = {"world_size": 8, "projection": {
+        "job": {"ranks": 8, "async_save": False},
+        "steady_save": {"range_s": [100.0, 150.0], "binding": "rank-count steps"},
+        "load": {"range_s": [200.0, None], "binding": "storage"}}}
+    advice = advise(report, AdviceOptions(gpu_mttf_hours=50000))
+    assert advice["checkpoint_cost_is"] == "range" and advice["checkpoint_cost_range_s"] == [100.0, 150.0]
+    assert advice["restart_cost_is"] == "at least" and advice["restart_cost_range_s"][1] is None
+    low, high = advice["daly_interval_range_s"]
+    assert low == advice["daly_interval_s"] < high
+    assert advice["goodput_at_optimum_range"][0] is None  # R is open above: no worst case
+    assert any("a range" in note for note in advice["notes"])
+    from ckpt_bench.present.rows import advice_rows
+    from ckpt_bench.report.schema import Advice
+
+    rows = dict(advice_rows(Advice.from_json(advice)))
+    assert rows["checkpoint cost C"].startswith("100.0 s (1.67 min)-150.0 s") and rows["restart cost R"].startswith("at least")
+    assert rows["goodput at Daly's interval"].startswith("at most")
+
+
+@pytest.mark.parametrize("mttf_hours, write", [(1e-9, 1e-12), (1, 1e-9), (1e9, 1e9)])
+def test_extreme_figures_give_finite_advice_never_a_traceback(mttf_hours, write):
+    report = {"world_size": 32768, "projection": {
+        "job": {"ranks": 32768, "async_save": False},
+        "save_traffic": {"bytes": 10**15, "busiest_host": {"bytes": 10**13}},
+        "steady_save": {"range_s": [10**15 / 1e9 / write] * 2, "terms": []},
+        "load": {"range_s": [1e12, 1e12]}}}
+    advice = advise(report, AdviceOptions(gpu_mttf_hours=mttf_hours, checkpoint_budget=5))
+    for value in (advice["goodput_at_optimum"], advice["daly_interval_s"], *advice["goodput_at_optimum_range"]):
+        assert value is None or math.isfinite(value)
+    assert all(math.isfinite(row["goodput_at_optimum"]) for row in advice["what_if"])
+
+
+def test_several_storage_ceilings_price_one_computation_of_the_steps_row_by_row():
+    from ckpt_bench.projection import purchase
+    from ckpt_bench.projection.feasibility import Limits
+
+    options = ProjectionOptions(storage_write_gbps="100,200", storage_read_gbps="50")
+    assert options.storage_write_gbps == 100.0 and options.storage_ceilings == ((100.0, 50.0), (200.0, 50.0))
+    many = job(write=(100 * GB,) * 64, per_node=8)
+    rows = purchase(many, NO_STEPS, inputs(client=1000.0, storage=1.0), None, Limits(), options.storage_ceilings)
+    assert [row["save"]["seconds"] for row in rows] == [64.0, 32.0]  # 6,400 GB at 100 and 200 GB/s
+    assert [row["load"]["seconds"] for row in rows] == [128.0, 128.0]  # read at 50 GB/s in both
+    with pytest.raises(ConfigError, match="'x' is not a number"):
+        ProjectionOptions(storage_write_gbps="100,x")
+    with pytest.raises(ConfigError, match="3 ceilings for 2 write ceilings"):
+        ProjectionOptions(storage_write_gbps="1,2", storage_read_gbps="1,2,3")
+
+
+def test_a_subsets_projection_never_falls_below_what_its_hosts_measured():
+    from ckpt_bench.projection import projection
+
+    ran = job(hosts_that_ran=(0,))
+    saves = [{"complete": True, "total_time": t, "repetition": 0} for t in (5.0, 8.0, 9.0)]
+    options = ProjectionOptions(storage_write_gbps=100.0, client_write_gbps=100.0, host_memory_gb=1000.0)
+    section = projection(ran, options, {"saves": saves})
+    for key in ("save", "second_save", "steady_save"):
+        assert section[key]["range_s"][0] == 8.5 and section[key]["binding"] == "the hosts' measured save"
+        assert "measured 8.5 s a steady save" in section[key]["floor"]["what"]
+    assert section["steady_save"]["could_also_bind"] == ["storage"]  # the limit the model found binding
+    # hosts that are not whole hosts of the job measured no floor
+    assert projection(job(), options, {"saves": saves})["save"]["range_s"][0] < 1

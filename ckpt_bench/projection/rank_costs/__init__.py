@@ -1,13 +1,16 @@
-"""Rank-count costs computed at the job's full size, not extrapolated: each engine's own global steps (the
-sharding validation, the fully parallel distribution, DCP's global plan, the finalize, a restart's metadata and
-plan) run here, on one core, over the N ranks' inputs built from the plan we derive (`base`). One module per
-engine, listed once here (`ENGINES`); each has `compute(job, budget) -> RankCosts`.
+"""Rank-count costs: each engine's own global steps (the sharding validation, the fully parallel distribution,
+DCP's global plan, the finalize, a restart's metadata and plan) run here over the N ranks' inputs built from the
+plan we derive (`base`). One module per engine, listed once here (`ENGINES`); each has
+`compute(job, budget) -> RankCosts`.
 
-`rank_costs(job, budget_s)` runs the computation in a process of its own (its memory is the coordinator's, its
-peak measured; torch and megatron-core are imported there only), and keeps the result in a cache keyed by the
-job's checkpoint and the versions whose code ran (`$XDG_CACHE_HOME/ckpt-bench/rank-costs/`, or
-`$CKPT_BENCH_CACHE`), so that a second `--plan` with other storage figures does not compute it again. A result
-the budget cut short is computed again under a larger budget.
+`rank_costs(job, budget_s)` computes them at the job's own size where that is quick (up to `EXACT_UP_TO` ranks) or
+asked for (`exact`, `--rank-costs-exact`: minutes at 1,024 ranks for a large model); otherwise on smaller copies
+of the job, their growth fitted (`sampled`, within `time_s`: a first `--plan` in about a minute), each figure
+marked extrapolated with the fit's error. Either runs in processes of their own (their memory is the
+coordinator's, its peak measured; torch and megatron-core are imported there only), and is kept in a cache keyed
+by the job's checkpoint and the versions whose code ran (`$XDG_CACHE_HOME/ckpt-bench/rank-costs/`, or
+`$CKPT_BENCH_CACHE`), so that a second `--plan` with other storage figures does not compute it again; an exact
+result is used wherever one is cached. A result the budget cut short is computed again under a larger budget.
 
     python -m ckpt_bench.projection.rank_costs JOB.json BUDGET_S   # prints RankCosts as JSON
 """
@@ -27,8 +30,10 @@ from ckpt_bench.core import progress
 from ckpt_bench.core.environment import megatron_core_version, package_versions
 from ckpt_bench.projection.job import JobCheckpoint
 from ckpt_bench.projection.rank_costs.base import Budget, RankCosts, Step
+from ckpt_bench.projection.rank_costs.sampled import DEFAULT_TIME_S, sampled_rank_costs
 
-__all__ = ["DEFAULT_BUDGET_S", "ENGINES", "RankCosts", "Step", "cached_rank_costs", "rank_costs"]
+__all__ = ["DEFAULT_BUDGET_S", "DEFAULT_TIME_S", "ENGINES", "EXACT_UP_TO", "RankCosts", "Step", "cached_rank_costs",
+           "rank_costs"]
 
 _PACKAGE = "ckpt_bench.projection.rank_costs"
 
@@ -40,7 +45,9 @@ ENGINES = {"torch_dist": f"{_PACKAGE}.torch_dist", "dcp": f"{_PACKAGE}.dcp", "to
 RUNS_ENGINE_CODE = ("torch_dist", "dcp", "torch_dcp")
 
 #: The computation's own version: a cached result of another is computed again.
-COMPUTATION_VERSION = 10
+COMPUTATION_VERSION = 11
+#: Jobs up to this many ranks are computed at their own size (seconds); larger ones are extrapolated unless asked.
+EXACT_UP_TO = 64
 
 #: CPU seconds each step of the computation may take by default (`--rank-costs-budget`): DeepSeek-V3's 1,024 ranks
 #: through torch_dist take about 2 minutes a step on a 2-core VM.
@@ -73,26 +80,56 @@ def _key(job: JobCheckpoint) -> str:
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def cached_rank_costs(job: JobCheckpoint) -> RankCosts | None:
-    """The engine's rank-count costs at the job's size where an earlier computation left them (None: not
-    computed yet, or by other versions); computes nothing."""
+def _read(path: Path) -> RankCosts | None:
     try:
-        return RankCosts.from_dict(json.loads((_cache_dir() / f"{_key(job)}.json").read_text()))
+        return RankCosts.from_dict(json.loads(path.read_text()))
     except (OSError, ValueError, TypeError, KeyError):
         return None
 
 
-def rank_costs(job: JobCheckpoint, budget_s: float = DEFAULT_BUDGET_S) -> RankCosts:
-    """The engine's rank-count costs at the job's size (cached); raises RuntimeError if the computation fails."""
+def _write(path: Path, costs: RankCosts) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(costs.as_dict()))
+    except OSError:
+        pass  # no cache: computed again next time
+
+
+def cached_rank_costs(job: JobCheckpoint) -> RankCosts | None:
+    """The engine's rank-count costs at the job's size where an earlier computation left them, computed at its size
+    or else extrapolated (None: not computed yet, or by other versions); computes nothing."""
+    return _read(_cache_dir() / f"{_key(job)}.json") or _read(_cache_dir() / f"{_key(job)}-fit.json")
+
+
+def _enough(known: RankCosts | None, budget_s: float) -> bool:
+    return known is not None and (all(step.complete for step in known.steps) or (known.budget_s or 0) >= budget_s)
+
+
+def rank_costs(job: JobCheckpoint, budget_s: float = DEFAULT_BUDGET_S, exact: bool = False,
+               time_s: float = DEFAULT_TIME_S) -> RankCosts:
+    """The engine's rank-count costs at the job's size (cached): computed at its size where it is small or `exact`
+    is asked, else extrapolated from samples taking about `time_s` on every core; raises RuntimeError if the
+    computation fails."""
     if job.engine not in ENGINES:
         return RankCosts(job.engine, job.world_size, [], notes=[f"the {job.engine} engine's global steps are not "
                                                                "modelled: none computed (a lower bound)"])
     if job.engine not in RUNS_ENGINE_CODE:
         return importlib.import_module(ENGINES[job.engine]).compute(job, Budget(budget_s))
-    known = cached_rank_costs(job)
-    if known is not None and (all(step.complete for step in known.steps) or (known.budget_s or 0) >= budget_s):
-        return known
     cached = _cache_dir() / f"{_key(job)}.json"
+    known = _read(cached)
+    if _enough(known, budget_s):
+        return known
+    if not exact and job.world_size > EXACT_UP_TO:
+        fitted = _cache_dir() / f"{_key(job)}-fit.json"
+        known = _read(fitted)
+        if _enough(known, budget_s) and known.samples:
+            return known
+        progress.show(f"computing the {job.engine} engine's global steps on smaller copies of the "
+                      f"{job.world_size:,}-rank job with its own code, their growth fitted (about {time_s:g} s on "
+                      "every core; --rank-costs-exact computes the job itself; cached for the next run)")
+        costs = sampled_rank_costs(job, time_s, budget_s)
+        _write(fitted, costs)
+        return costs
     progress.show(f"computing the {job.engine} engine's global steps at {job.world_size:,} ranks with its own code "
                   f"(on one core, at most {budget_s:g} s a step; cached for the next run)")
     with tempfile.TemporaryDirectory(prefix="ckpt-bench-rank-costs-") as folder:
@@ -104,9 +141,5 @@ def rank_costs(job: JobCheckpoint, budget_s: float = DEFAULT_BUDGET_S) -> RankCo
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise RuntimeError(f"computing the rank-count costs failed: {last}")
     costs = RankCosts.from_dict(json.loads(done.stdout))
-    try:
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        cached.write_text(json.dumps(costs.as_dict()))
-    except OSError:
-        pass  # no cache: computed again next time
+    _write(cached, costs)
     return costs

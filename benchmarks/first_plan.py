@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""A first `--plan` of Primus experiments at their full size, as a new user runs it: an empty rank-costs cache, the
+wall time, the peak memory of the plan and its computation's processes, and the figures it projects; with
+`--hog`, the same beside a CPU hog on one core, so that an idle and a busy machine can be compared figure by
+figure (issue 44: within 60 s idle and 4 GB at 1,024 ranks; the same binding limit and figures within 10 % busy).
+
+    python benchmarks/first_plan.py PRIMUS CONFIG... [--nodes 128] [--per-node 8] [--hog] [--engine torch_dist]
+
+CONFIG: a path under PRIMUS's examples/megatron/configs/ (MI300X/deepseek_v3-BF16-pretrain.yaml). Prints one
+line a config and run: wall seconds, peak RSS (GB, the largest process), the first save, the later saves, the
+restart (each its range), the binding limits, and the samples the steps were fitted from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _hog() -> None:
+    while True:
+        pass
+
+
+def first_plan(primus: Path, config: str, args, hog: bool) -> dict:
+    command = [sys.executable, str(ROOT / "ckpt_launch.py"), "--workload", f"examples/megatron/configs/{config}",
+               "--nnodes", str(args.nodes), "--nproc-per-node", str(args.per_node), "--plan", "--format", "json",
+               "--engine", args.engine, "--storage-write-gbps", "100", "--storage-read-gbps", "100",
+               "--client-write-gbps", "25", "--client-read-gbps", "25", "--network-gbps", "25",
+               "--host-memory-gb", "2048"]
+    hogging = multiprocessing.Process(target=_hog, daemon=True) if hog else None
+    if hogging:
+        hogging.start()
+    try:
+        with tempfile.TemporaryDirectory(prefix="ckpt-bench-first-plan-") as cache:
+            started = time.monotonic()
+            done = subprocess.run(command, cwd=primus, capture_output=True, text=True,
+                                  env={**os.environ, "CKPT_BENCH_CACHE": cache})
+            wall = time.monotonic() - started
+    finally:
+        if hogging:
+            hogging.terminate()
+    if done.returncode:
+        return {"error": (done.stderr.strip().splitlines() or ["?"])[-1]}
+    plan = json.loads(done.stdout)["projection"]
+    return {"wall_s": round(wall, 1),
+            "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024 / 1e9, 2),
+            **{key: (plan[key].get("range_s"), plan[key].get("binding")) for key in ("save", "steady_save", "load")},
+            "samples": plan["rank_costs"].get("samples"), "method": plan["rank_costs"].get("method"),
+            "steps": [[step["operation"], step["name"], step["cpu_s"], (step.get("extrapolated") or {}).get("error")]
+                      for step in plan["rank_costs"]["steps"]]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("primus", type=Path)
+    parser.add_argument("configs", nargs="+")
+    parser.add_argument("--nodes", type=int, default=128)
+    parser.add_argument("--per-node", type=int, default=8)
+    parser.add_argument("--engine", default="torch_dist")
+    parser.add_argument("--hog", action="store_true", help="also run each beside a CPU hog on one core")
+    args = parser.parse_args()
+    primus = args.primus / "Primus" if (args.primus / "Primus").is_dir() else args.primus
+    for config in args.configs:
+        for hog in (False, True) if args.hog else (False,):
+            result = first_plan(primus, config, args, hog)
+            print(json.dumps({"config": config, "beside_a_hog": hog, **result}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

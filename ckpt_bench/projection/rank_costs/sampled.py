@@ -1,0 +1,306 @@
+"""Rank-count costs in about a minute: the engine's own steps computed exactly at the job's ranks on copies of
+the model with fewer layers, and their growth fitted to its depth.
+
+At 1,024 ranks megatron-core's own steps take minutes of CPU on one core for a large model (DeepSeek-V3 in
+torch_dist: about 17 minutes here), and the real rank 0 pays them too. Their cost grows with the ranks (each
+rank's payload gathered, unpickled and planned) and with the model's depth (each layer's shards and items). The
+ranks are kept: fitting across rank counts was measured wrong by up to 50x at 1,024 ranks (a power law through 64-256
+ranks, against the exact computation), because what a rank holds changes with the data-parallel size (the
+distributed optimizer's fragments, the fully parallel distribution). The depth is sampled:
+
+    depth   the job with 2, 4, 6 layers a pipeline stage (the experiment's layer pattern sampled evenly: a MoE
+            keeps dense and expert layers), then doubling while the time holds, measured by rank 0's shards
+
+Counts of shards and items follow a line through the deepest two samples (each layer adds its own); bytes (the
+busiest host's, a rank's buffer, `.metadata`'s size: pickled plans whose largest changes with the layout) and CPU a
+power law over the deepest three, CPU in what the step goes through. A fit's error is how far it
+misses its deepest sample when fitted without it, times how many of its last spans the model's depth lies beyond
+(never below the run-to-run noise, `_NOISE`). Each figure is marked `extrapolated` with that error;
+`--rank-costs-exact` computes the job itself (minutes; cached).
+
+Which samples run is decided on CPU seconds (each predicted from the one before it), not wall time, so a busy
+machine computes the same samples, more slowly. Samples run on every core, in worker processes that import torch
+and megatron-core once (`python -m ckpt_bench.projection.rank_costs --serve`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from ckpt_bench.core import progress
+from ckpt_bench.projection.job import JobCheckpoint
+from ckpt_bench.projection.rank_costs.base import RankCosts, Step
+
+__all__ = ["DEFAULT_TIME_S", "at_depth", "depth_sizes", "fit_axis", "sampled_rank_costs"]
+
+#: Wall seconds the samples may take on all cores of an idle machine by default (`--rank-costs-time`): with the
+#: workers' start and the rest of `--plan`, a first plan in about a minute.
+DEFAULT_TIME_S = 40.0
+#: Each sample is predicted to cost its axis's last sample times the growth to this power (a little above linear,
+#: as the steps measured here grow).
+_PREDICTED_GROWTH = 1.3
+#: The least error a fitted CPU figure carries: how much the same step's CPU moves between runs here (megatron-core's
+#: sharding validation at 1,024 ranks: 5.35-5.97 s).
+_NOISE = 0.1
+#: The figures of a step that are fitted.
+_FIELDS = ("cpu_s", "host_bytes", "rank_memory_bytes", "units")
+
+
+def _is_megatron(job: JobCheckpoint) -> bool:
+    """A Megatron job whose depth can be sampled (an FSDP2 one's chunks depend on the whole model: not)."""
+    return job.state == "megatron" and bool(job.workload.get("megatron"))
+
+
+def _layers(job: JobCheckpoint) -> int | None:
+    megatron = job.workload.get("megatron") or {}
+    architecture = megatron.get("architecture")
+    if architecture:
+        return architecture["num_layers"]
+    return job.workload.get("num_layers")
+
+
+def at_depth(job: JobCheckpoint, layers: int) -> JobCheckpoint:
+    """The job with `layers` decoder layers: a MoE's layer pattern sampled evenly (dense and expert layers kept in
+    about their proportion), every other setting its own."""
+    workload = json.loads(json.dumps(job.workload))
+    full = _layers(job)
+    workload["num_layers"] = layers
+    megatron = workload.get("megatron")
+    if megatron and megatron.get("architecture"):
+        architecture = megatron["architecture"]
+        architecture["num_layers"] = layers
+        moe = architecture.get("moe")
+        if moe and isinstance(moe.get("layers"), list):
+            moe["layers"] = [moe["layers"][(index * full) // layers] for index in range(layers)]
+    return dataclasses.replace(job, workload=workload)
+
+
+def _doublings(low: int, high: int) -> list[int]:
+    sizes, size = [], low
+    while size < high:
+        sizes.append(size)
+        size *= 2
+    return [*sizes, high]
+
+
+def depth_sizes(job: JobCheckpoint) -> list[int]:
+    """The depth axis: the fewest layers the layout allows (two a pipeline stage), twice and three times that,
+    then doubling up to the experiment's own; just its own where its stages' layers are fixed (an explicit split
+    or layout) or the job is not a Megatron one whose depth can be sampled."""
+    full = _layers(job)
+    megatron = job.workload.get("megatron") or {}
+    fixed = ("stage_layer_counts", "pipeline_layout", "first_stage_layers", "last_stage_layers")
+    if not full or not _is_megatron(job) or any(megatron.get(name) for name in fixed):
+        return [full] if full else []
+    stages = max(1, int(megatron.get("pp") or job.workload.get("pipeline_parallelism") or 1)) * max(
+        1, int(megatron.get("virtual_stages") or 1))
+    smallest = min(full, 2 * stages)
+    return sorted({min(full, smallest * k) for k in (1, 2, 3)} | set(_doublings(4 * smallest, full)))
+
+
+def fit_axis(points: list[tuple[float, float]], target: float) -> tuple[float, float | None, float | None]:
+    """(value at `target`, the fit's error, its exponent) from `points` (x, value) along one axis: the value
+    itself where `target` was sampled; else a power law through the largest three points (least squares in
+    log-log), its error how far the fit of the others misses the largest (None with fewer than three)."""
+    exact = [value for x, value in points if x == target]
+    if exact:
+        return exact[0], 0.0, None
+    usable = sorted((x, value) for x, value in points if value > 0 and x > 0)[-3:]
+    if not usable:
+        return 0.0, 0.0, None
+    if len(usable) == 1:
+        return usable[0][1], None, None
+
+    def law(pairs):
+        xs, ys = [math.log(x) for x, _ in pairs], [math.log(v) for _, v in pairs]
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        spread = sum((x - mx) ** 2 for x in xs)
+        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / spread if spread else 0.0
+        return slope, my - slope * mx
+
+    slope, intercept = law(usable)
+    error = None
+    if len(usable) >= 3:
+        held_slope, held_intercept = law(usable[:-1])
+        x, value = usable[-1]
+        error = abs(math.exp(held_intercept + held_slope * math.log(x)) - value) / value
+    return math.exp(intercept + slope * math.log(target)), error, slope
+
+
+class _Workers:
+    """Worker processes (one a core) computing samples: each imports torch and megatron-core once."""
+
+    def __init__(self, count: int):
+        self.processes = [subprocess.Popen([sys.executable, "-m", "ckpt_bench.projection.rank_costs", "--serve"],
+                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                           text=True) for _ in range(count)]
+        self.free = list(self.processes)
+        self.lock = threading.Lock()
+
+    def ask(self, request: dict) -> dict:
+        with self.lock:
+            process = self.free.pop()
+        try:
+            process.stdin.write(json.dumps(request) + "\n")
+            process.stdin.flush()
+            line = process.stdout.readline()
+            if not line:
+                last = (process.stderr.read().strip().splitlines() or ["no output"])[-1]
+                raise RuntimeError(f"computing the rank-count costs failed: {last}")
+            return json.loads(line)
+        finally:
+            with self.lock:
+                self.free.append(process)
+
+    def close(self) -> None:
+        for process in self.processes:
+            if process.stdin:
+                process.stdin.close()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def _predicted(spent: float, growth: float) -> float:
+    return spent * growth ** _PREDICTED_GROWTH
+
+
+def sampled_rank_costs(job: JobCheckpoint, time_s: float, step_budget_s: float,
+                       cores: int | None = None) -> RankCosts:
+    """The job's rank-count costs fitted from copies of it at its own ranks with fewer layers (`depth_sizes`): the
+    first three always (a fit needs three to know its error), more while about `time_s` wall seconds on every core
+    of an idle machine (`time_s` x cores CPU seconds) hold, each step at most `step_budget_s`."""
+    cores = max(1, min(cores or os.cpu_count() or 1, 8))
+    budget = time_s * cores
+    full_layers = _layers(job)
+    depths = depth_sizes(job)
+    started = time.monotonic()
+    # One worker a core: CPU time measured beside more processes than cores runs slower (shared caches).
+    workers = _Workers(min(cores, len(depths)))
+    computed: dict[int, RankCosts] = {}
+    units: dict[int, int] = {}
+
+    def compute(depth: int) -> tuple[int, RankCosts]:
+        sized = at_depth(job, depth) if depth != full_layers else job
+        return depth, RankCosts.from_dict(workers.ask({"job": sized.as_dict(), "budget": step_budget_s}))
+
+    try:
+        for depth in depths:  # rank 0's shards at each depth: the depth axis
+            sized = at_depth(job, depth) if depth != full_layers else job
+            units[depth] = workers.ask({"job": sized.as_dict(), "count_only": True})["rank0_units"]
+        with ThreadPoolExecutor(len(workers.processes)) as pool:
+            index = 0
+            while index < len(depths):
+                batch, predicted = [], sum(c.spent_s or 0.0 for c in computed.values())
+                for depth in depths[index:index + len(workers.processes)]:
+                    last = max(computed, default=None)
+                    guess = _predicted(computed[last].spent_s or 0.0, units[depth] / units[last]) if last else 0.0
+                    if len(computed) + len(batch) >= 3 and predicted + guess > budget:
+                        break
+                    batch.append(depth)
+                    predicted += guess
+                if not batch:
+                    break
+                for future in [pool.submit(compute, depth) for depth in batch]:
+                    depth, costs = future.result()
+                    computed[depth] = costs
+                    progress.show(f"rank-count steps: {job.world_size:,} ranks x {depth} layers computed "
+                                  f"({costs.spent_s:.1f} s CPU; {len(computed)} of at most {len(depths)}, "
+                                  f"{time.monotonic() - started:.0f} s elapsed)")
+                index += len(batch)
+    finally:
+        workers.close()
+    return _fitted(job, computed, units, full_layers)
+
+
+def _reach(error: float, xs: list[float], target: float) -> float:
+    """A fit's error at `target`: how far it missed its largest sample, over as many of its last spans as the
+    target lies beyond that sample (in log scale), and never below `_NOISE`."""
+    xs = sorted(set(xs))
+    if len(xs) < 2 or target <= xs[-1]:
+        return max(error, _NOISE) if error else 0.0
+    spans = math.log(target / xs[-1]) / math.log(xs[-1] / xs[-2])
+    return max(_NOISE, error * max(1.0, spans))
+
+
+def _fitted(job: JobCheckpoint, computed: dict[int, RankCosts], units: dict[int, int],
+            full_layers: int | None) -> RankCosts:
+    """Each figure at the job's depth: a count of shards or items along a line in rank 0's shards through the
+    deepest two samples (each layer adds its own); bytes along a power law in rank 0's shards, and CPU in what the
+    step goes through (its own units, or rank 0's shards), over the deepest three."""
+    depths = sorted(computed)
+    template = computed[depths[-1]]
+    if full_layers in computed:
+        return template
+    goal = units[full_layers]
+
+    def fit(points: list[tuple[float, float]], target: float, count: bool) -> tuple[float | None, float | None]:
+        if not points:
+            return None, None
+        figure, error = _line(points, target) if count else fit_axis(points, target)[:2]
+        return figure, None if error is None else _reach(error, [x for x, _ in points], target)
+
+    def pick(costs: RankCosts, index: int, name: str):
+        found = costs.steps[index] if index < len(costs.steps) else None
+        return None if found is None or not found.complete else getattr(found, name)
+
+    samples = [[job.world_size, depth] for depth in depths]
+    steps = []
+    for index, step in enumerate(template.steps):
+        fitted = Step(**{**step.as_dict(), **dict.fromkeys(_FIELDS), "why": step.why if step.cpu_s is None else None})
+        for name in ("units", "host_bytes", "rank_memory_bytes"):
+            figure, _ = fit([(units[d], v) for d in depths if (v := pick(computed[d], index, name)) is not None],
+                            goal, count=name == "units")
+            if figure is not None:
+                setattr(fitted, name, int(round(figure)))
+        along = [(pick(computed[d], index, "units"), pick(computed[d], index, "cpu_s")) for d in depths]
+        if fitted.units and all(x for x, _ in along):
+            points, target = [(x, v) for x, v in along if v is not None], fitted.units
+        else:
+            points = [(units[d], v) for d in depths if (v := pick(computed[d], index, "cpu_s")) is not None]
+            target = goal
+        figure, error = fit(points, target, count=False)
+        if figure is not None:
+            fitted.cpu_s = round(figure, 4)
+            fitted.extrapolated = {"samples": samples, "error": None if error is None else round(error, 3)}
+        elif step.cpu_s is not None:
+            fitted.complete, fitted.why = False, "no sample computed it within its budget: not extrapolated"
+        steps.append(fitted)
+    metadata, _ = fit([(units[d], c.metadata_file_bytes) for d, c in computed.items() if c.metadata_file_bytes],
+                      goal, count=False)
+    return RankCosts(job.engine, job.world_size, steps,
+                     metadata_file_bytes=None if metadata is None else int(round(metadata)),
+                     every_rank_reads_metadata=template.every_rank_reads_metadata,
+                     computed_with=template.computed_with, budget_s=template.budget_s,
+                     spent_s=round(sum(c.spent_s or 0.0 for c in computed.values()), 3),
+                     peak_rss_bytes=max(c.peak_rss_bytes or 0 for c in computed.values()), method="extrapolated",
+                     samples=samples, rank0_units=goal,
+                     notes=[f"the global steps were computed at {job.world_size:,} ranks with "
+                            f"{', '.join(map(str, depths))} of the model's {full_layers} layers and fitted to its "
+                            "depth (counts on a line, CPU on a power law): each is marked extrapolated with the "
+                            "fit's error; --rank-costs-exact computes the job itself (minutes; cached)"])
+
+
+def _line(points: list[tuple[float, float]], goal: float) -> tuple[float, float | None]:
+    """(value at `goal`, error) of the line through the two largest `points`; its error how far the line through
+    the two before misses the largest (None with fewer than three)."""
+    points = sorted(points)[-3:]
+    if len(points) < 2:
+        return points[0][1], None
+    (x1, y1), (x2, y2) = points[-2], points[-1]
+    value = y1 + (y2 - y1) * (goal - x1) / (x2 - x1) if x2 != x1 else y2
+    error = None
+    if len(points) == 3:
+        x0, y0 = points[0]
+        missed = y0 + (y1 - y0) * (x2 - x0) / (x1 - x0) if x1 != x0 else y1
+        error = abs(missed - y2) / y2 if y2 else 0.0
+    return max(0.0, value), error

@@ -1,0 +1,90 @@
+"""The rank-count costs fitted from copies of the job with fewer layers (projection.rank_costs.sampled): the fits'
+arithmetic, the copies' layer patterns, and one real fitted computation against the exact one."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import math
+
+import pytest
+from helpers import ROOT
+
+from ckpt_bench.backends.workload.sources import resolve_workload
+from ckpt_bench.projection import JobCheckpoint
+from ckpt_bench.projection.inputs import Figure
+from ckpt_bench.projection.model import _step_term
+from ckpt_bench.projection.rank_costs import Step, rank_costs
+
+# the package's `rank_costs` name is its function: the module by its path
+sampled = importlib.import_module("ckpt_bench.projection.rank_costs.sampled")
+TINY = str(ROOT / "ckpt_bench" / "configs" / "tiny_gpt.yaml")
+
+
+def test_a_power_law_is_recovered_and_its_error_is_what_the_others_miss_the_largest_by():
+    points = [(x, 3 * x**1.5) for x in (2, 4, 8)]
+    value, error, exponent = sampled.fit_axis(points, 64)
+    assert math.isclose(value, 3 * 64**1.5, rel_tol=1e-9) and error < 1e-9 and math.isclose(exponent, 1.5)
+    assert sampled.fit_axis(points, 4)[:2] == (24.0, 0.0)  # a sampled point is itself
+    bent = [(2, 1.0), (4, 2.0), (8, 8.0)]  # the line through the first two misses the third by half
+    assert math.isclose(sampled.fit_axis(bent, 16)[1], 0.5)
+    assert sampled.fit_axis(bent[:2], 16)[1] is None  # two points: no error known
+
+
+def test_a_count_follows_the_line_through_the_deepest_two_and_its_error_widens_with_the_reach():
+    value, error = sampled._line([(10, 105), (20, 205), (40, 405)], 80)
+    assert value == 805 and error == 0
+    value, error = sampled._line([(10, 100), (20, 200), (40, 500)], 80)
+    assert value == 1100 and math.isclose(error, 0.2)  # 100 + 10 x 30 = 400 against 500
+    # one span beyond the deepest sample keeps the error; two spans double it; never below the noise
+    assert sampled._reach(0.2, [20, 40], 80) == 0.2 and math.isclose(sampled._reach(0.2, [20, 40], 160), 0.4)
+    assert sampled._reach(0.01, [20, 40], 80) == sampled._NOISE
+
+
+def _job(world: int = 64, **settings) -> JobCheckpoint:
+    workload = resolve_workload(TINY, {"num_layers": 32, **settings})
+    ranks = tuple([1] * world)
+    return JobCheckpoint(engine="torch_dist", world_size=world, ranks_per_node=8, write_bytes=ranks,
+                         write_files=ranks, read_bytes=ranks, read_files=ranks, storage="fs", thread_count=2,
+                         async_save=False, workload=dataclasses.asdict(workload), state="megatron")
+
+
+def test_the_depths_sampled_are_two_four_six_layers_a_stage_then_doubling_and_a_moe_keeps_its_pattern():
+    job = _job()
+    layers = job.workload["megatron"]["architecture"]["num_layers"]
+    sizes = sampled.depth_sizes(job)
+    assert sizes == [2, 4, 6, 8, 16, 32] == sorted(set(sizes)) and layers == 32
+    staged = _job(pipeline_model_parallel_size=2)
+    assert sampled.depth_sizes(staged) == [4, 8, 12, 16, 32]
+    moe = dataclasses.replace(job, workload={**job.workload, "megatron": {
+        **job.workload["megatron"], "architecture": {**job.workload["megatron"]["architecture"], "num_layers": 8,
+                                                     "moe": {"layers": [False, False] + [True] * 6}}}})
+    assert sampled.at_depth(moe, 4).workload["megatron"]["architecture"]["moe"]["layers"] == [False, True, True, True]
+
+
+def test_an_extrapolated_step_is_a_range_of_its_fits_error_and_open_where_the_error_is_unknown():
+    network = Figure(None, "not given")
+    fitted = Step("global plan", "save", "plan", cpu_s=10.0, extrapolated={"samples": [[8, 2]], "error": 0.2})
+    term = _step_term("global plan", fitted, network)
+    assert (term.low, term.high) == (8.0, 12.0) and "fit error 20%" in term.what
+    unknown = dataclasses.replace(fitted, extrapolated={"samples": [[8, 2]], "error": None})
+    assert _step_term("global plan", unknown, network).high is None
+
+
+def test_the_fitted_steps_count_what_the_exact_computation_counts_at_the_jobs_depth(tmp_path, monkeypatch):
+    """Real computations (megatron-core's own steps in worker processes): a dense model's shards grow by the same
+    count each layer, so the fitted units are the exact ones; the CPU is marked with its fit's error."""
+    job = _job(16)
+    fitted = sampled.sampled_rank_costs(job, time_s=0.01, step_budget_s=60, cores=2)  # the first three alone
+    monkeypatch.setenv("CKPT_BENCH_CACHE", str(tmp_path))
+    exact = rank_costs(job, 60, exact=True)
+    assert exact.method == "computed"
+    assert fitted.method == "extrapolated" and len(fitted.samples) >= 3
+    assert all(depth < job.workload["megatron"]["architecture"]["num_layers"] for _, depth in fitted.samples)
+    for got, want in zip(fitted.steps, exact.steps, strict=True):
+        assert (got.name, got.operation) == (want.name, want.operation)
+        if want.units is not None and got.name == "sharding validation":
+            assert got.units == want.units
+        if want.cpu_s is not None:
+            assert got.extrapolated["error"] is not None and got.cpu_s > 0
+    assert fitted.metadata_file_bytes == pytest.approx(exact.metadata_file_bytes, rel=0.1)
