@@ -15,15 +15,17 @@ install: $(STAMP)
 
 # torch first, pinned: `torch==2.13.0` takes the local CPU build here and the CUDA build on a GPU
 # machine; the constraints file then keeps every other dependency from pulling another torch.
+# Quiet on stdout (`make run > r.json` is the report alone): each step is said on stderr, its output sent there.
 $(STAMP): pyproject.toml constraints.txt
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt torch
-	$(PY) -m pip install -q -c constraints.txt -e '.[test]'
-	touch $(STAMP)
+	@echo "installing into $(VENV)/ (first run only)" >&2
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV) >&2
+	@$(PY) -m pip install -q --upgrade pip >&2
+	@$(PY) -m pip install -q -c constraints.txt torch >&2
+	@$(PY) -m pip install -q -c constraints.txt -e '.[test]' >&2
+	@touch $(STAMP)
 
 run: $(STAMP)
-	$(PY) ckpt_launch.py $(ARGS)
+	@$(PY) ckpt_launch.py $(ARGS)
 
 # Two test processes: the end-to-end tests mostly wait on process start-up and barriers; worksteal lets
 # the idle one take the other's remaining tests at the end. PYTEST_ARGS="-n 0" runs them one by one.

@@ -104,7 +104,13 @@ def _saves(runner: type[Backend]) -> bool:
     return issubclass(runner.Config, CheckpointOptions)
 
 
-def _refuse_unread(given: set[str], runner: type[Backend], emitting: bool) -> None:
+def _megatron_argument(flag) -> str | None:
+    """The Megatron-LM argument a flag spells out (`--tp`'s alias `--tensor-model-parallel-size`), if it has one."""
+    spelled = [decl for decl in flag.decls[1:] if decl.startswith("--") and decl.count("-") > 3]
+    return spelled[0].removeprefix("--").replace("-", "_") if spelled else None
+
+
+def _refuse_unread(given: set[str], runner: type[Backend], emitting: bool, values: Mapping | None = None) -> None:
     read = {*RunnerChoice.flags(), *CommonOptions.flags(), *runner.Config.flags()}
     if _saves(runner):
         read |= set(AdviceOptions.flags())
@@ -119,7 +125,12 @@ def _refuse_unread(given: set[str], runner: type[Backend], emitting: bool) -> No
                               "saves no checkpoint")
         users = [n for n, r in RUNNERS.items() if name in r.Config.flags()]
         kind = "framework mode" if runner.framework else "backend"
-        raise ConfigError(f"{flags[name].canonical} is not read by the {runner.name} {kind}; it applies to: "
+        argument = _megatron_argument(flags[name])
+        hint = ""
+        if argument and "set" in runner.Config.flags():  # the runner reads Megatron arguments through --set
+            value = (values or {}).get(name)
+            hint = f"; here: --set {argument}={'N' if value is None else value}"
+        raise ConfigError(f"{flags[name].canonical} is not read by the {runner.name} {kind}{hint}; it applies to: "
                           + ", ".join(("--framework " if RUNNERS[u].framework else "--backend ") + u for u in users))
 
 
@@ -139,7 +150,7 @@ def build_launch(values: Mapping, given: set[str], environ: Mapping[str, str]) -
     choice = RunnerChoice.from_values(values)
     runner = choice.runner
     emit = EmitOptions.from_values(values)
-    _refuse_unread(set(given), runner, emitting=emit.emit is not None)
+    _refuse_unread(set(given), runner, emitting=emit.emit is not None, values=values)
     values = runner.environment_options(values, environ, set(given))
     options = runner.Config.from_values(values)
     launch = LaunchConfig.from_values(values, runner=runner.name, options=options)

@@ -89,7 +89,10 @@ class _Grid:
             keep = all(map(_is_figure, cells)) if index else widest <= self.label_width
             header = _lines(column, max(widest, *map(len, column.split()))) if compact and keep else column
             left = (self.first_left and index == 0) or index in self.text_columns
-            table.add_column(header, justify="left" if left else "right", no_wrap=keep, overflow="fold")
+            # A kept column is as wide as its widest figure and header line: measured so, it is never squeezed.
+            least = max(widest, *map(len, header.splitlines())) if keep else None
+            table.add_column(header, justify="left" if left else "right", no_wrap=keep, overflow="fold",
+                             min_width=least)
         for row in rows:
             table.add_row(*row)
         return table
@@ -111,10 +114,35 @@ class _Grid:
             for row in rows:
                 if row[self.remarks]:
                     row[self.remarks] = f"[{notes.setdefault(row[self.remarks], len(notes) + 1)}]"
-        yield self._table(columns, rows, compact=True)
+        compact = self._table(columns, rows, compact=True)
+        if self._fits(compact, console, options):
+            yield compact
+        else:  # still too wide: the columns in groups, each beside the labels, so that no header or figure is cut
+            for group in self._groups(columns, rows, console, options):
+                yield self._table([columns[0], *(columns[i] for i in group)],
+                                  [[row[0], *(row[i] for i in group)] for row in rows], compact=True)
         if notes:
             yield Text("\n".join(text if self.lettered else f"[{number}] {text}" for text, number in notes.items())
                        + "\n")
+
+
+    @staticmethod
+    def _fits(table: Table, console: Console, options: ConsoleOptions) -> bool:
+        return Measurement.get(console, options.update_width(UNBOUNDED), table).minimum <= options.max_width
+
+    def _groups(self, columns: list[str], rows: list[list[str]], console: Console,
+                options: ConsoleOptions) -> list[list[int]]:
+        """The columns after the first, in consecutive groups as wide as the terminal takes beside it."""
+        groups: list[list[int]] = []
+        for index in range(1, len(columns)):
+            trial = [*(groups[-1] if groups else []), index]
+            table = self._table([columns[0], *(columns[i] for i in trial)],
+                                [[row[0], *(row[i] for i in trial)] for row in rows], compact=True)
+            if groups and self._fits(table, console, options):
+                groups[-1].append(index)
+            else:
+                groups.append([index])
+        return groups
 
 
 def _grid(title: str, columns: list[str], rows: list[list[str]], first_left: bool = True,

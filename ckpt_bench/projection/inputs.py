@@ -199,13 +199,25 @@ def measured_clients(report: dict, job: JobCheckpoint) -> tuple[Figure | None, F
     # A subset rank reads back what it wrote (the engines' subset mode), whatever the full job's load reads.
     write, how = _host_rate(steady, running, written, SAVE_IO, "total_time")
     read, read_how = _host_rate(loads, running, written, LOAD_IO, "time")
+    against = _what_was_measured(job)
     write_figure = None if write is None else Figure(
         write, f"measured: job host {host}, {written / GB:.4g} GB a save over {how}, median of {len(steady)} "
-               f"save(s){' after the first' if first_left_out else ''}{together}")
+               f"save(s){' after the first' if first_left_out else ''}{together}, {against}")
     read_figure = None if read is None else Figure(
         read, f"measured: job host {host}, {written / GB:.4g} GB a load over {read_how}, median of {len(loads)} "
-              f"{loads[0].get('cache') or ''} load(s){together}")
+              f"{loads[0].get('cache') or ''} load(s){together}, {against}")
     return write_figure, read_figure, None
+
+
+def _what_was_measured(job: JobCheckpoint) -> str:
+    """What a host's measured rate is a rate of: the storage the run wrote to, said plainly (a local folder is this
+    host's own disk, not the job's shared storage)."""
+    if job.storage == "s3":
+        return f"to the S3 endpoint {job.storage_endpoint or 'of AWS'}"
+    if job.storage == "disk":
+        return ("to the file system of --save-dir (a local folder: this host's own disk, not the job's shared "
+                "storage; run on that storage to measure it)")
+    return f"to the {job.storage} storage of --save-dir"
 
 
 def measured_storage(report: dict | None) -> tuple[Figure | None, Figure | None]:

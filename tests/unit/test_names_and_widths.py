@@ -133,3 +133,22 @@ def test_a_small_models_title_counts_millions_and_says_one_size_once():
 
     tiny = ModelSize("dense", 5_289_472, 5_289_472, 15_867_904, 15_867_904, 15_868_928, 0)
     assert rows.model_words(tiny) == "a dense model of 5.3 M parameters, each rank of the job writing 15.13 MiB a save"
+
+
+def test_a_wide_phase_table_wraps_its_headers_at_80_columns_and_splits_before_it_cuts_a_figure():
+    columns = ["phase", "first save 1 s", "share", "last save 10 s", "share", "load 10 s", "share",
+               "steady median s"]
+    figures = [["validate+common", "0.012", "0 %", "0.026", "1 %", "0.003", "0 %", "0.011"],
+               ["plan+exchange", "1.204", "12 %", "0.020", "1 %", "-", "-", "0.021"],
+               ["read", "-", "-", "-", "-", "1.765", "100 %", "-"]]
+    for width in (80, 50):
+        out = io.StringIO()
+        Console(file=out, width=width, force_terminal=False).print(summary._grid("phases", columns, figures))
+        text = out.getvalue()
+        assert max(map(len, text.splitlines())) <= width
+        for row in figures:  # every label and figure whole, on one line
+            for cell in row:
+                assert re.search(rf"(^|\s){re.escape(cell)}(\s|$)", text, re.MULTILINE), (width, cell)
+        words = " ".join(text.split())
+        for word in ("first", "save", "steady", "median", "share"):
+            assert word in words

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from ckpt_bench.cli import options_doc
@@ -48,3 +52,13 @@ def test_help_explains_hydra_overrides():
     """--help's usage line names [HYDRA_OVERRIDES]...: the help says what they are."""
     output = CliRunner().invoke(launch, ["--help"]).output
     assert "HYDRA_OVERRIDES: only after --sweep FILE with an s3torchbenchmarking" in " ".join(output.split())
+
+
+def test_make_run_redirected_is_the_json_report_alone():
+    """`make run > r.json`, as the README says: make echoes no command on stdout (a --plan stands for the run)."""
+    make = shutil.which("make")
+    if make is None or not (ROOT / ".venv" / ".installed").exists():
+        pytest.skip("make, or the project's .venv, is not here")
+    done = subprocess.run([make, "run", "ARGS=--plan"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert isinstance(json.loads(done.stdout), dict)

@@ -8,8 +8,8 @@ ranks are kept: fitting across rank counts was measured wrong by up to 50x at 1,
 ranks, against the exact computation), because what a rank holds changes with the data-parallel size (the
 distributed optimizer's fragments, the fully parallel distribution). The depth is sampled:
 
-    depth   the job with 2, 4, 6 layers a pipeline stage (the experiment's layer pattern sampled evenly: a MoE
-            keeps dense and expert layers), then doubling while the time holds, measured by rank 0's shards
+    depth   the job with 2, 4, 8 layers a pipeline stage (the experiment's layer pattern sampled evenly: a MoE
+            keeps dense and expert layers), then 16, ... while the time holds, measured by rank 0's shards
 
 Counts of shards and items follow a line through the deepest two samples (each layer adds its own); bytes (the
 busiest host's, a rank's buffer, `.metadata`'s size: pickled plans whose largest changes with the layout) and CPU a
@@ -92,9 +92,10 @@ def _doublings(low: int, high: int) -> list[int]:
 
 
 def depth_sizes(job: JobCheckpoint) -> list[int]:
-    """The depth axis: the fewest layers the layout allows (two a pipeline stage), twice and three times that,
-    then doubling up to the experiment's own; just its own where its stages' layers are fixed (an explicit split
-    or layout) or the job is not a Megatron one whose depth can be sampled."""
+    """The depth axis: the fewest layers the layout allows (two a pipeline stage), doubling up to the experiment's
+    own (each span as long in log scale, so that the fit's error at the model's depth is about one more span's);
+    just its own where its stages' layers are fixed (an explicit split or layout) or the job is not a Megatron one
+    whose depth can be sampled."""
     full = _layers(job)
     megatron = job.workload.get("megatron") or {}
     fixed = ("stage_layer_counts", "pipeline_layout", "first_stage_layers", "last_stage_layers")
@@ -103,7 +104,7 @@ def depth_sizes(job: JobCheckpoint) -> list[int]:
     stages = max(1, int(megatron.get("pp") or job.workload.get("pipeline_parallelism") or 1)) * max(
         1, int(megatron.get("virtual_stages") or 1))
     smallest = min(full, 2 * stages)
-    return sorted({min(full, smallest * k) for k in (1, 2, 3)} | set(_doublings(4 * smallest, full)))
+    return _doublings(smallest, full)
 
 
 def fit_axis(points: list[tuple[float, float]], target: float) -> tuple[float, float | None, float | None]:
