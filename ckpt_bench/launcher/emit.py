@@ -101,6 +101,18 @@ def outside(paths: Iterable[Path], roots: Iterable[str]) -> list[Path]:
     return kept
 
 
+def _refuse_unseen(emit: EmitOptions, inputs: list[Path], shared: str) -> None:
+    """Refuse, in one line, a job that reads a file or checkout its containers would not see: one outside the
+    shared dir and (Slurm) the mounts the job declares. Mounting a login host's own folder at the same path does
+    not make it exist on the nodes: it fails after they are held."""
+    seen = [shared, *(mount_targets(emit.container_mounts) if emit.emit == "slurm" else [])]
+    unseen = [path for path in inputs if not any(path.is_relative_to(root) for root in seen)]
+    if unseen:
+        where = f"--shared-dir {shared}" + (" or a --container-mounts target" if emit.emit == "slurm" else "")
+        raise ConfigError(f"--emit {emit.emit}: the job reads {unseen[0]}, which is not under {where}: the nodes "
+                          f"would not see it; copy it under {shared} (or mount the shared storage that holds it)")
+
+
 def mount_targets(mounts: str | None) -> list[str]:
     """The container paths of pyxis's --container-mounts SRC:DST[:FLAGS],... (a lone SRC mounts at SRC)."""
     targets = []
@@ -192,10 +204,12 @@ def render(emit: EmitOptions, launch: LaunchConfig, values: Mapping, given: Iter
         "shared_dir": shared,
         "workdir": workdir,
     }
+    if container:
+        _refuse_unseen(emit, inputs, shared)
     if emit.emit == "slurm":
         mounts = emit.container_mounts
-        if container:  # the shared dir, the wheelhouse and the inputs, at the paths the command names them by
-            needed = [Path(shared), Path(wheelhouse), *inputs]
+        if container:  # the shared dir and the wheelhouse, at the paths the command names them by
+            needed = [Path(shared), Path(wheelhouse)]
             added = [f"{folder}:{folder}" for folder in outside(needed, mount_targets(mounts))]
             mounts = ",".join(filter(None, [mounts, *added])) or None
         template_values.update(
@@ -213,7 +227,7 @@ def render(emit: EmitOptions, launch: LaunchConfig, values: Mapping, given: Iter
         per_pod = [f"--nnodes {nnodes}", *K8S_RENDEZVOUS, f"--run-id {shlex.quote(job_name)}"]
         roles = [("Master", 1)] + ([("Worker", nnodes - 1)] if nnodes > 1 else [])
         notes += [f"the pods see {folder} only if the image has it: the job reads it, and only {shared} is mounted"
-                  for folder in outside([*inputs, Path(wheelhouse)], [shared])]
+                  for folder in outside([Path(wheelhouse)], [shared])]
         template_values.update(
             image=container,
             namespace=emit.k8s_namespace,

@@ -151,7 +151,7 @@ class Figure:
     """The value is a lower bound (a ceiling not reached), so a time from it is an upper bound."""
 
     def as_dict(self) -> dict:
-        return {"value": None if self.value is None else round(self.value, 4), "source": self.source,
+        return {"value": None if self.value is None else float(f"{self.value:.6g}"), "source": self.source,
                 "at_least": self.at_least}
 
 

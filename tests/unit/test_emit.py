@@ -88,14 +88,16 @@ def test_control_characters_and_missing_shared_dir_are_refused():
 
 
 def test_a_relative_experiment_inside_a_primus_checkout_reaches_the_nodes(tmp_path):
-    """From inside a Primus checkout, as the docs direct: the experiment made absolute and the checkout passed as
-    --primus-path (the nodes start in the shared dir), and mounted into the Slurm container at the same path."""
-    primus = tmp_path / "Primus"
+    """From inside a Primus checkout on the shared storage, as the docs direct: the experiment made absolute and the
+    checkout passed as --primus-path (the nodes start in the shared dir), seen by the Slurm container through the
+    shared dir's mount; a checkout outside the shared dir and the job's mounts is refused in one line before a node
+    is held (a login host's own folder mounted at its path does not exist on the nodes)."""
+    shared = tmp_path / "shared"
+    primus = shared / "Primus"
     (primus / "primus" / "configs" / "models").mkdir(parents=True)
     experiment = primus / "examples" / "exp.yaml"
     experiment.parent.mkdir()
     experiment.write_text("work_group: w\n")
-    shared = tmp_path / "shared"
     (shared / "wheelhouse").mkdir(parents=True)
     (shared / "wheelhouse" / "wheelhouse.json").write_text("{}")
     for option in ("--workload", "--config"):
@@ -107,7 +109,19 @@ def test_a_relative_experiment_inside_a_primus_checkout_reaches_the_nodes(tmp_pa
         assert options[option.strip("-")] == str(experiment) and options["primus_path"] == str(primus)
         line = next(line for line in result.stdout.splitlines() if "--container-mounts=" in line)
         mounts = shlex.split(line.rstrip(" \\"))[0].split("=", 1)[1].split(",")
-        assert sorted(mounts) == [f"{primus}:{primus}", f"{shared}:{shared}"]
+        assert mounts == [f"{shared}:{shared}"]
+    local = tmp_path / "local"
+    local.mkdir()
+    elsewhere = local / "exp.yaml"
+    elsewhere.write_text("work_group: w\n")
+    for emit in ("slurm", "k8s"):
+        result = launch("--workload", str(elsewhere), "--nnodes", "2", "--emit", emit, "--shared-dir", str(shared),
+                        "--container-image", "rocm/primus:v25.9", timeout=60)
+        assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert f"the job reads {elsewhere}, which is not under --shared-dir {shared}" in result.stderr
+    mounted = launch("--workload", str(elsewhere), "--nnodes", "2", "--emit", "slurm", "--shared-dir", str(shared),
+                     "--container-image", "rocm/primus:v25.9", "--container-mounts", f"{local}:{local}", timeout=60)
+    assert mounted.returncode == 0, mounted.stderr  # a mount the job declares is the user's word that nodes have it
 
 
 def test_a_wheelhouse_missing_from_a_shared_dir_seen_here_is_refused(tmp_path):
