@@ -165,7 +165,7 @@ def _side_words(side: ChangeSide | None) -> str:
 
 
 def _gbps(value: float | None) -> str:
-    return "as above" if value is None else f"{value:,.4g}"
+    return "not given" if value is None else f"{value:,.4g}"
 
 
 def purchase_rows(projection: Projection) -> list[list[str]]:

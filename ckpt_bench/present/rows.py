@@ -562,7 +562,7 @@ def purchase_advice_rows(advice: Advice) -> list[list[str]]:
         return bounded(values, kind, low, show)
 
     def gbps(value) -> str:
-        return "as given" if value is None else f"{value:,.4g}"
+        return "not given" if value is None else f"{value:,.4g}"
 
     rows = []
     for row in advice.purchase or []:

@@ -21,7 +21,13 @@ import psutil
 
 from ckpt_bench.projection.changes import what_to_change
 from ckpt_bench.projection.feasibility import Limits
-from ckpt_bench.projection.inputs import Figure, ProjectionOptions, measured_clients, measured_storage
+from ckpt_bench.projection.inputs import (
+    Figure,
+    ProjectionOptions,
+    measured_clients,
+    measured_host_phases,
+    measured_storage,
+)
 from ckpt_bench.projection.job import JobCheckpoint
 from ckpt_bench.projection.model import Inputs, default_requests, project, times
 from ckpt_bench.projection.rank_costs import rank_costs
@@ -61,18 +67,21 @@ def projection(job: JobCheckpoint, options: ProjectionOptions, report: dict | No
                                storage_missing.format("read")),
         network=_given_or(options.network_gbps, "--network-gbps", None,
                           "not given (--network-gbps): the collectives' bytes are not priced"),
-        write_requests=write_requests, read_requests=read_requests)
+        write_requests=write_requests, read_requests=read_requests,
+        host_phases=measured_host_phases(report, job) if report is not None else ())
     try:
         costs = rank_costs(job, options.rank_costs_budget, options.rank_costs_exact, options.rank_costs_time)
     except RuntimeError as error:
         return {"error": str(error), "job": {"ranks": job.world_size, "engine": job.engine}}
     limits = Limits(_host_memory(options.host_memory_gb), options.files_limit)
     section = project(job, costs, inputs, part, limits)
-    if report is not None:
-        floor_saves(section, *measured_save_floor(report, job))
+    # What to change compares the model's figures before and after; the hosts' measured floor is a fact of the
+    # settings they ran, not of a change's.
     section["what_to_change"] = what_to_change(job, costs, inputs, part, limits, section)
+    floor = measured_save_floor(report, job) if report is not None else (None, "")
+    floor_saves(section, *floor)
     if options.storage_ceilings:
-        section["purchase"] = purchase(job, costs, inputs, part, limits, options.storage_ceilings)
+        section["purchase"] = purchase(job, costs, inputs, part, limits, options.storage_ceilings, floor)
     return section
 
 
@@ -112,9 +121,10 @@ def floor_saves(section: dict, floor: float | None, what: str) -> None:
 
 
 def purchase(job: JobCheckpoint, costs, inputs: Inputs, part: int | None, limits: Limits,
-             ceilings) -> list[dict]:
+             ceilings, floor: tuple[float | None, str] = (None, "")) -> list[dict]:
     """What each storage buys: the first save, the later saves and the restart at each (write, read) ceiling,
-    from the one computation of the global steps (`costs`); a ceiling not given keeps the projection's figure."""
+    from the one computation of the global steps (`costs`), each save at least what the hosts that ran measured
+    (`floor`); a ceiling not given keeps the projection's figure."""
     rows = []
     for write, read in ceilings:
         priced = dataclasses.replace(
@@ -122,6 +132,7 @@ def purchase(job: JobCheckpoint, costs, inputs: Inputs, part: int | None, limits
             storage_write=inputs.storage_write if write is None else Figure(write, "--storage-write-gbps"),
             storage_read=inputs.storage_read if read is None else Figure(read, "--storage-read-gbps"))
         projected = times(job, costs, priced, part, limits)
+        floor_saves(projected, *floor)
         rows.append({"storage_write_gbps": write, "storage_read_gbps": read,
                      **{key: {name: projected[key].get(name) for name in
                               ("seconds", "range_s", "block_range_s", "binding", "feasible", "could_also_bind")}

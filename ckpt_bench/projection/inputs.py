@@ -209,6 +209,33 @@ def measured_clients(report: dict, job: JobCheckpoint) -> tuple[Figure | None, F
     return write_figure, read_figure, None
 
 
+#: The phases of a save a host pays around its writes that the client rate (SAVE_IO's window) leaves out and no
+#: rank-count step holds: megatron-core's staging copy of each rank's share into host memory (torch_dist's
+#: `stage`), per host, the same at the job's size as on the hosts that ran (each holds its own ranks' shares).
+HOST_PHASES = ("stage",)
+
+
+def measured_host_phases(report: dict, job: JobCheckpoint) -> tuple[tuple[str, float, str], ...]:
+    """(phase, seconds, where from) of each of `HOST_PHASES` the hosts that ran paid a steady save: the slowest
+    rank's, the median over the saves after each process's first; () where the ranks are not whole hosts."""
+    if job.hosts_that_ran is None:
+        return ()
+    steady = steady_saves(report.get("saves") or [])
+    found = []
+    for name in HOST_PHASES:
+        seconds = []
+        for save in steady:
+            per_rank = [sum(p.get("seconds") or 0.0 for p in entry["phases"] if p.get("phase") == name)
+                        for entry in save.get("phases_per_rank") or []]
+            if any(per_rank):
+                seconds.append(max(per_rank))
+        if seconds:
+            found.append((name, statistics.median(seconds),
+                          f"measured on the hosts that ran: the slowest rank's {name} phase, median of "
+                          f"{len(seconds)} steady save(s)"))
+    return tuple(found)
+
+
 def _what_was_measured(job: JobCheckpoint) -> str:
     """What a host's measured rate is a rate of: the storage the run wrote to, said plainly (a local folder is this
     host's own disk, not the job's shared storage)."""

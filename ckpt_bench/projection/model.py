@@ -44,12 +44,17 @@ class Inputs:
     network: Figure
     write_requests: Figure
     read_requests: Figure
+    host_phases: tuple[tuple[str, float, str], ...] = ()
+    """(phase, seconds, source) a host pays in each save around its writes, measured on the hosts that ran
+    (`inputs.measured_host_phases`: torch_dist's staging copy)."""
 
     def as_dict(self) -> dict:
         return {"client_write_gbps": self.client_write.as_dict(), "client_read_gbps": self.client_read.as_dict(),
                 "storage_write_gbps": self.storage_write.as_dict(), "storage_read_gbps": self.storage_read.as_dict(),
                 "network_gbps": self.network.as_dict(), "write_requests_per_s": self.write_requests.as_dict(),
-                "read_requests_per_s": self.read_requests.as_dict()}
+                "read_requests_per_s": self.read_requests.as_dict(),
+                "host_phases": [{"phase": name, "seconds": round(seconds, 4), "source": source}
+                                for name, seconds, source in self.host_phases]}
 
 
 @dataclass
@@ -177,6 +182,8 @@ def _save(job: JobCheckpoint, costs: RankCosts, inputs: Inputs, part_bytes: int 
     """The `nth` save of a process (1, 2, 3: the third and later) at the job's settings."""
     settings = job.checkpoint_settings
     terms = [_step_term(label, step, inputs.network) for label, step in save_steps(costs, settings, nth)]
+    terms += [Term(f"{name} (measured)", "step", seconds, seconds, f"each host's {name} phase around its writes: "
+                   f"{seconds:.3g} s, {source}") for name, seconds, source in inputs.host_phases]
     terms += _transfer(job.save, inputs.client_write, inputs.storage_write, inputs.write_requests, part_bytes,
                        "write")
     if costs.metadata_file_bytes:

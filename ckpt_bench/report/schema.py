@@ -430,6 +430,13 @@ class ProjectionFigure:
 
 
 @dataclass
+class HostPhase:
+    phase: str = ""
+    seconds: float | None = None
+    source: str = ""
+
+
+@dataclass
 class ProjectionInputs:
     client_write_gbps: ProjectionFigure | None = None
     client_read_gbps: ProjectionFigure | None = None
@@ -438,6 +445,8 @@ class ProjectionInputs:
     network_gbps: ProjectionFigure | None = None
     write_requests_per_s: ProjectionFigure | None = None
     read_requests_per_s: ProjectionFigure | None = None
+    host_phases: list[HostPhase] = field(default_factory=list)
+    """Phases each host pays in a save around its writes, measured on the hosts that ran (torch_dist's stage)."""
 
 
 @dataclass

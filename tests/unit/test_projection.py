@@ -285,3 +285,21 @@ def test_a_subsets_projection_never_falls_below_what_its_hosts_measured():
     assert section["steady_save"]["could_also_bind"] == ["storage"]  # the limit the model found binding
     # hosts that are not whole hosts of the job measured no floor
     assert projection(job(), options, {"saves": saves})["save"]["range_s"][0] < 1
+
+
+def test_the_stage_a_host_pays_around_its_writes_is_a_measured_term_of_each_save():
+    from ckpt_bench.projection import projection
+
+    def save(stage: float, write: float) -> dict:
+        phases = [{"phase": "stage", "seconds": stage, "start": 0.0},
+                  {"phase": "write", "seconds": write, "start": stage}]
+        return {"complete": True, "total_time": stage + write, "repetition": 0, "bytes": 8 * GB,
+                "phases_per_rank": [{"rank": 0, "phases": phases}, {"rank": 1, "phases": phases[1:]}]}
+
+    report = {"saves": [save(5.0, 4.0), save(1.0, 4.0), save(2.0, 4.0), save(1.5, 4.0)]}
+    options = ProjectionOptions(storage_write_gbps=100.0, client_write_gbps=100.0, host_memory_gb=1000.0)
+    section = projection(job(hosts_that_ran=(0,)), options, report)
+    staged = next(term for term in section["steady_save"]["terms"] if term["name"] == "stage (measured)")
+    assert staged["range_s"] == [1.5, 1.5]  # the slowest rank's, the median of the saves after the first
+    assert section["inputs"]["host_phases"][0]["phase"] == "stage"
+    assert not [t for t in projection(job(), options, report)["save"]["terms"] if t["name"].startswith("stage")]
