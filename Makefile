@@ -30,8 +30,8 @@ run: $(STAMP)
 # Two test processes: the end-to-end tests mostly wait on process start-up and barriers; worksteal lets
 # the idle one take the other's remaining tests at the end. PYTEST_ARGS="-n 0" runs them one by one.
 # The 15 slowest tests are listed at the end. The suite's budget is stated against the machine: its first
-# line is tools/calibration.py's (a fixed Python loop and torch workload, seconds each, and the budget: 336 s
-# of suite per second of the Python loop, 7 minutes where it takes 1.25 s). Our bytecode is compiled once
+# line is tools/calibration.py's (a fixed Python loop and torch workload, seconds each, and the budget: 10
+# minutes where the Python loop takes 1 s or less, scaled above). Our bytecode is compiled once
 # first, for the suite's hundreds of processes (where PYTHONDONTWRITEBYTECODE is set, each would compile it
 # again).
 test: $(STAMP)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -59,6 +60,8 @@ def test_make_run_redirected_is_the_json_report_alone():
     make = shutil.which("make")
     if make is None or not (ROOT / ".venv" / ".installed").exists():
         pytest.skip("make, or the project's .venv, is not here")
-    done = subprocess.run([make, "run", "ARGS=--plan"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    shell = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}  # a user's
+    done = subprocess.run([make, "run", "ARGS=--plan"], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env=shell)
     assert done.returncode == 0, done.stderr
     assert isinstance(json.loads(done.stdout), dict)
