@@ -165,8 +165,12 @@ def main(argv: list[str] | None = None) -> None:
         fail(f"installed into {python}, but ckpt-bench does not import there: {last}")
     log_path.unlink()
     added = sorted(set(after) - set(before))
-    print(f"ckpt-bench {after.get('ckpt-bench')} installed into {python} beside {stack(after)} "
+    # The image's own stack, kept, apart from what the install added to it (megatron-core where the image had none).
+    brought = {name: version for name, version in after.items() if name in added}
+    named = stack(brought)
+    print(f"ckpt-bench {after.get('ckpt-bench')} installed into {python} beside its {stack(before)} "
           f"({len(kept)} package{'s' if len(kept) != 1 else ''} of its GPU stack kept, {len(added)} added"
+          f"{'' if named == 'no torch' else ', ' + named + ' among them'}"
           f"{', offline from ' + str(wheelhouse) if wheelhouse else ''}); run: {sys.executable} -m ckpt_bench --help")
 
 

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The install into an image's Python, end to end, on this machine: a fresh environment that has only a torch (the
-# stand-in for an image), `make wheelhouse` into a shared dir, then with no network at all (a network namespace
-# with loopback only): tools/install.py from that wheelhouse, the default run, a `--workload --subset` run, and the
-# node command of an emitted Slurm job, run as a node would run it. Checks that the torch is the same file before
-# and after, and that each run verified.
+# stand-in for an image), `make wheelhouse` into a shared dir for that environment's packages (its pip freeze,
+# as IMAGE_PACKAGES: fsspec among them, whose http extra lightning asks for), then with no network at all (a
+# network namespace with loopback only): tools/install.py from that wheelhouse, the default run, a
+# `--workload --subset` run, and the node command of an emitted Slurm job, run as a node would run it. Checks
+# that the torch is the same file before and after, and that each run verified.
 #
 #     flock /tmp/ckpt-heavy.lock tools/offline_install_check.sh [WORK_DIR]
 #
@@ -39,8 +40,9 @@ BEFORE=$(torch_sum)
 SHARED="$WORK/shared"
 rm -rf "$SHARED"
 mkdir -p "$SHARED"
-step "make wheelhouse (with the package index)"
-make -s -C "$ROOT" wheelhouse WHEELHOUSE="$SHARED/wheelhouse"
+step "make wheelhouse (with the package index), for the image's packages (its pip freeze: torch, and fsspec and the
+rest torch brings)"
+make -s -C "$ROOT" wheelhouse WHEELHOUSE="$SHARED/wheelhouse" IMAGE_PACKAGES="$WORK/torch-only.txt"
 
 # From here on: no network, loopback only, and none of this machine's pip configuration (its find-links holds a
 # torch wheel): only the wheelhouse.
@@ -82,6 +84,8 @@ offline "$PY" -m ckpt_bench "${WORKLOAD[@]}" --runs-dir "$RUNS" --format json > 
 verified workload workload.json
 
 step "an emitted Slurm job's node command, run here as node 0 of 1"
+cp "$ROOT/ckpt_bench/configs/tiny_gpt.yaml" "$SHARED/"  # what a job reads lies on the shared storage, as --emit asks
+WORKLOAD[1]="$SHARED/tiny_gpt.yaml"
 "$ROOT/.venv/bin/python" "$ROOT/ckpt_launch.py" "${WORKLOAD[@]}" --format json --emit slurm --shared-dir "$SHARED" \
     --container-image nvcr.io/nvidia/pytorch:25.01-py3 > job.sbatch
 NODE=$("$PY" -c 'import shlex, sys; print(shlex.split([l for l in open(sys.argv[1]) if "bash -c" in l][-1])[2])' job.sbatch)

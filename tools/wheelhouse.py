@@ -33,6 +33,11 @@ from pathlib import Path
 
 from install import WHEELHOUSE_FILE, manylinux_tag, normalize, pip_reason  # tools/install.py, beside this file
 
+try:
+    from packaging.requirements import Requirement
+except ImportError:  # a Python without packaging: pip's own copy of it
+    from pip._vendor.packaging.requirements import Requirement
+
 ROOT = Path(__file__).resolve().parents[1]
 MIN_MANYLINUX = 5  # manylinux_2_5, alias manylinux1: the oldest tag there is
 LEGACY_MANYLINUX = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
@@ -98,9 +103,10 @@ def image_packages(path: Path | None, torch: str | None) -> dict[str, str]:
 
 def stand_in(folder: Path, name: str, version: str) -> tuple[str, str]:
     """A wheel that only says `name` `version` is installed (no files, no dependencies); returns the version it
-    carries (a local label marks it where `version` has none, so the index's own release is never picked
-    instead) and its file name."""
-    carried = version if "+" in version else f"{version}+image"
+    carries (a local label of its own, `+image`, or `.image` after the version's own label: no real wheel, from the
+    index or from a find-links folder in pip's configuration, carries it, so none is picked instead) and its file
+    name."""
+    carried = f"{version}.image" if "+" in version else f"{version}+image"
     stem = f"{re.sub(r'[-_.]+', '_', name)}-{carried}"
     wheel = folder / f"{stem}-py3-none-any.whl"
     info = f"{stem}.dist-info"
@@ -111,6 +117,46 @@ def stand_in(folder: Path, name: str, version: str) -> tuple[str, str]:
             archive.writestr(path, text)
         archive.writestr(f"{info}/RECORD", "".join(f"{path},,\n" for path in files) + f"{info}/RECORD,,\n")
     return carried, wheel.name
+
+
+def extras_asked(report: dict, image: dict[str, str]) -> dict[str, set[str]]:
+    """The image's packages that our dependencies ask for with extras (lightning: `fsspec[http]`), and which: a
+    stand-in has no extras, so what they bring (aiohttp, yarl, multidict) must be asked for by name."""
+    asked: dict[str, set[str]] = {}
+    for item in report["install"]:
+        for text in item["metadata"].get("requires_dist") or []:
+            requirement = Requirement(text)
+            name = normalize(requirement.name)
+            if requirement.extras and name in image and (
+                    requirement.marker is None or requirement.marker.evaluate({"extra": ""})):
+                asked.setdefault(name, set()).update(requirement.extras)
+    return asked
+
+
+def extra_requirements(work: Path, name: str, version: str, extras: set[str]) -> list[str]:
+    """What `extras` of `name` `version` require, read from its own wheel's metadata (fetched, no dependencies)."""
+    folder = work / f"metadata-{name}"
+    checked(pip("download", "--no-deps", "--only-binary=:all:", "--quiet", "-d", str(folder), f"{name}=={version}"),
+            f"reading what {name} {version}[{','.join(sorted(extras))}] requires (the image's {name} with the extras "
+            "our dependencies ask for)")
+    with zipfile.ZipFile(next(folder.glob("*.whl"))) as archive:
+        metadata = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        return required_by_extras(archive.read(metadata).decode(), extras)
+
+
+def required_by_extras(metadata: str, extras: set[str]) -> list[str]:
+    """The requirements a wheel's METADATA lists for `extras` alone (not those it always has), unconditioned."""
+    wanted = []
+    for line in metadata.splitlines():
+        if not line.startswith("Requires-Dist:"):
+            continue
+        requirement = Requirement(line.split(":", 1)[1].strip())
+        marker = requirement.marker
+        if marker is not None and not marker.evaluate({"extra": ""}) and any(
+                marker.evaluate({"extra": extra}) for extra in extras):
+            requirement.marker = None
+            wanted.append(str(requirement))
+    return wanted
 
 
 def pip(*args: str) -> subprocess.CompletedProcess:
@@ -164,12 +210,15 @@ def build(out: Path, python_version: str, platform_tag: str, torch: str | None, 
             if not any(w.endswith("-none-any.whl") for w in built):
                 raise WheelhouseError(f"{name} {version} is released as source only and is not pure Python: build its "
                                       f"wheel on a machine like the target and put it in {out}")
+        # What the extras our dependencies ask of the image's packages bring (a stand-in has none).
+        wanted = [requirement for name, extras in extras_asked(json.loads(report.read_text()), packages).items()
+                  for requirement in extra_requirements(work, name, packages[name], extras)]
         # The target's resolution, wheels only.
         abi = "cp" + python_version.replace(".", "")
         target = ["--only-binary=:all:", "--python-version", python_version, "--implementation", "cp", "--abi", abi,
                   *(arg for tag in tags for arg in ("--platform", tag))]
         checked(pip("download", "-d", str(wheels), *target, "--find-links", str(wheels), *present,
-                    str(ours)), f"collecting the wheels for Python {python_version} on {platform_tag}")
+                    str(ours), *wanted), f"collecting the wheels for Python {python_version} on {platform_tag}")
         for filename in stub_files:
             (wheels / filename).unlink(missing_ok=True)
         if any(w.name.startswith("torch-") for w in wheels.iterdir()):

@@ -73,7 +73,9 @@ def test_the_images_packages_become_stand_ins_pinned_where_the_index_has_no_such
     assert packages == {"torch": "2.5.0a0+e000cf0ad9.nv24.10", "transformer-engine": "1.12.0", "numpy": "1.26.4"}
     carried, name = wheelhouse.stand_in(tmp_path, "transformer-engine", "1.12.0")
     assert carried == "1.12.0+image" and name == "transformer_engine-1.12.0+image-py3-none-any.whl"
-    assert wheelhouse.stand_in(tmp_path, "torch", packages["torch"])[0] == packages["torch"]  # local already
+    # a version with a label of its own gets ours after it: a real torch wheel of that very version (a find-links
+    # folder in pip's configuration holds one here) is never picked in place of the stand-in
+    assert wheelhouse.stand_in(tmp_path, "torch", packages["torch"])[0] == "2.5.0a0+e000cf0ad9.nv24.10.image"
     with zipfile.ZipFile(tmp_path / name) as archive:
         metadata_text = archive.read("transformer_engine-1.12.0+image.dist-info/METADATA").decode()
     assert "Version: 1.12.0+image" in metadata_text and "Requires-Dist" not in metadata_text
@@ -83,3 +85,18 @@ def test_the_images_packages_become_stand_ins_pinned_where_the_index_has_no_such
         wheelhouse.image_packages(empty, None)
     assert wheelhouse.image_packages(None, None) == {"torch": wheelhouse.constraint_torch()}
     assert wheelhouse.image_packages(listed, "2.6.0")["torch"] == "2.6.0"  # given: it wins
+
+
+def test_the_extras_our_dependencies_ask_of_an_image_package_are_collected_by_name():
+    """A stand-in has no extras: lightning's `fsspec[http]` on an image that has fsspec must still bring aiohttp
+    (seen: the offline install failed with no aiohttp where the image list held fsspec)."""
+    report = {"install": [
+        {"metadata": {"name": "lightning", "requires_dist": ["fsspec[http]>=2022.5.0", "torch>=2.1.0",
+                                                            "pytest; extra == 'test'"]}},
+        {"metadata": {"name": "ckpt-bench", "requires_dist": ["numpy[extra-never] ; extra == 'dev'"]}}]}
+    assert wheelhouse.extras_asked(report, {"fsspec": "2024.6.1", "torch": "2.5.0", "numpy": "1.26.4"}) == {
+        "fsspec": {"http"}}
+    metadata = ("Metadata-Version: 2.1\nName: fsspec\nVersion: 2024.6.1\nProvides-Extra: http\n"
+                "Requires-Dist: aiohttp!=4.0.0a0,!=4.0.0a1; extra == \"http\"\n"
+                "Requires-Dist: requests; extra == \"full\"\nRequires-Dist: importlib-metadata\n")
+    assert wheelhouse.required_by_extras(metadata, {"http"}) == ["aiohttp!=4.0.0a0,!=4.0.0a1"]
