@@ -56,6 +56,8 @@ def test_the_depths_sampled_double_from_two_layers_a_stage_and_a_moe_keeps_its_p
     assert sizes == [2, 4, 8, 16, 32] and layers == 32
     staged = _job(pipeline_model_parallel_size=2)
     assert sampled.depth_sizes(staged) == [4, 8, 16, 32]
+    # an FSDP2 job's chunks depend on the whole model: computed at its own depth, never fitted
+    assert sampled.depth_sizes(dataclasses.replace(job, state="megatron_fsdp2")) == [32]
     moe = dataclasses.replace(job, workload={**job.workload, "megatron": {
         **job.workload["megatron"], "architecture": {**job.workload["megatron"]["architecture"], "num_layers": 8,
                                                      "moe": {"layers": [False, False] + [True] * 6}}}})

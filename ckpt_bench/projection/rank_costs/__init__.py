@@ -3,9 +3,10 @@ DCP's global plan, the finalize, a restart's metadata and plan) run here over th
 plan we derive (`base`). One module per engine, listed once here (`ENGINES`); each has
 `compute(job, budget) -> RankCosts`.
 
-`rank_costs(job, budget_s)` computes them at the job's own size where that is quick (up to `EXACT_UP_TO` ranks) or
-asked for (`exact`, `--rank-costs-exact`: minutes at 1,024 ranks for a large model); otherwise on smaller copies
-of the job, their growth fitted (`sampled`, within `time_s`: a first `--plan` in about a minute), each figure
+`rank_costs(job, budget_s)` computes them at the job's own size where that is quick (up to `EXACT_UP_TO` ranks),
+asked for (`exact`, `--rank-costs-exact`: minutes at 1,024 ranks for a large model) or the only way (a job whose
+depth is not sampled: an FSDP2 experiment, an explicit stage split); otherwise on shallower copies of the job,
+their growth fitted (`sampled`, within `time_s`: a first `--plan` in about a minute), each figure
 marked extrapolated with the fit's error. Either runs in processes of their own (their memory is the
 coordinator's, its peak measured; torch and megatron-core are imported there only), and is kept in a cache keyed
 by the job's checkpoint and the versions whose code ran (`$XDG_CACHE_HOME/ckpt-bench/rank-costs/`, or
@@ -30,7 +31,7 @@ from ckpt_bench.core import progress
 from ckpt_bench.core.environment import megatron_core_version, package_versions
 from ckpt_bench.projection.job import JobCheckpoint
 from ckpt_bench.projection.rank_costs.base import Budget, RankCosts, Step
-from ckpt_bench.projection.rank_costs.sampled import DEFAULT_TIME_S, sampled_rank_costs
+from ckpt_bench.projection.rank_costs.sampled import DEFAULT_TIME_S, depth_sizes, sampled_rank_costs
 
 __all__ = ["DEFAULT_BUDGET_S", "DEFAULT_TIME_S", "ENGINES", "EXACT_UP_TO", "RankCosts", "Step", "cached_rank_costs",
            "rank_costs"]
@@ -119,7 +120,7 @@ def rank_costs(job: JobCheckpoint, budget_s: float = DEFAULT_BUDGET_S, exact: bo
     known = _read(cached)
     if _enough(known, budget_s):
         return known
-    if not exact and job.world_size > EXACT_UP_TO:
+    if not exact and job.world_size > EXACT_UP_TO and len(depth_sizes(job)) > 1:  # else: computed at its size
         fitted = _cache_dir() / f"{_key(job)}-fit.json"
         known = _read(fitted)
         if _enough(known, budget_s) and known.samples:
