@@ -243,17 +243,42 @@ def test_the_advice_gives_c_r_the_interval_and_goodput_as_ranges_where_the_proje
     assert rows["goodput at Daly's interval"].startswith("at most")
 
 
-@pytest.mark.parametrize("mttf_hours, write", [(1e-9, 1e-12), (1, 1e-9), (1e9, 1e9)])
-def test_extreme_figures_give_finite_advice_never_a_traceback(mttf_hours, write):
-    report = {"world_size": 32768, "projection": {
-        "job": {"ranks": 32768, "async_save": False},
-        "save_traffic": {"bytes": 10**15, "busiest_host": {"bytes": 10**13}},
-        "steady_save": {"range_s": [10**15 / 1e9 / write] * 2, "terms": []},
-        "load": {"range_s": [1e12, 1e12]}}}
-    advice = advise(report, AdviceOptions(gpu_mttf_hours=mttf_hours, checkpoint_budget=5))
-    for value in (advice["goodput_at_optimum"], advice["daly_interval_s"], *advice["goodput_at_optimum_range"]):
-        assert value is None or math.isfinite(value)
-    assert all(math.isfinite(row["goodput_at_optimum"]) for row in advice["what_if"])
+def _finite_or_none(value, where: str) -> None:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _finite_or_none(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _finite_or_none(item, f"{where}[{index}]")
+    elif isinstance(value, float):
+        assert math.isfinite(value), where
+
+
+def test_every_advice_figure_is_finite_or_null_over_the_extremes_the_options_accept():
+    """A sweep over the corners the options accept (an MTTF of a fraction of a second to a billion hours, a write
+    of 1e-12 to 1e9 GB/s, restarts from nothing to 30,000 years, budgets from 1e-6 to 99.99 %, one GPU to 32,768):
+    no traceback, every figure finite or null, and the summary's rows of it made."""
+    from ckpt_bench.present.rows import advice_rows, purchase_advice_rows, what_if_rows
+    from ckpt_bench.report.schema import Advice
+
+    for mttf in (1e-9, 1e-3, 1.0, 5e4, 1e9):
+        for write in (1e-12, 1e-6, 1.0, 1e3, 1e9):
+            for load in (0.0, 1e-3, 1e6, 1e12):
+                for budget in (1e-6, 5.0, 99.99):
+                    for gpus in (1, 32768):
+                        save = 10**15 / 1e9 / write
+                        report = {"world_size": gpus, "projection": {
+                            "job": {"ranks": gpus, "async_save": False},
+                            "save_traffic": {"bytes": 10**15, "busiest_host": {"bytes": 10**13}},
+                            "steady_save": {"range_s": [save, save * 2], "terms": [
+                                {"kind": "step", "range_s": [save / 10, None]}]},
+                            "load": {"range_s": [load, load]},
+                            "purchase": [{"storage_write_gbps": write, "steady_save": {"range_s": [save, None]},
+                                          "load": {"range_s": [load, load]}}]}}
+                        advice = advise(report, AdviceOptions(gpu_mttf_hours=mttf, checkpoint_budget=budget))
+                        _finite_or_none(advice, f"mttf {mttf} write {write} load {load} budget {budget} gpus {gpus}")
+                        typed = Advice.from_json(advice)  # and shown: the summary's rows of it
+                        assert advice_rows(typed) and purchase_advice_rows(typed) and what_if_rows(typed)
 
 
 def test_several_storage_ceilings_price_one_computation_of_the_steps_row_by_row():
