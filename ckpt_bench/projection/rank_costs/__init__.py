@@ -123,13 +123,14 @@ def rank_costs(job: JobCheckpoint, budget_s: float = DEFAULT_BUDGET_S, exact: bo
     if not exact and job.world_size > EXACT_UP_TO and len(depth_sizes(job)) > 1:  # else: computed at its size
         fitted = _cache_dir() / f"{_key(job)}-fit.json"
         known = _read(fitted)
-        if _enough(known, budget_s) and known.samples:
+        if _enough(known, budget_s):
             return known
         progress.show(f"computing the {job.engine} engine's global steps on smaller copies of the "
                       f"{job.world_size:,}-rank job with its own code, their growth fitted (about {time_s:g} s on "
                       "every core; --rank-costs-exact computes the job itself; cached for the next run)")
         costs = sampled_rank_costs(job, time_s, budget_s)
-        _write(fitted, costs)
+        # Where the budget reached the model's own depth the result is the exact one: cached as such.
+        _write(fitted if costs.method == "extrapolated" else cached, costs)
         return costs
     progress.show(f"computing the {job.engine} engine's global steps at {job.world_size:,} ranks with its own code "
                   f"(on one core, at most {budget_s:g} s a step; cached for the next run)")

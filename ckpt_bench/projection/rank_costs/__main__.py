@@ -37,12 +37,11 @@ def rank0_units(job: JobCheckpoint) -> int:
 def computed(job: JobCheckpoint, seconds: float) -> RankCosts:
     budget = Budget(seconds)
     started = time.thread_time()
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     costs = importlib.import_module(ENGINES[job.engine]).compute(job, budget)
     costs.computed_with = _versions()
     costs.budget_s, costs.spent_s = budget.seconds, round(time.thread_time() - started, 3)
-    costs.peak_rss_bytes = max(before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
-    costs.rank0_units = rank0_units(job)
+    # the process's peak so far (a worker's: of every sample it computed, this one's at least)
+    costs.peak_rss_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return costs
 
 

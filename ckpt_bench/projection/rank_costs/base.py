@@ -102,8 +102,8 @@ class Step:
     why: str | None = None
     """Why `cpu_s` is None or a bound."""
     extrapolated: dict[str, Any] | None = None
-    """Where the figures were fitted from smaller copies of the job (`sampled`): the samples (ranks, layers), the
-    fit's error (a fraction; None: unknown) and its exponents; None: computed at the job's size."""
+    """Where the figures were fitted from shallower copies of the job (`sampled`): the samples [ranks, layers] and
+    the fit's error (a fraction; None: unknown); None: computed at the job's size."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -132,7 +132,8 @@ class RankCosts:
     samples: list[list[int]] | None = None
     """The copies the steps were computed on (ranks, layers), where extrapolated."""
     rank0_units: int | None = None
-    """Rank 0's sharded objects (tensors and objects) in this job: the depth axis of an extrapolation."""
+    """Rank 0's sharded objects (tensors and objects) at the job's depth, where extrapolated (the depth axis: its
+    count answers a worker's `count_only` request)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "steps": [step.as_dict() for step in self.steps]}

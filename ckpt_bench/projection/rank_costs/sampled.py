@@ -190,14 +190,14 @@ def sampled_rank_costs(job: JobCheckpoint, time_s: float, step_budget_s: float,
     computed: dict[int, RankCosts] = {}
     units: dict[int, int] = {}
 
+    sized = {depth: (at_depth(job, depth) if depth != full_layers else job).as_dict() for depth in depths}
+
     def compute(depth: int) -> tuple[int, RankCosts]:
-        sized = at_depth(job, depth) if depth != full_layers else job
-        return depth, RankCosts.from_dict(workers.ask({"job": sized.as_dict(), "budget": step_budget_s}))
+        return depth, RankCosts.from_dict(workers.ask({"job": sized[depth], "budget": step_budget_s}))
 
     try:
         for depth in depths:  # rank 0's shards at each depth: the depth axis
-            sized = at_depth(job, depth) if depth != full_layers else job
-            units[depth] = workers.ask({"job": sized.as_dict(), "count_only": True})["rank0_units"]
+            units[depth] = workers.ask({"job": sized[depth], "count_only": True})["rank0_units"]
         with ThreadPoolExecutor(len(workers.processes)) as pool:
             index = 0
             while index < len(depths):
