@@ -4,7 +4,7 @@ report.html. Sizes in GB (10^9 bytes), rates in GB/s, times in seconds, each ran
 
 from __future__ import annotations
 
-from ckpt_bench.present.rows import NONE, duration
+from ckpt_bench.present.rows import NONE, duration, gbps_words
 from ckpt_bench.projection.model import gb, plural
 from ckpt_bench.report.schema import ChangeSide, ProjectedTime, Projection, ProjectionFigure, Traffic
 
@@ -164,13 +164,9 @@ def _side_words(side: ChangeSide | None) -> str:
     return f"cannot run; {words} if it ran" if side.feasible is False else words
 
 
-def _gbps(value: float | None) -> str:
-    return "not given" if value is None else f"{value:,.4g}"
-
-
 def purchase_rows(projection: Projection) -> list[list[str]]:
     """The purchase table: each storage priced, the job's first save, later saves and restart there."""
-    return [[f"{_gbps(row.storage_write_gbps)} / {_gbps(row.storage_read_gbps)}", time_words(row.save),
+    return [[f"{gbps_words(row.storage_write_gbps)} / {gbps_words(row.storage_read_gbps)}", time_words(row.save),
              time_words(row.steady_save), time_words(row.load)] for row in projection.purchase or []]
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ckpt_bench.core.units import MIB
 from ckpt_bench.report import metrics
+from ckpt_bench.report.advice import bound_of
 from ckpt_bench.report.metrics import HEADLINE
 from ckpt_bench.report.schema import (
     AbovePeak,
@@ -522,10 +523,23 @@ def _bound_word(kind: str | None) -> str:
 
 
 def _goodput_range(advice: Advice) -> str:
-    worst, best = ((advice.goodput_at_optimum_range or []) + [None, None])[:2]
+    best = ((advice.goodput_at_optimum_range or []) + [None, None])[1]
+    return percent(advice.goodput_at_optimum) if best is None else goodput_span(advice.goodput_at_optimum_range)
+
+
+def goodput_span(values: list | None) -> str:
+    """A goodput [worst, best]: "at most best" where the worst is open, one figure where they agree."""
+    worst, best = ((values or []) + [None, None])[:2]
     if best is None:
-        return percent(advice.goodput_at_optimum)
-    return f"at most {percent(best)}" if worst is None else f"{percent(worst)}-{percent(best)}"
+        return NONE
+    if worst is None:
+        return f"at most {percent(best)}"
+    return percent(best) if abs(best - worst) < 5e-5 else f"{percent(worst)}-{percent(best)}"
+
+
+def gbps_words(value: float | None) -> str:
+    """A storage ceiling of the purchase table, or that none was given."""
+    return "not given" if value is None else f"{value:,.4g}"
 
 
 def budget_words(budget: CheckpointBudget) -> str:
@@ -555,25 +569,16 @@ PURCHASE_ADVICE_COLUMNS = ["storage write / read (GB/s)", "C (later saves)", "R"
 
 def purchase_advice_rows(advice: Advice) -> list[list[str]]:
     """The purchase table's advice: each storage's C, R, interval and goodput, ranges where they are bounds."""
-    def span(values, show) -> str:
+    def span(values) -> str:
         low, high = ((values or []) + [None, None])[:2]
-        kind = None if low is None else "at least" if high is None else (
-            "point" if abs(high - low) <= 1e-6 * max(abs(high), 1e-9) else "range")
-        return bounded(values, kind, low, show)
-
-    def gbps(value) -> str:
-        return "not given" if value is None else f"{value:,.4g}"
+        return bounded(values, bound_of(low, high), low, duration)
 
     rows = []
     for row in advice.purchase or []:
-        worst, best = ((row.goodput_at_optimum_range or []) + [None, None])[:2]
-        good = NONE if best is None else (f"at most {percent(best)}" if worst is None else
-                                          percent(best) if abs(best - worst) < 5e-5 else
-                                          f"{percent(worst)}-{percent(best)}")
         met = {True: "yes", False: "no", "unknown": "unknown (a bound decides it)"}.get(row.budget_met, NONE)
-        rows.append([f"{gbps(row.storage_write_gbps)} / {gbps(row.storage_read_gbps)}",
-                     span(row.checkpoint_cost_range_s, duration), span(row.restart_cost_range_s, duration),
-                     span(row.daly_interval_range_s, duration), good, met])
+        rows.append([f"{gbps_words(row.storage_write_gbps)} / {gbps_words(row.storage_read_gbps)}",
+                     span(row.checkpoint_cost_range_s), span(row.restart_cost_range_s),
+                     span(row.daly_interval_range_s), goodput_span(row.goodput_at_optimum_range), met])
     return rows
 
 

@@ -303,15 +303,15 @@ def projected_costs(report: dict) -> tuple[float | None, str, float | None, str,
     job = projection.get("job") or {}
     save = steady_save(projection)
     asynchronous = bool(job.get("async_save"))
-    cost = projected_range(save, "block_range_s" if asynchronous else "range_s")[0]
-    load = projected_range(projection.get("load"))[0]
+    cost_range = projected_range(save, "block_range_s" if asynchronous else "range_s")
+    load_range = projected_range(projection.get("load"))
+    cost, load = cost_range[0], load_range[0]
     ranks = job.get("ranks")
     notes = []
     where = f"projected for the whole job of {ranks:,} ranks" if isinstance(ranks, int) else "projected"
     cost_from = (f"{'save block time' if asynchronous else 'save total time'} {where} (projection.steady_save, "
                  f"bound by {save.get('binding')})")
-    cost_kind = bound_of(*projected_range(save, "block_range_s" if asynchronous else "range_s"))
-    load_kind = bound_of(*projected_range(projection.get("load")))
+    cost_kind, load_kind = bound_of(*cost_range), bound_of(*load_range)
     if cost_kind == "at least":
         notes.append("the projected checkpoint cost is a lower bound (an input of the projection is a bound or "
                      "unknown: projection.inputs): the interval is a lower bound too")
@@ -437,17 +437,24 @@ def _ranges(report: dict, cost: float | None, restart: float, overhead: float, m
     section: dict = {"checkpoint_cost_range_s": [_round(v, 4) for v in cost_range],
                      "checkpoint_cost_is": bound_of(*cost_range),
                      "restart_cost_range_s": [_round(v) for v in restart_range],
-                     "restart_cost_is": bound_of(*restart_range),
-                     "daly_interval_range_s": [None, None], "goodput_at_optimum_range": [None, None]}
-    low_cost, high_cost = cost_range
-    if low_cost is not None:
-        best = goodput(daly_interval(low_cost, mtbf), low_cost, restart_range[0], mtbf)
-        worst = (None if high_cost is None or restart_range[1] is None else
-                 goodput(daly_interval(high_cost, mtbf), high_cost, restart_range[1], mtbf))
-        section["daly_interval_range_s"] = [_round(daly_interval(low_cost, mtbf)),
-                                            None if high_cost is None else _round(daly_interval(high_cost, mtbf))]
-        section["goodput_at_optimum_range"] = [None if worst is None else _round(worst, 4), _round(best, 4)]
+                     "restart_cost_is": bound_of(*restart_range)}
+    section.update(_optimum_ranges(cost_range, restart_range, mtbf))
     return section
+
+
+def _optimum_ranges(cost: tuple[float | None, float | None], restart: tuple[float, float | None],
+                    mtbf: float) -> dict:
+    """Daly's interval over C's (low, high), and the goodput there as [worst, best]: the best at C's and R's low
+    ends, the worst at their high ends (None where one is open); both [None, None] without a C."""
+    low_cost, high_cost = cost
+    if low_cost is None:
+        return {"daly_interval_range_s": [None, None], "goodput_at_optimum_range": [None, None]}
+    best = goodput(daly_interval(low_cost, mtbf), low_cost, restart[0], mtbf)
+    worst = (None if high_cost is None or restart[1] is None else
+             goodput(daly_interval(high_cost, mtbf), high_cost, restart[1], mtbf))
+    return {"daly_interval_range_s": [_round(daly_interval(low_cost, mtbf)),
+                                      None if high_cost is None else _round(daly_interval(high_cost, mtbf))],
+            "goodput_at_optimum_range": [None if worst is None else _round(worst, 4), _round(best, 4)]}
 
 
 def purchase_rows(report: dict, overhead: float, mtbf: float, budget_percent: float | None) -> list[dict]:
@@ -465,19 +472,11 @@ def purchase_rows(report: dict, overhead: float, mtbf: float, budget_percent: fl
         entry = {"storage_write_gbps": row.get("storage_write_gbps"), "storage_read_gbps": row.get("storage_read_gbps"),
                  "checkpoint_cost_range_s": [_round(cost_low, 4), _round(cost_high, 4)],
                  "restart_cost_range_s": [_round(restart_low), _round(restart_high)],
-                 "daly_interval_range_s": [None, None], "goodput_at_optimum_range": [None, None],
-                 "budget_met": None}
-        if cost_low is not None:
-            entry["daly_interval_range_s"] = [_round(daly_interval(cost_low, mtbf)),
-                                              None if cost_high is None else _round(daly_interval(cost_high, mtbf))]
-            best = goodput(daly_interval(cost_low, mtbf), cost_low, restart_low, mtbf)
-            worst = (None if cost_high is None or restart_high is None else
-                     goodput(daly_interval(cost_high, mtbf), cost_high, restart_high, mtbf))
-            entry["goodput_at_optimum_range"] = [None if worst is None else _round(worst, 4), _round(best, 4)]
-            if budget_percent is not None:
-                allowed = largest_cost(budget_percent / 100, restart_low, mtbf)
-                entry["budget_met"] = (False if cost_low > allowed else
-                                       True if cost_high is not None and cost_high <= allowed else "unknown")
+                 **_optimum_ranges((cost_low, cost_high), (restart_low, restart_high), mtbf), "budget_met": None}
+        if cost_low is not None and budget_percent is not None:
+            allowed = largest_cost(budget_percent / 100, restart_low, mtbf)
+            entry["budget_met"] = (False if cost_low > allowed else
+                                   True if cost_high is not None and cost_high <= allowed else "unknown")
         rows.append(entry)
     return rows
 
