@@ -95,9 +95,9 @@ def measured_save_floor(report: dict, job: JobCheckpoint) -> tuple[float | None,
              if isinstance(save.get("total_time"), (int, float))]
     if not times:
         return None, ""
-    return statistics.median(times), (f"the hosts that ran (job host(s) {', '.join(map(str, job.hosts_that_ran))}) "
-                                      f"measured {statistics.median(times):.3g} s a steady save (median of "
-                                      f"{len(times)}): the whole job's save takes at least that")
+    median = statistics.median(times)
+    return median, (f"the hosts that ran (job host(s) {', '.join(map(str, job.hosts_that_ran))}) measured "
+                    f"{median:.3g} s a steady save (median of {len(times)}): the whole job's save takes at least that")
 
 
 def floor_saves(section: dict, floor: float | None, what: str) -> None:

@@ -46,7 +46,7 @@ def _parse_ceilings(name: str, value) -> tuple[float, ...]:
     """GB/s figures from `value` (a number, or numbers comma-separated); one clear line for a bad one."""
     if value is None:
         return ()
-    texts = [f"{value:g}"] if isinstance(value, (int, float)) else str(value).split(",")
+    texts = str(value).split(",")  # a number as it is (str keeps every digit of a float)
     figures = []
     for text in texts:
         try:
