@@ -135,6 +135,7 @@ def test_options_refuse_what_is_not_a_rate():
     with pytest.raises(Exception, match="--storage-write-gbps -1: must be a positive number"):
         ProjectionOptions(storage_write_gbps=-1)
     assert ProjectionOptions(network_gbps=25).given == {"network_gbps"}
+    assert ProjectionOptions(storage_write_gbps=123.4567891).storage_write_gbps == 123.4567891  # every digit kept
 
 
 def _report(**projection) -> dict:
