@@ -2,6 +2,8 @@
 #   make run    the default benchmark (tiny GPT, CPU, 2 ranks, local disk): its summary on a terminal,
 #               the JSON report when piped or redirected
 #   make test   lint + the test suite
+#   make test-today   the suite's megatron-core tests on today's stack (Python 3.13, megatron-core 0.19.2) beside
+#               this one: tools/today_stack.sh builds it under .today/ first (root; about 3 minutes and 6 GB, once)
 # Extra arguments: make run ARGS="--tp 2 --async-save"   make test PYTEST_ARGS="-k report"
 
 PYTHON ?= python3
@@ -9,7 +11,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install wheelhouse
+.PHONY: run test test-today install wheelhouse
 
 install: $(STAMP)
 
@@ -39,6 +41,19 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(PY) -m compileall -q ckpt_bench
 	$(PY) -m pytest -q -n 2 --dist worksteal --durations=15 $(PYTEST_ARGS)
+
+# The tests of what runs megatron-core: the built-in worker (sync, async, persistent writer, resumes on another
+# layout, non-persistent tiers), every workload engine (dense and MoE, whole and subset), the projection's runs,
+# the real pretrain_gpt.py (core_v0.19.0's, on this stack) and the layouts sized against megatron-core's own.
+TODAY_TESTS := tests/e2e/test_megatron_worker.py tests/e2e/test_megatron_tiers.py tests/e2e/test_workload_torch_dist.py \
+    tests/e2e/test_workload_engines.py tests/e2e/test_workload_fsdp2.py tests/e2e/test_projection_runs.py \
+    tests/e2e/test_real_megatron_lm.py tests/unit/test_megatron_layout.py tests/unit/test_pipeline_layout.py \
+    tests/unit/test_global_checksums.py tests/unit/test_workload_precision_aware_optimizer.py \
+    tests/unit/test_megatron_lm_framework.py tests/unit/test_megatron_release.py
+test-today:
+	@tools/today_stack.sh build
+	tools/today_stack.sh run python tools/calibration.py
+	tools/today_stack.sh run python -m pytest -q -n 2 --dist worksteal --durations=15 $(TODAY_TESTS) $(PYTEST_ARGS)
 
 # wheelhouse/: ckpt-bench and every dependency but torch, to install into an image's own Python offline with
 # `python wheelhouse/install.py` (docs/clusters.md). The target may differ from this machine; empty means this one's:

@@ -1,4 +1,5 @@
-"""The real frameworks' sources, for the tests that run or read them: Megatron-LM (core_v0.16.1) and Primus
+"""The real frameworks' sources, for the tests that run or read them: Megatron-LM (core_v0.16.1, or core_v0.19.0
+where the installed megatron-core is 0.17 or newer: the checkout its ranks' megatron-core matches) and Primus
 (fd1eeabb), from the snapshots in `../shared/upstream/` (tarballs, extracted once per test session into a temp
 folder, never modified) or from `CKPT_BENCH_UPSTREAM=DIR` (a folder holding those tarballs, or the checkouts
 themselves as `DIR/Megatron-LM` and `DIR/Primus`).
@@ -17,7 +18,11 @@ from pathlib import Path
 import pytest
 from helpers import ROOT
 
-SNAPSHOTS = {"Megatron-LM": "megatron-lm-core_v0.16.1.tar.gz", "Primus": "primus-fd1eeabb.tar.gz"}
+from ckpt_bench.core import megatron_release
+
+MEGATRON_LM = ("megatron-lm-core_v0.19.0.tar.gz" if megatron_release.installed().has_async_strategy
+               else "megatron-lm-core_v0.16.1.tar.gz")
+SNAPSHOTS = {"Megatron-LM": MEGATRON_LM, "Primus": "primus-fd1eeabb.tar.gz"}
 SHARED_UPSTREAM = ROOT / ".." / "shared" / "upstream"
 
 

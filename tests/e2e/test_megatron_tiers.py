@@ -3,13 +3,19 @@ checkpoints through nvidia-resiliency-ext with replication, restored after rank 
 global ones restored on another tensor-parallel size with --dist-ckpt-strictness raise_all; --save-retain-interval's
 deletions timed."""
 
-import pytest
-from helpers import launch_ok
+import subprocess
+import sys
 
-pytest.importorskip("nvidia_resiliency_ext")
+import pytest
+from helpers import ROOT, launch_ok
+
+from ckpt_bench.core import megatron_release
+
+NVRX_LOCAL = megatron_release.nvrx_missing("local")
 RUN = ("--train-iters", "4", "--save-interval", "3", "--set", "non_persistent_save_interval=2", "--format", "json")
 
 
+@pytest.mark.skipif(NVRX_LOCAL is not None, reason=f"{NVRX_LOCAL}")
 def test_local_checkpoints_restored_from_a_replica_and_old_checkpoints_deleted(tmp_path):
     """Persistent saves at 3 and 4 (the last iteration), a local one at 2 (each rank's file and its peer's
     replica); retention every 2 deletes 3 after 4 is saved; the load restores 2 from the local tier after rank 0's
@@ -29,3 +35,14 @@ def test_global_checkpoints_restored_on_another_layout_with_strict_keys(tmp_path
                        "--load-tp", "2", runs_dir=tmp_path)
     assert report["run"]["status"] == "ok" and report["verification"]["verified"]
     assert sorted(save["iteration"] for save in report["saves"]) == [2, 3, 4] and report["load"]["iteration"] == 2
+
+
+@pytest.mark.skipif(NVRX_LOCAL is None, reason="nvidia-resiliency-ext's local checkpointing runs here")
+def test_local_checkpoints_without_nvidia_resiliency_ext_are_refused_in_one_line(tmp_path):
+    result = subprocess.run([sys.executable, str(ROOT / "ckpt_launch.py"), "--device", "cpu", *RUN, "--set",
+                             "non_persistent_ckpt_type=local", "--runs-dir", str(tmp_path)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: non_persistent_ckpt_type local: Megatron-LM's local checkpoints are nvidia-resiliency-ext's "
+        f"LocalCheckpointManager, and {NVRX_LOCAL}; use non_persistent_ckpt_type global")

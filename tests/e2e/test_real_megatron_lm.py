@@ -1,4 +1,5 @@
-"""The real Megatron-LM (core_v0.16.1, `upstream_megatron_lm`) under `--framework megatron-lm` on 2 CPU ranks:
+"""The real Megatron-LM (core_v0.16.1, or core_v0.19.0 on megatron-core 0.17+: `upstream_megatron_lm`) under
+`--framework megatron-lm` on 2 CPU ranks:
 its own pretrain_gpt.py trains a tiny MoE GPT, saves twice and, in a new process, loads the last checkpoint; the
 report comes from its own log lines, sizes from the checkpoint folder. One run (every rank process, and every helper
 megatron-core spawns from one, imports Megatron-LM: ~5 s of CPU each here) covers expert parallelism and async
@@ -11,6 +12,8 @@ import sys
 from pathlib import Path
 
 from helpers import ROOT
+
+from ckpt_bench.core.environment import megatron_core_version
 
 TINY = ("--set", "num_layers=2", "--set", "hidden_size=64", "--set", "ffn_hidden_size=128",
         "--set", "num_attention_heads=4", "--set", "seq_length=64", "--set", "max_position_embeddings=64",
@@ -39,7 +42,9 @@ def assert_saved_and_loaded(report: dict, megatron: Path, logged: str) -> list[l
     assert any("checkpoint folder holds what the log says was saved: iterations 2, 4, "
                "latest_checkpointed_iteration.txt 4" in note for note in report["notes"]), report["notes"]
     assert not any("left out" in note for note in report["notes"]), report["notes"]
-    ran = f"the ranks ran this checkout's megatron-core 0.16.1 ({megatron.resolve()})"
+    version = megatron_core_version(megatron)
+    assert version.startswith(("0.16.", "0.19.")), version
+    ran = f"the ranks ran this checkout's megatron-core {version} ({megatron.resolve()})"
     assert ran in report["notes"], report["notes"]
     run_dir = Path(report["run"]["dir"])
     commands = [shlex.split(line) for line in (run_dir / "commands.sh").read_text().splitlines()

@@ -30,6 +30,7 @@ from ckpt_bench.backends.frameworks.common import (
 )
 from ckpt_bench.backends.megatron import rules
 from ckpt_bench.backends.megatron.launcher import checkpoint_parent, msc_note, preview
+from ckpt_bench.core import megatron_release
 from ckpt_bench.core.checkpoint_dir import latest_iteration
 from ckpt_bench.core.environment import gpu_count, megatron_core_version
 from ckpt_bench.core.errors import ConfigError
@@ -158,11 +159,14 @@ def check_dataset_helpers(root: Path) -> None:
     datasets = root / "megatron" / "core" / "datasets"
     if any(datasets.glob("helpers_cpp*")):
         return
+    # Its Makefile names the library by `python3-config --extension-suffix` (Debian's python3-dev).
     missing = [name for name, found in (("make", shutil.which("make")), ("a C++ compiler (g++)", shutil.which("g++")),
+                                        ("python3-config", shutil.which("python3-config")),
                                         ("pybind11", importlib.util.find_spec("pybind11"))) if not found]
     if missing:
         raise ConfigError(f"--megatron-path {root}: Megatron-LM builds its dataset helpers in {datasets} when it "
-                          f"starts, which needs {', '.join(missing)} (pip install pybind11; apt-get install make g++)")
+                          f"starts, which needs {', '.join(missing)} (pip install pybind11; apt-get install make g++ "
+                          "python3-dev)")
 
 
 def check_gpu_extensions(settings: dict, root: Path) -> None:
@@ -225,6 +229,22 @@ def checkout_version(root: Path) -> str:
         return "a version without megatron/core/package_info.py"
     version = megatron_core_version(root)
     return f"megatron-core {version}" if version else "an unknown version"
+
+
+def release_settings(root: Path, args: dict, settings: dict) -> list[str]:
+    """The checkout's megatron-core checked against this Python (a release we know breaks refused in one line) and,
+    on 0.17+, the async strategy its saves take: Megatron-LM's default nvrx unless nvidia-resiliency-ext cannot run
+    it here, then megatron-core's own (`--async-strategy mcore`, put into `args`). Returns the notes."""
+    release = megatron_release.Release(megatron_core_version(root))
+    warning = megatron_release.check(release)
+    if warning is not None:
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
+    strategy, why = megatron_release.async_strategy(settings.get("async_strategy") if "async_strategy" in args
+                                                    else None, bool(settings.get("async_save")), release)
+    if why is not None:
+        print(f"note: {why}", file=sys.stderr, flush=True)
+        args["async_strategy"] = settings["async_strategy"] = strategy
+    return [note for note in (warning, why) if note]
 
 
 def check_given_arguments(settings: dict, parser: ParserFlags, root: Path) -> None:
@@ -344,6 +364,7 @@ class MegatronLMBackend(Backend[MegatronLMConfig]):
         if storage.kind == "msc" and "enable_msc" in parser.value_flag.keys() | {k for k, _ in parser.switch}:
             args.setdefault("enable_msc", True)  # 0.18's opt-in; 0.16.1's default
         settings = {**parser.default, **args}
+        release_notes = release_settings(root, args, settings)
         msc = takes_msc(root, settings, storage)
         check_gpu_extensions(settings, root)
         if not gpu_count() or settings.get("transformer_impl") == "local":  # CPU ranks run the local spec
@@ -386,4 +407,4 @@ class MegatronLMBackend(Backend[MegatronLMConfig]):
                "enable_msc=false (Megatron-LM's --disable-msc)" if msc else
                "MSC is off for this checkout (enable_msc false, or no MSC in it)")
         return framework_plan(launch, experiment, args, sizes, passes, bind, collect, worker_module=BOOTSTRAP,
-                              storage=storage, msc=msc, notes=msc_note(msc, storage, why))
+                              storage=storage, msc=msc, notes=[*release_notes, *msc_note(msc, storage, why)])

@@ -82,19 +82,22 @@ def install(args: list[str]) -> list[str]:
     cpu_compat.install()
     _define_missing_te_gemm()  # the MoE router's Transformer Engine test, as in the built-in worker
 
-    from megatron.legacy import fused_kernels
     from megatron.training import initialize, training
 
     # pretrain() -> initialize_megatron asserts CUDA unless told `allow_no_cuda`, Megatron-LM's own switch
     # for CPU processes; nothing else reads it.
     training.initialize_megatron = partial(initialize.initialize_megatron, allow_no_cuda=True)
-    # initialize_megatron -> _compile_dependencies -> fused_kernels.load runs `$CUDA_HOME/bin/nvcc -V` (no
-    # CUDA_HOME here) and, in this generation, builds no kernel after it: nothing to load on CPU.
-    fused_kernels.load = lambda args: None
+    try:
+        from megatron.legacy import fused_kernels
+    except ImportError:
+        pass  # core_v0.19.0 has no megatron.legacy: its _compile_dependencies loads no fused kernel
+    else:
+        # core_v0.16.1: initialize_megatron -> _compile_dependencies -> fused_kernels.load runs
+        # `$CUDA_HOME/bin/nvcc -V` (no CUDA_HOME here) and builds no kernel after it: nothing to load on CPU.
+        fused_kernels.load = lambda args: None
     # get_model builds the DDP wrappers inside `torch.cuda.stream(torch.cuda.Stream())`, synchronised with
-    # `torch.cuda.current_stream()` on both sides: streams the CPU does not have.
+    # `torch.cuda.current_stream()` (cpu_compat's: the CPU's stream) on both sides: streams the CPU does not have.
     torch.cuda.Stream = _HostStream
-    torch.cuda.current_stream = lambda device=None: _HostStream()
 
     return cpu_arguments(args)
 

@@ -95,6 +95,7 @@ MEGATRON_DEFAULTS = {
     "ckpt_format": "torch_dist",
     "async_save": False,
     "use_persistent_ckpt_worker": False,
+    "async_strategy": None,  # megatron-core 0.17+: nvrx or mcore, as the launcher resolves it (core.megatron_release)
     "ckpt_fully_parallel_save": True,
     "ckpt_fully_parallel_load": False,
     "ckpt_assume_constant_structure": False,

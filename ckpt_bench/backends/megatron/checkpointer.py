@@ -43,13 +43,13 @@ import torch
 from megatron.core import parallel_state
 from megatron.core.dist_checkpointing.dict_utils import dict_list_map_outplace
 from megatron.core.dist_checkpointing.mapping import LocalNonpersistentObject, ShardedBase
-from megatron.core.dist_checkpointing.strategies.async_utils import AsyncCallsQueue, AsyncRequest
+from megatron.core.dist_checkpointing.strategies.async_utils import AsyncRequest
 
 from ckpt_bench.backends.megatron import megatron_log
 from ckpt_bench.backends.megatron.formats import TorchDistFormat, TorchFormat, checkpoint_path, rank_written_bytes
 from ckpt_bench.backends.megatron.global_checksums import global_checksums
 from ckpt_bench.backends.megatron.phases import RecordWritten, mark_finalize
-from ckpt_bench.core import progress
+from ckpt_bench.core import megatron_release, progress
 from ckpt_bench.core.checkpoint_dir import ITER_DIR, TRACKER_FILE, iter_dir_name
 from ckpt_bench.core.events import EventKind, EventRecorder, Phase
 from ckpt_bench.worker import integrity
@@ -97,7 +97,8 @@ class Checkpointer:
         self.events = events
         self.integrity_dir = integrity_dir
         self.context = context
-        self._async_queue = AsyncCallsQueue(persistent=args.use_persistent_ckpt_worker) if args.async_save else None
+        self._async_queue = (megatron_release.async_calls_queue(args.async_strategy, args.use_persistent_ckpt_worker)
+                             if args.async_save else None)
         self._in_flight: deque[int] = deque()  # iterations of scheduled, not yet finalized async saves
         self._finalizing = PhaseClock()  # an async save's finalize, run here by `maybe_finalize`
         self._position = (

@@ -11,6 +11,9 @@ so the worker runs unchanged on GPUs (nccl) and every CUDA workaround of the ben
   tensors `AsyncCallsQueue` all-reduces, in the optimizers, the p2p schedules, rotary embeddings,
   and inside autograd backward functions (`tensor_parallel.mappings._gather_along_first_dim`,
   used by the MoE token dispatcher), where torch function modes are not active.
+* `torch.cuda.current_stream()` -> the CPU's stream (`torch.cpu.current_stream()`, whose `wait_event` and
+  `wait_stream` do nothing): megatron-core 0.19 (not 0.16.1) takes the current stream at the start of every
+  gradient sync (`param_and_grad_buffer.start_grad_sync`) to wait on CUDA-graph events.
 * `torch.cuda.device_count()` -> 1, `torch.cuda.set_device` -> no-op: the persistent async writer
   calls `set_device(rank % device_count())` on start-up.
 * A `TorchFunctionMode` that maps `device="cuda"`, `"cuda:N"` and `torch.device("cuda")` to the CPU
@@ -88,6 +91,7 @@ def install() -> None:
 
     torch.cuda.synchronize = lambda device=None: None
     torch.cuda.current_device = lambda: torch.device("cpu")
+    torch.cuda.current_stream = lambda device=None: torch.cpu.current_stream()
     torch.cuda.device_count = lambda: 1
     torch.cuda.set_device = lambda device: None
 

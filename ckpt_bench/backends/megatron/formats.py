@@ -41,6 +41,7 @@ from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
 
 from ckpt_bench.backends.megatron.phases import common_check_hook, mark_load_strategy, mark_save_strategy
 from ckpt_bench.backends.megatron.training import Trainer
+from ckpt_bench.core import megatron_release
 from ckpt_bench.core.checkpoint_dir import TRACKER_FILE, tracker_iteration
 from ckpt_bench.core.events import Phase
 from ckpt_bench.worker.phases import PhaseClock
@@ -100,7 +101,8 @@ class TorchDistFormat:
         # The common part's consistency hook changes nothing: it marks where the sharding check begins.
         return dist_checkpointing.save(
             state_dict, directory, self._strategy(), async_sharded_save=self.args.async_save,
-            preprocess_common_before_consistancy_check=common_check_hook(self.phases))
+            preprocess_common_before_consistancy_check=common_check_hook(self.phases),
+            **megatron_release.save_arguments(self.args.async_strategy))
 
     def _strategy(self):
         if self._save_strategy is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import sys
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
@@ -18,6 +19,7 @@ from ckpt_bench.backends.comms.launcher import PreflightOptions
 from ckpt_bench.backends.megatron import arguments, rules
 from ckpt_bench.backends.megatron.memory import check_megatron_memory, checkpoint_bytes
 from ckpt_bench.backends.megatron.spec import MegatronSpec
+from ckpt_bench.core import megatron_release
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.experiment import (
     CONFIGS_DIR,
@@ -421,6 +423,25 @@ def deletion_notes(run: RunDir) -> list[str]:
             f"removal, Megatron-LM's runs it in a background thread): {listed}"]
 
 
+def release_settings(args: dict, trainer_args: dict) -> list[str]:
+    """The installed megatron-core checked (a release we know breaks refused in one line) and, on 0.17+, the async
+    strategy its saves take put into `args`. Returns the notes: an untested release (also said on stderr), an
+    async strategy other than the one asked for."""
+    warning = megatron_release.check()
+    if warning is not None:
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
+    strategy, why = megatron_release.async_strategy(args.get("async_strategy"), bool(trainer_args["async_save"]))
+    if strategy is not None:
+        args["async_strategy"] = strategy
+    if why is not None:
+        print(f"note: {why}", file=sys.stderr, flush=True)
+    if trainer_args.get("non_persistent_ckpt_type") == "local" and (missing := megatron_release.nvrx_missing("local")):
+        raise ConfigError(f"non_persistent_ckpt_type local: Megatron-LM's local checkpoints are "
+                          f"nvidia-resiliency-ext's LocalCheckpointManager, and {missing}; use "
+                          "non_persistent_ckpt_type global")
+    return [note for note in (warning, why) if note]
+
+
 def async_writer_notes(args: dict) -> list[str]:
     if not args.get("async_save") or args.get("use_persistent_ckpt_worker"):
         return []
@@ -480,6 +501,7 @@ class MegatronBackend(Backend[MegatronConfig]):
         experiment, args, sizes = resolve_gpt(launch)
         unread = not_acted_on_notes(args, given_by_user(experiment, config))
         trainer_args = {**arguments.MEGATRON_DEFAULTS, **args}
+        release_notes = release_settings(args, trainer_args)
         check_megatron_memory(trainer_args, sizes, launch.topology.nproc_per_node, on_gpus=visible_gpus() > 0)
         # The worker keeps every checkpoint it saves (one each save_interval) until the run ends.
         kept_bytes = checkpoint_bytes(trainer_args) * (args["train_iters"] // args["save_interval"])
@@ -515,5 +537,6 @@ class MegatronBackend(Backend[MegatronConfig]):
                                            expected_bytes=kept_bytes),
             show_progress=shows_progress,
             collect=deletion_notes,
-            notes=[*experiment.name_notes, *async_writer_notes(args), *msc_note(msc, storage, why), *unread],
+            notes=[*experiment.name_notes, *release_notes, *async_writer_notes(args), *msc_note(msc, storage, why),
+                   *unread],
         )

@@ -54,9 +54,10 @@ def mark_save_strategy(strategy, phases: PhaseClock, synchronous: bool, base=Non
     async_save = base.async_save
 
     @functools.wraps(async_save)
-    def planned(sharded_state_dict, checkpoint_dir) -> AsyncRequest:
+    def planned(sharded_state_dict, checkpoint_dir, *args, **kwargs) -> AsyncRequest:
+        # *args, **kwargs: the async strategy of megatron-core 0.17+ (ckpt_bench.core.megatron_release).
         phases.begin(Phase.PLAN_EXCHANGE)
-        request = async_save(sharded_state_dict, checkpoint_dir)
+        request = async_save(sharded_state_dict, checkpoint_dir, *args, **kwargs)
         staged = Phase.WRITE_FSYNC if synchronous else Phase.SCHEDULE
         preload = request.preload_fn and phases.marking(request.preload_fn, Phase.STAGE, staged)
         if not synchronous:

@@ -28,6 +28,7 @@ from ckpt_bench.backends.workload.megatron_shapes import MegatronGPT, fully_para
 from ckpt_bench.backends.workload.sources import resolve_workload
 from ckpt_bench.backends.workload.spec import SECTION, WorkloadSpec
 from ckpt_bench.backends.workload.workload import DLIO_APPLIES_FSYNC, Workload
+from ckpt_bench.core import megatron_release
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.experiment import experiment_label, name_mismatch, parse_assignment
 from ckpt_bench.core.options import Flag
@@ -521,6 +522,10 @@ class WorkloadBackend(Backend[WorkloadConfig]):
             host_memory_needed(run, info, saves_async(config, run), launch.topology.nproc_per_node),
             f"workload {run.workload.name} through {run.engine}: the ranks of one host",
             "run fewer ranks per host (--nproc-per-node, --subset), or a smaller workload")
+        # megatron-core 0.17+'s async strategy where the engine is megatron-core's (Megatron-LM's default nvrx, or
+        # mcore where nvidia-resiliency-ext cannot run it here: said in a note).
+        strategy, strategy_note = (megatron_release.async_strategy(None, saves_async(config, run))
+                                   if run.engine == "torch_dist" else (None, None))
         spec = WorkloadSpec(
             workload=dataclasses.asdict(run.workload), world_size=run.layout.world_size,
             run_ranks=[share.rank for share in run.layout.ranks] if run.layout.is_subset else None,
@@ -528,7 +533,8 @@ class WorkloadBackend(Backend[WorkloadConfig]):
             save_calls=run.save_calls, load_calls=run.load_calls, time_between_checkpoints=run.time_between,
             sync_files=sync_files, async_save=saves_async(config, run),
             thread_count=config.thread_count or info.default_threads or 1,
-            dist_backend=config.dist_backend or default_dist_backend(), storage=storage.describe(), seed=1234)
+            dist_backend=config.dist_backend or default_dist_backend(), storage=storage.describe(), seed=1234,
+            async_strategy=strategy)
         passes = [WorkerPass("save", ["--phase", "save"])]
         if run.load_calls:
             passes.append(WorkerPass("load", ["--phase", "load"]))
@@ -543,7 +549,7 @@ class WorkloadBackend(Backend[WorkloadConfig]):
                                            expected_bytes=run.layout.run_bytes * run.save_calls),
             show_progress=lambda line: bool(_PROGRESS.search(line.strip())),
             outputs=write_dlio_summary,
-            notes=_notes(config, run, sync_files, storage.kind),
+            notes=[*_notes(config, run, sync_files, storage.kind), *filter(None, [strategy_note])],
             projection_inputs=self._projection_inputs(config, run, launch, storage.describe()),
         )
 

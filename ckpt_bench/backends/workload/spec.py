@@ -45,6 +45,9 @@ class WorkloadSpec(WorkerSpec):
     """`CheckpointStorage.describe()`: how a rank reaches the storage."""
     seed: int
     """Seeds each rank's random tensors (rank added)."""
+    async_strategy: str | None = None
+    """`torch_dist` on megatron-core 0.17+: the async strategy its saves take (nvrx or mcore), as the launcher
+    resolved it (ckpt_bench.core.megatron_release); None where the release has none."""
     section: ClassVar[str] = SECTION
 
     def layout(self) -> Layout:

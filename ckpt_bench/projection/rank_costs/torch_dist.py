@@ -1,5 +1,6 @@
-"""megatron-core's `torch_dist` save and load at the job's size (megatron-core as installed; written against
-0.16.1), with the fully parallel save and load the torch_dist engine runs (Megatron-LM's
+"""megatron-core's `torch_dist` save and load at the job's size (megatron-core as installed: 0.16.1 and 0.19.x,
+whose steps are the same functions, reached differently where ckpt_bench.core.megatron_release says), with the
+fully parallel save and load the torch_dist engine runs (Megatron-LM's
 `--ckpt-fully-parallel-save`, its default, and `--ckpt-fully-parallel-load`):
 
 save   1. sharding validation (`dist_checkpointing.save` -> `save_preprocess`): every rank's `ShardedTensor`s and
@@ -33,6 +34,7 @@ from megatron.core.dist_checkpointing import exchange_utils, validation
 from megatron.core.dist_checkpointing.strategies.torch import MCoreSavePlanner
 
 from ckpt_bench.backends.workload.workload import Workload
+from ckpt_bench.core import megatron_release
 from ckpt_bench.projection.job import JobCheckpoint
 from ckpt_bench.projection.rank_costs.base import (
     Budget,
@@ -53,17 +55,21 @@ from ckpt_bench.projection.schedule import HELD_LOAD_PLAN
 def simulated_all_gather(gathered: list, group_size: int) -> Iterator[None]:
     """megatron-core's `all_gather_object` and group size answered from `gathered` (each member's object, already
     unpickled as the collective unpickles them) for the duration."""
-    real_gather, real_size = torch.distributed.all_gather_object, exchange_utils.get_pg_size
+    readers = megatron_release.group_size_readers()
+    real_gather, real_sizes = torch.distributed.all_gather_object, [module.get_pg_size for module in readers]
 
     def all_gather_object(output, obj, group=None):
         output[:] = gathered
 
     torch.distributed.all_gather_object = all_gather_object
-    exchange_utils.get_pg_size = lambda group=None: group_size
+    for module in readers:
+        module.get_pg_size = lambda group=None: group_size
     try:
         yield
     finally:
-        torch.distributed.all_gather_object, exchange_utils.get_pg_size = real_gather, real_size
+        torch.distributed.all_gather_object = real_gather
+        for module, real in zip(readers, real_sizes, strict=True):
+            module.get_pg_size = real
 
 
 class TorchDistCosts:

@@ -47,7 +47,7 @@ import torch.distributed as dist
 from megatron.core import dist_checkpointing
 from megatron.core.dist_checkpointing.mapping import ShardedObject, ShardedTensor
 from megatron.core.dist_checkpointing.serialization import get_default_load_sharded_strategy
-from megatron.core.dist_checkpointing.strategies.async_utils import AsyncCallsQueue, PersistentAsyncCaller
+from megatron.core.dist_checkpointing.strategies.async_utils import PersistentAsyncCaller
 from megatron.core.dist_checkpointing.strategies.fully_parallel import (
     FullyParallelLoadStrategyWrapper,
     FullyParallelSaveStrategyWrapper,
@@ -74,6 +74,7 @@ from ckpt_bench.backends.workload.megatron_shapes import (
 )
 from ckpt_bench.backends.workload.spec import WorkloadSpec
 from ckpt_bench.backends.workload.workload import TORCH_DTYPE
+from ckpt_bench.core import megatron_release
 from ckpt_bench.core.checkpoint_dir import ITER_DIR
 from ckpt_bench.core.events import Phase
 from ckpt_bench.storage.base import WorkerStorage
@@ -140,7 +141,8 @@ class TorchDistEngine(Engine):
                 self._save_strategy, self._group, self.settings.ckpt_assume_constant_structure)
         self._saved_before = False  # Megatron-LM validates the sharding of a later save only without constant structure
         mark_save_strategy(self._save_strategy, self.phases, not self.spec.async_save, base)
-        self._async_queue = AsyncCallsQueue(persistent=True) if self.spec.async_save else None
+        self._async_queue = (megatron_release.async_calls_queue(self.spec.async_strategy, persistent=True)
+                             if self.spec.async_save else None)
         self._tensors: dict[str, torch.Tensor] = {}  # the allocated shards' tensors, by `Shard.name`
         self._state_dict: dict = {}  # the sharded state dict of the next save or load (dist_checkpointing edits it)
         self._writes_nothing = False  # the async save in flight has no writer on this rank
@@ -224,7 +226,8 @@ class TorchDistEngine(Engine):
         request = dist_checkpointing.save(self._state_dict, location, self._save_strategy,
                                           async_sharded_save=self.spec.async_save, content_metadata=CONTENT_METADATA,
                                           validate_access_integrity=validate,
-                                          preprocess_common_before_consistancy_check=common_check_hook(self.phases))
+                                          preprocess_common_before_consistancy_check=common_check_hook(self.phases),
+                                          **megatron_release.save_arguments(self.spec.async_strategy))
         if request is None:
             return None
         # Phases: the persistent writer stages the state while this rank waits (schedule), then records its
