@@ -44,6 +44,15 @@ in_root() {
     ' today "$rootfs" "$project" "$shared" "$@"
 }
 
+# The host's files the stack needs, copied again before each command (they may change): pip needs the resolver, the
+# index settings and the CA bundle the index's TLS chain ends in; gloo needs this host's name to resolve
+# (/etc/hosts), or its ranks wait for each other until they time out.
+host_files() {
+    cp /etc/resolv.conf /etc/hosts /etc/hostname "$rootfs/etc/"
+    if [ -f /etc/pip.conf ]; then cp /etc/pip.conf "$rootfs/etc/"; fi
+    cp /etc/ssl/certs/ca-certificates.crt "$rootfs/etc/ssl/certs/"
+}
+
 build() {
     need_root
     if [ -x "$rootfs/opt/venv/bin/python" ] && [ -f "$root/.built" ]; then
@@ -59,10 +68,7 @@ build() {
         debootstrap --variant=minbase --include="$python,$python-venv,$python-dev,python3-dev,python3-pip,make,g++,git" \
             trixie "$rootfs" "$mirror" >&2
     fi
-    # pip needs the host's resolver, its index settings and the CA bundle the index's TLS chain ends in.
-    cp /etc/resolv.conf "$rootfs/etc/"
-    [ -f /etc/pip.conf ] && cp /etc/pip.conf "$rootfs/etc/"
-    cp /etc/ssl/certs/ca-certificates.crt "$rootfs/etc/ssl/certs/"
+    host_files
     in_root "$python" -m venv /opt/venv
     # torch first and pinned (the index's build for this Python; the CUDA one runs on the CPU), then megatron-core,
     # then this checkout's dependencies under the same pins, so that none of them brings another torch or core.
@@ -83,7 +89,7 @@ clean() {
 
 case "${1:-}" in
     build) build ;;
-    run) shift; [ -f "$root/.built" ] || build; in_root "$@" ;;
+    run) shift; [ -f "$root/.built" ] || build; host_files; in_root "$@" ;;
     clean) clean ;;
     *) say "usage: tools/today_stack.sh build | run CMD... | clean (got '${1:-}')"; exit 2 ;;
 esac

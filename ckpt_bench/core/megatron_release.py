@@ -18,6 +18,8 @@ Where 0.16.1 and 0.17+ (0.19.x) differ, for what we call:
     get_pg_size      the fully parallel distribution reads its group's size through `exchange_utils.get_pg_size` in
                      0.16.1 (imported at module level) and `megatron.core.utils.get_pg_size` in 0.19 (imported at
                      the call, `exchange_utils.py` 199): the projection answers both (`group_size_readers`).
+    common.pt        0.16.1 writes the common state to rank 0's `common.pt`; 0.19 saves it inside the .distcp files
+                     as the ShardedObject `common_state` (`serialization.py` 438): `Release.writes_common_pt`.
     current_stream   0.19's gradient sync takes `torch.cuda.current_stream()` (`param_and_grad_buffer.py` 632),
                      which ckpt_bench.backends.megatron.cpu_compat answers on a CPU.
 
@@ -55,6 +57,13 @@ class Release:
     @property
     def has_async_strategy(self) -> bool:
         return self.version is not None and _parts(self.version) >= ASYNC_STRATEGY_FROM
+
+    @property
+    def writes_common_pt(self) -> bool:
+        """Whether a torch_dist save writes the common state to rank 0's `common.pt` (0.16.1), or as a ShardedObject
+        in the .distcp files (0.19: `serialization.save` 438-445, and `common.pt` is read only from older
+        checkpoints). Without megatron-core: 0.16.1's."""
+        return self.version is None or _parts(self.version)[:2] < (0, 19)
 
     @property
     def tested(self) -> bool:

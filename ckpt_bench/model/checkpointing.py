@@ -19,13 +19,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ckpt_bench.core import megatron_release
+
 __all__ = ["DEFAULT_SOURCE", "TORCH_DIST_COORDINATOR_FILES", "TORCH_DIST_WRITER_THREADS", "CheckpointSettings"]
 
 #: megatron-core's torch_dist writer threads a rank (files a rank writes), not an argument of Megatron-LM's.
 TORCH_DIST_WRITER_THREADS = 2
-#: The files rank 0 writes beside its shards in a torch_dist checkpoint: DCP's index, the common state, the
-#: checkpoint's format.
-TORCH_DIST_COORDINATOR_FILES = (".metadata", "common.pt", "metadata.json")
+#: The files rank 0 writes beside its shards in a torch_dist checkpoint: DCP's index, the common state (a file of
+#: its own up to megatron-core 0.16.1; inside the .distcp files from 0.19: `megatron_release`), the checkpoint's format.
+TORCH_DIST_COORDINATOR_FILES = ((".metadata", "common.pt", "metadata.json")
+                                if megatron_release.installed().writes_common_pt else (".metadata", "metadata.json"))
 #: Where a setting no file sets comes from.
 DEFAULT_SOURCE = "Megatron-LM's default"
 

@@ -174,7 +174,8 @@ def _init_distributed_optimizer_state(optimizer) -> None:
 
 def rank_written_bytes(directory: str, rank: int) -> int:
     """Bytes of the files `rank` wrote into a torch_dist checkpoint: its `__<rank>_*.distcp` shards
-    (megatron-core's FileSystemWriterAsync prefix), and `common.pt`, which rank 0 writes."""
+    (megatron-core's FileSystemWriterAsync prefix), and `common.pt`, which rank 0 writes (up to 0.16.1; 0.19 keeps the
+    common state in the shards)."""
     root = checkpoint_path(directory)
     files = list(root.glob(f"__{rank}_*.distcp"))
     if rank == 0:
