@@ -20,6 +20,9 @@ Where 0.16.1 and 0.17+ (0.19.x) differ, for what we call:
                      the call, `exchange_utils.py` 199): the projection answers both (`group_size_readers`).
     common.pt        0.16.1 writes the common state to rank 0's `common.pt`; 0.19 saves it inside the .distcp files
                      as the ShardedObject `common_state` (`serialization.py` 438): `Release.writes_common_pt`.
+    arguments        Megatron-LM's parser at core_v0.19.0 takes choices core_v0.16.1's refuses (`optimizer lion`,
+                     `position_embedding_type yarn`, ...): the arguments table is read at the installed release
+                     (`Release.argument_types_of`).
     current_stream   0.19's gradient sync takes `torch.cuda.current_stream()` (`param_and_grad_buffer.py` 632),
                      which ckpt_bench.backends.megatron.cpu_compat answers on a CPU.
 
@@ -64,6 +67,12 @@ class Release:
         in the .distcp files (0.19: `serialization.save` 438-445, and `common.pt` is read only from older
         checkpoints). Without megatron-core: 0.16.1's."""
         return self.version is None or _parts(self.version)[:2] < (0, 19)
+
+    @property
+    def argument_types_of(self) -> tuple[int, int]:
+        """The Megatron-LM release whose parser types our arguments table holds for this one: 0.19's from 0.19,
+        0.16.1's before (and without megatron-core)."""
+        return (0, 19) if self.version is not None and _parts(self.version)[:2] >= (0, 19) else (0, 16)
 
     @property
     def tested(self) -> bool:

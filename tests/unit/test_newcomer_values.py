@@ -12,11 +12,14 @@ from helpers import ROOT, assert_one_line_error, launch
 
 from ckpt_bench.backends.megatron import arguments
 from ckpt_bench.cli.launch import parse_argv
+from ckpt_bench.core import megatron_release
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.experiment import load_yaml
 from ckpt_bench.launcher import registry
 
-TYPES_FILE = ROOT / "ckpt_bench" / "backends" / "megatron" / "megatron_lm_argument_types.json"
+RELEASE = "core_v0.19.0" if megatron_release.installed().argument_types_of == (0, 19) else "core_v0.16.1"
+TYPES_FILE = ROOT / "ckpt_bench" / "backends" / "megatron" / (
+    "megatron_lm_argument_types_0.19.json" if RELEASE == "core_v0.19.0" else "megatron_lm_argument_types.json")
 
 
 def plan(*argv: str):
@@ -93,12 +96,27 @@ def test_every_value_of_primus_megatron_configs_passes(upstream_primus):
 
 
 def test_the_types_are_megatron_lms_parser(upstream_megatron_lm):
-    """megatron_lm_argument_types.json is what tools/megatron_lm_arguments.py reads from core_v0.16.1's parser."""
+    """The types file of the installed release is what tools/megatron_lm_arguments.py reads from the parser of the
+    Megatron-LM checkout it matches (core_v0.16.1's, or core_v0.19.0's on megatron-core 0.19)."""
     result = subprocess.run([sys.executable, str(ROOT / "tools" / "megatron_lm_arguments.py"), "types",
-                             f"{upstream_megatron_lm}@core_v0.16.1"], capture_output=True, text=True, timeout=120)
+                             f"{upstream_megatron_lm}@{RELEASE}"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout == TYPES_FILE.read_text(), (
-        "regenerate: python tools/megatron_lm_arguments.py types MEGATRON_LM@core_v0.16.1 > " + str(TYPES_FILE))
+        f"regenerate: python tools/megatron_lm_arguments.py types MEGATRON_LM@{RELEASE} > {TYPES_FILE}")
+
+
+@pytest.mark.parametrize(("version", "accepted"), [("0.16.1", False), ("0.19.2", True)])
+def test_a_choice_of_a_later_release_is_refused_on_the_earlier_one(monkeypatch, version, accepted):
+    monkeypatch.setattr(megatron_release, "installed", lambda: megatron_release.Release(version))
+    arguments.argument_types.cache_clear()
+    try:
+        if accepted:
+            arguments.check_values({"optimizer": "lion"}, {"optimizer": "--set optimizer=lion"})
+        else:
+            with pytest.raises(ConfigError, match="--set optimizer=lion: Megatron-LM's optimizer is one of adam, sgd"):
+                arguments.check_values({"optimizer": "lion"}, {"optimizer": "--set optimizer=lion"})
+    finally:
+        arguments.argument_types.cache_clear()
 
 
 def test_a_workload_experiments_values_are_checked_too(tmp_path):

@@ -2,11 +2,13 @@
 silently ignored and no value is passed on that Megatron-LM would not read.
 
     MEGATRON_LM        every argument name Megatron-LM's own parser defines (its `dest`s and spellings,
-                       the union over Megatron-LM core_v0.12.3, core_v0.16.1 and a 2026 main): megatron-core,
-                       which the worker uses, ships no parser, so the names were taken from Megatron-LM
-                       by tools/megatron_lm_arguments.py into megatron_lm_arguments.txt
-    TYPES              how that parser reads each name at core_v0.16.1 (the release the pinned megatron-core
-                       matches): megatron_lm_argument_types.json, by the same tool
+                       the union over Megatron-LM core_v0.12.3, core_v0.16.1, core_v0.19.0 and a 2026 main):
+                       megatron-core, which the worker uses, ships no parser, so the names were taken from
+                       Megatron-LM by tools/megatron_lm_arguments.py into megatron_lm_arguments.txt
+    TYPES              how that parser reads each name at the release the installed megatron-core matches:
+                       core_v0.16.1 (megatron_lm_argument_types.json) up to 0.18, core_v0.19.0 from 0.19
+                       (megatron_lm_argument_types_0.19.json: 0.19's new choices, `optimizer lion` and the like,
+                       are refused on 0.16.1 and taken on 0.19), by the same tool
     SIZES              the integers a model or its layout is built from: 1 or more
     MEGATRON_DEFAULTS  the arguments the built-in worker acts on, with its defaults
 
@@ -27,11 +29,13 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from ckpt_bench.core import megatron_release
 from ckpt_bench.core.errors import ConfigError, did_you_mean
 from ckpt_bench.core.experiment import Experiment
 
 _NAMES_FILE = Path(__file__).with_name("megatron_lm_arguments.txt")
-_TYPES_FILE = Path(__file__).with_name("megatron_lm_argument_types.json")
+_TYPES_FILES = {(0, 16): Path(__file__).with_name("megatron_lm_argument_types.json"),
+                (0, 19): Path(__file__).with_name("megatron_lm_argument_types_0.19.json")}
 
 # Megatron-LM's parser types these as plain integers; a model or its layout cannot be built from 0 or less.
 SIZES = frozenset({
@@ -192,7 +196,7 @@ class ArgumentType:
 @cache
 def argument_types() -> dict[str, ArgumentType]:
     """Megatron-LM's argument names with how its parser reads them (TYPES in the module docstring)."""
-    table = json.loads(_TYPES_FILE.read_text())["arguments"]
+    table = json.loads(_TYPES_FILES[megatron_release.installed().argument_types_of].read_text())["arguments"]
     return {name: ArgumentType(entry["type"], tuple(entry["choices"]) if "choices" in entry else None,
                                entry.get("nargs"), positive=name in SIZES) for name, entry in table.items()}
 
