@@ -46,12 +46,13 @@ test: $(STAMP)
 # layout, non-persistent tiers), every workload engine (dense and MoE, whole and subset), the projection's runs,
 # the real pretrain_gpt.py (core_v0.19.0's, on this stack), the layouts sized against megatron-core's own, the
 # arguments as the release's parser types them, and Primus's experiments planned.
-TODAY_TESTS := tests/e2e/test_megatron_worker.py tests/e2e/test_megatron_tiers.py tests/e2e/test_workload_torch_dist.py \
-    tests/e2e/test_workload_engines.py tests/e2e/test_workload_fsdp2.py tests/e2e/test_projection_runs.py \
-    tests/e2e/test_real_megatron_lm.py tests/unit/test_megatron_layout.py tests/unit/test_pipeline_layout.py \
-    tests/unit/test_global_checksums.py tests/unit/test_workload_precision_aware_optimizer.py \
-    tests/unit/test_megatron_lm_framework.py tests/unit/test_megatron_release.py tests/unit/test_newcomer_values.py \
-    tests/unit/test_primus_checkout.py tests/unit/test_projection_settings.py
+TODAY_TESTS := tests/e2e/test_launch_e2e.py tests/e2e/test_megatron_worker.py tests/e2e/test_megatron_tiers.py \
+    tests/e2e/test_workload_torch_dist.py tests/e2e/test_workload_engines.py tests/e2e/test_workload_fsdp2.py \
+    tests/e2e/test_projection_runs.py tests/e2e/test_real_megatron_lm.py tests/e2e/test_msc.py \
+    tests/unit/test_megatron_layout.py tests/unit/test_pipeline_layout.py tests/unit/test_global_checksums.py \
+    tests/unit/test_workload_precision_aware_optimizer.py tests/unit/test_megatron_lm_framework.py \
+    tests/unit/test_megatron_release.py tests/unit/test_newcomer_values.py tests/unit/test_primus_checkout.py \
+    tests/unit/test_projection_settings.py
 test-today:
 	@tools/today_stack.sh build
 	tools/today_stack.sh run python tools/calibration.py

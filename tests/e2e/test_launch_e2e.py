@@ -6,8 +6,10 @@ from pathlib import Path
 import pytest
 from helpers import launch as launch_cli
 
+from ckpt_bench.core import megatron_release
 from ckpt_bench.core.events import EventKind, event_files, read_event_files
 from ckpt_bench.core.experiment import DEFAULT_EXPERIMENT
+from ckpt_bench.model.checkpointing import TORCH_DIST_COORDINATOR_FILES
 
 PRIMUS_KEYS = {
     "world_size": int, "data_parallel_size": int, "ckpt_format": str, "ckpt_fully_parallel_save": bool,
@@ -75,6 +77,10 @@ def test_async_persistent_distributed_optimizer_kept_in_save_dir(tmp_path):
     report = json.loads(result.stdout)
     assert report["async_save"] is True and report["data_parallel_size"] == 2
     assert report["use_distributed_optimizer"] is True and report["verified"] is True
+    # megatron-core 0.17+: the async strategy Megatron-LM would take, or a note saying why it is megatron-core's own.
+    strategy, why = megatron_release.async_strategy(None, True)
+    assert json.loads((run_dir / "worker.json").read_text())["megatron"]["arguments"].get("async_strategy") == strategy
+    assert (why in report["notes"]) if why else not any("async strategy" in note for note in report["notes"])
     assert [s["iteration"] for s in report["saves"]] == [2, 4]
     log = (run_dir / "logs" / "save" / "console.log").read_text()
     assert "scheduled an async checkpoint save at iteration       2" in log
@@ -145,7 +151,7 @@ def test_tp2_sync_torch_dist_then_load_on_another_layout(tmp_path):
     assert f"saving checkpoint at iteration       2 to {save} in torch_dist format" in log
     assert f"successfully saved checkpoint from iteration       2 to {save} [ t 1/2, p 1/1 ]" in log
     folder = Path(save) / "iter_0000002"
-    assert {p.name for p in folder.iterdir()} >= {".metadata", "common.pt", "metadata.json"}
+    assert {p.name for p in folder.iterdir()} >= set(TORCH_DIST_COORDINATOR_FILES)  # common.pt up to 0.16.1
     assert {p.name.split("_")[2] for p in folder.glob("__*_*.distcp")} == {"0", "1"}  # both TP ranks wrote
     (saved,) = report["saves"]
     assert saved["complete"] and saved["ranks"] == 2 and saved["block_time"] == saved["total_time"]  # synchronous
