@@ -213,6 +213,7 @@ def headline_rows(report: Report) -> list[tuple[str, str]]:
         rows.append((f"steady save (n={count})", f"{metrics.STEADY}: " + ", ".join(part.strip() for part in parts)))
     elif parts:
         rows.append(("save", ", ".join(part.strip() for part in parts)))
+    rows += tier_rows(report)
     if report.repeat_stats is not None:
         rows.append(("repetitions", repetition_words(report)))
     else:
@@ -342,6 +343,29 @@ def training_rows(training: Training) -> list[tuple[str, str]]:
     return rows
 
 
+def tier_rows(report: Report) -> list[tuple[str, str]]:
+    """Each checkpoint tier's saves apart (a run with Megatron's non-persistent checkpoints): the steady ones where
+    the tier saved more than once in a process, else all of them."""
+    rows = []
+    for tier, stats in (report.stats_by_tier or {}).items():
+        figures, which = (stats.excluding_first, "steady") if stats.excluding_first else (stats, "all")
+        words = [f"total {_range(figures.total_time, seconds, 3)}" if figures.total_time else None,
+                 _range(figures.bandwidth, mibps, 1) if figures.bandwidth else None]
+        count = figures.total_time.n if figures.total_time else 0
+        rows.append((f"{tier_words(tier)} saves ({which}, n={count})", ", ".join(filter(None, words)) or NONE))
+    return rows
+
+
+def tier_words(tier: str | None) -> str:
+    """A checkpoint tier as the tables say it: persistent, non-persistent global, non-persistent local."""
+    return NONE if tier is None else tier.replace("non_persistent_", "non-persistent ")
+
+
+def shows_tiers(report: Report) -> bool:
+    """Whether the saves are of more than one checkpoint tier: the tables then say each one's."""
+    return len({save.tier for save in report.saves or []}) > 1
+
+
 def _cache_words(report: Report, load: LoadRecord) -> str:
     if load.cache == "cold" and report.says_fsync and report.fsync is None:
         return "read from the object store"
@@ -360,18 +384,19 @@ def slowest_rank(record: SaveRecord | LoadRecord) -> str:
 
 
 def save_columns(report: Report) -> list[str]:
-    columns = ["iteration", "block s", "total s", "MiB/s", "size MiB", "slowest rank", "complete"]
+    columns = ["iteration", *(["tier"] if shows_tiers(report) else []), "block s", "total s", "MiB/s", "size MiB",
+               "slowest rank", "complete"]
     if any(number(save.peak_rss_bytes) is not None for save in report.saves or []):
         columns.append("peak RSS MiB")
     return [*columns, "why unusual"]
 
 
 def _record_row(label: str, block_time: float | None, record: SaveRecord | LoadRecord, time: float | None,
-                memory: bool) -> list[str]:
-    """A save's or load's cells in `save_columns` (`memory`: with its peak RSS), up to its remarks."""
-    row = [label, fmt(block_time), fmt(time), fmt(record.bandwidth, 1), mib_number(record.bytes),
-           slowest_rank(record), fmt(record.complete)]
-    return [*row, mib_number(record.peak_rss_bytes)] if memory else row
+                columns: list[str]) -> list[str]:
+    """A save's or load's cells in `columns` (`save_columns`), up to its remarks."""
+    row = [label, *([tier_words(record.tier)] if "tier" in columns else []), fmt(block_time), fmt(time),
+           fmt(record.bandwidth, 1), mib_number(record.bytes), slowest_rank(record), fmt(record.complete)]
+    return [*row, mib_number(record.peak_rss_bytes)] if "peak RSS MiB" in columns else row
 
 
 def mib_number(nbytes) -> str:
@@ -381,12 +406,12 @@ def mib_number(nbytes) -> str:
 
 def save_rows(report: Report) -> list[list[str]]:
     """One row per save (columns: `save_columns`; a total known only as a lower bound: `>= seconds`)."""
-    memory = "peak RSS MiB" in save_columns(report)
+    columns = save_columns(report)
     rows = []
     for save in report.saves or []:
-        row = _record_row(_which(save), save.block_time, save, save.total_time, memory)
+        row = _record_row(_which(save), save.block_time, save, save.total_time, columns)
         if save.total_time is None and number(save.total_time_at_least) is not None:
-            row[2] = f">= {fmt(save.total_time_at_least)}"
+            row[columns.index("total s")] = f">= {fmt(save.total_time_at_least)}"
         rows.append([*row, "; ".join(save_remarks(report, save))])
     return rows
 
@@ -399,13 +424,14 @@ def _which(record: SaveRecord | LoadRecord) -> str:
 
 def load_rows(report: Report) -> list[list[str]]:
     """One row per load, in `save_columns`; loads of one checkpoint numbered by call (Lightning's load calls)."""
-    memory = "peak RSS MiB" in save_columns(report)
+    columns = save_columns(report)
     loads = report.every_load
     repeated = len({load.iteration for load in loads}) < len(loads)
     rows = []
     for call, load in enumerate(loads, start=1):
         label = f"load {_which(load)}" + (f" (call {call})" if repeated and load.repetition is None else "")
-        rows.append([*_record_row(label, None, load, load.time, memory), _cache_words(report, load)])
+        remarks = "; ".join(filter(None, [_cache_words(report, load), load.tier_reason]))
+        rows.append([*_record_row(label, None, load, load.time, columns), remarks])
     return rows
 
 

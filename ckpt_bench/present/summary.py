@@ -163,7 +163,7 @@ def report_renderables(report: Report) -> list[RenderableType]:
     loads = p.load_rows(report)
     if rows or loads:
         parts.append(_grid("Saves and load (seconds; slowest rank: the longest total time)", columns, rows + loads,
-                           remarks=len(columns) - 1))
+                           remarks=len(columns) - 1, text_columns=(1,) if "tier" in columns else ()))
     phases = p.phase_table(report)
     if phases:
         parts.append(_grid("Where the time went: phases (the slowest rank's; docs/report.md)", *phases))

@@ -111,6 +111,11 @@ class Operation:
                     "so its times are left out")
         return None
 
+    def extra(self, key: str):
+        """`key` of the operation's first event's `extra` that has it (the tier, why that tier), or None."""
+        return next((event.extra[key] for event in (self.start, self.block_end, self.written, self.end)
+                     if event is not None and key in event.extra), None)
+
     def _backwards(self) -> float | None:
         """The most negative of the operation's durations, if one is negative."""
         durations = [d for d in (_duration(self.start, self.block_end), _duration(self.start, self.end))
@@ -475,7 +480,8 @@ class ReportBuilder:
         run_info = run_info or {}
         notes = list(notes or [])
         saves = [self._save_record(c, folder_sizes) for c in self._checkpoints("save")]
-        loads = [self._load_record(c, folder_sizes, load_cache) for c in self._checkpoints("load")]
+        loads = [_sized_by_its_save(self._load_record(c, folder_sizes, load_cache), saves)
+                 for c in self._checkpoints("load")]
         complete = [s for s in saves if s["complete"]]
         last = complete[-1] if complete else None
         load = loads[-1] if loads else None
@@ -514,6 +520,7 @@ class ReportBuilder:
                 "load_bandwidth_in_mbps": load["bandwidth"] if load else None,
                 "saves": saves,
                 "stats": save_stats(complete),
+                **({"stats_by_tier": by_tier} if (by_tier := stats_by_tier(complete)) else {}),
                 "load": load,
                 "loads": loads if len(loads) > 1 else None,
                 "verified": verification.get("verified") if verification else None,
@@ -533,15 +540,19 @@ class ReportBuilder:
     def _common(self, checkpoint: _Checkpoint, folder_sizes: dict[int, int] | None) -> dict:
         ops = checkpoint.ranks
         nbytes, bytes_source = None, None
-        if folder_sizes is not None and checkpoint.iteration in folder_sizes:
+        # The measured folders are the save dir's own iter_* folders: a non-persistent checkpoint lives elsewhere.
+        persistent = all(op.extra("tier") in (None, PERSISTENT) for op in ops)
+        if folder_sizes is not None and persistent and checkpoint.iteration in folder_sizes:
             nbytes, bytes_source = folder_sizes[checkpoint.iteration], "disk"
         else:
             per_rank = [op.bytes for op in ops]
             if per_rank and all(b is not None for b in per_rank):
                 nbytes, bytes_source = sum(per_rank), "ranks"
         errors = [op.error for op in ops if op.error]
+        tier = next((op.extra("tier") for op in ops if op.extra("tier")), None)
         record = {
             "iteration": checkpoint.iteration,
+            **({"tier": tier} if tier else {}),
             "complete": checkpoint.complete,
             "ranks": len(ops),
             "bytes": nbytes,
@@ -586,6 +597,9 @@ class ReportBuilder:
         times = {op.rank: op.total_s() for op in ops if op.total_s() is not None}
         record = self._common(checkpoint, folder_sizes)
         load_time = max(times.values()) if times and len(times) == len(ops) else None
+        reason = next((op.extra("tier_reason") for op in ops if op.extra("tier_reason")), None)
+        if reason:
+            record["tier_reason"] = reason
         record.update(
             {
                 "time": _seconds(load_time),
@@ -596,6 +610,30 @@ class ReportBuilder:
             }
         )
         return record
+
+
+PERSISTENT = "persistent"
+
+
+def _sized_by_its_save(load: dict, saves: list[dict]) -> dict:
+    """`load` with the bytes of the save that wrote its checkpoint (same iteration and tier) where nothing else
+    sized it (a non-persistent checkpoint's folder is not measured): its bandwidth then follows."""
+    if load["bytes"] is not None:
+        return load
+    save = next((save for save in reversed(saves) if save["complete"] and save["bytes"] is not None
+                 and save["iteration"] == load["iteration"] and save.get("tier") == load.get("tier")), None)
+    if save is not None:
+        load.update(bytes=save["bytes"], bytes_source="save", bandwidth=_mib_per_s(save["bytes"], load["time"]))
+    return load
+
+
+def stats_by_tier(saves: list[dict]) -> dict | None:
+    """`save_stats` of each checkpoint tier's saves, where a run saved more than one (Megatron-LM's persistent and
+    non-persistent checkpoints: each tier's steady figures apart); None otherwise."""
+    tiers = list(dict.fromkeys(save.get("tier") for save in saves))
+    if len(tiers) < 2 or None in tiers:
+        return None
+    return {tier: save_stats([save for save in saves if save.get("tier") == tier]) for tier in tiers}
 
 
 # What a save's `total_time_at_least` spans and leaves out.

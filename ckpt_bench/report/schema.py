@@ -113,10 +113,13 @@ class Operation:
     """What a save and a load record share."""
 
     iteration: int | None = None
+    # The checkpoint tier where the source names one: Megatron's persistent, non_persistent_global or
+    # non_persistent_local (the built-in worker's saves and load).
+    tier: str | None = None
     complete: bool = False
     ranks: int = 0
     bytes: int | None = None
-    bytes_source: str | None = None
+    bytes_source: str | None = None  # disk (the folder measured), ranks (their counts summed), save (its save's)
     peak_rss_bytes: int | None = None
     peak_rss_bytes_per_rank: Spread | None = None
     peak_device_bytes: int | None = None
@@ -170,6 +173,7 @@ class LoadRecord(Operation):
     time: float | None = None
     time_per_rank: Spread | None = None
     cache: str | None = None
+    tier_reason: str | None = None  # why the load read its tier's checkpoint (a run with non-persistent ones)
 
 
 @dataclass
@@ -926,6 +930,7 @@ class Report:
     load_bandwidth_in_mbps: float | None = None
     saves: list[SaveRecord] | None = None  # None: a report of no checkpoint (a comms run, a follower node)
     stats: SaveStats | None = None
+    stats_by_tier: dict[str, SaveStats] | None = None  # tier -> its saves' `stats`, where a run saved more than one
     load: LoadRecord | None = None
     loads: list[LoadRecord] | None = None
     verified: bool | None = None
@@ -1117,6 +1122,10 @@ def _build(annotation, value, where: str):
             if not isinstance(value, list):
                 raise SchemaError(f"{where}: expected a list, got {type(value).__name__}")
             return [_build(item_type, item, f"{where}[{index}]") for index, item in enumerate(value)]
+        if origin is dict and dataclasses.is_dataclass(typing.get_args(option)[1]):  # named entries of one type
+            if not isinstance(value, dict):
+                raise SchemaError(f"{where}: expected an object, got {type(value).__name__}")
+            return {key: _build(typing.get_args(option)[1], item, f"{where}.{key}") for key, item in value.items()}
         if origin is dict or option is Any:
             return value
         if option is float and isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -1146,6 +1155,9 @@ def _schema(annotation, definitions: dict) -> dict:
             alternatives.append({"$ref": f"#/$defs/{name}"})
         elif typing.get_origin(option) is list:
             alternatives.append({"type": "array", "items": _schema(typing.get_args(option)[0], definitions)})
+        elif typing.get_origin(option) is dict and dataclasses.is_dataclass(typing.get_args(option)[1]):
+            alternatives.append({"type": "object",
+                                 "additionalProperties": _schema(typing.get_args(option)[1], definitions)})
         elif typing.get_origin(option) is dict or option is Any:
             alternatives.append({"type": "object"} if option is not Any else {})
         else:

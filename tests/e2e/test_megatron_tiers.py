@@ -18,10 +18,12 @@ RUN = ("--train-iters", "4", "--save-interval", "3", "--set", "non_persistent_sa
 @pytest.mark.skipif(NVRX_LOCAL is not None, reason=f"{NVRX_LOCAL}")
 def test_local_checkpoints_restored_from_a_replica_and_old_checkpoints_deleted(tmp_path):
     """Persistent saves at 3 and 4 (the last iteration), a local one at 2 (each rank's file and its peer's
-    replica); retention every 2 deletes 3 after 4 is saved; the load restores 2 from the local tier after rank 0's
-    folder is removed, and every tensor is the one saved."""
+    replica); retention every 2 deletes 3 after 4 is saved; the load (--load-tier non-persistent: a restart after a
+    failure between persistent saves) restores 2 from the local tier after rank 0's folder is removed, and every
+    tensor is the one saved."""
     report = launch_ok(*RUN, "--set", "non_persistent_ckpt_type=local", "--set", "replication=true",
-                       "--set", "replication_jump=1", "--set", "save_retain_interval=2", runs_dir=tmp_path)
+                       "--set", "replication_jump=1", "--set", "save_retain_interval=2", "--load-tier",
+                       "non-persistent", runs_dir=tmp_path)
     assert report["run"]["status"] == "ok" and report["verification"]["verified"]
     saves = {save["iteration"]: save for save in report["saves"]}
     assert sorted(saves) == [2, 3, 4] and report["load"]["iteration"] == 2
@@ -31,10 +33,36 @@ def test_local_checkpoints_restored_from_a_replica_and_old_checkpoints_deleted(t
 
 
 def test_global_checkpoints_restored_on_another_layout_with_strict_keys(tmp_path):
+    """The non-persistent global checkpoint of iteration 2 read on TP 2 (--load-tier non-persistent), its bytes and
+    bandwidth those its save wrote (its folder is not the save dir's)."""
     report = launch_ok(*RUN, "--set", "non_persistent_ckpt_type=global", "--set", "dist_ckpt_strictness=raise_all",
-                       "--load-tp", "2", runs_dir=tmp_path)
+                       "--load-tp", "2", "--load-tier", "non-persistent", runs_dir=tmp_path)
     assert report["run"]["status"] == "ok" and report["verification"]["verified"]
     assert sorted(save["iteration"] for save in report["saves"]) == [2, 3, 4] and report["load"]["iteration"] == 2
+    saved = next(save for save in report["saves"] if save["iteration"] == 2)
+    load = report["load"]
+    assert load["tier"] == saved["tier"] == "non_persistent_global"
+    assert (load["bytes"], load["bytes_source"]) == (saved["bytes"], "save") and load["bandwidth"] > 0
+    assert load["tier_reason"] == ("--load-tier non-persistent; the newest persistent checkpoint is of iteration 4, "
+                                   "the newest non-persistent of 2")
+
+
+def test_tiers_apart_and_the_load_megatron_lm_would_take(tmp_path):
+    """Non-persistent saves at 1-3, the persistent one at 4 (the last iteration): each save says its tier, each
+    tier's figures apart; the restart reads the persistent 4, as Megatron-LM would (its non-persistent 3 is older),
+    and says why."""
+    report = launch_ok("--train-iters", "4", "--save-interval", "4", "--set", "non_persistent_save_interval=1",
+                       "--set", "non_persistent_ckpt_type=global", "--format", "json", runs_dir=tmp_path)
+    assert [(save["iteration"], save["tier"]) for save in report["saves"]] == [
+        (1, "non_persistent_global"), (2, "non_persistent_global"), (3, "non_persistent_global"), (4, "persistent")]
+    assert report["load"]["iteration"] == 4 and report["load"]["tier"] == "persistent"
+    assert report["load"]["tier_reason"] == (
+        "Megatron-LM restarts from the non-persistent checkpoint when it is not older than the persistent one (the "
+        "newest persistent checkpoint is of iteration 4, the newest non-persistent of 3)")
+    assert report["load"]["bytes_source"] == "disk" and report["load_bandwidth_in_mbps"] > 0
+    by_tier = report["stats_by_tier"]
+    assert by_tier["non_persistent_global"]["excluding_first"]["total_time"]["n"] == 2
+    assert by_tier["persistent"]["total_time"]["n"] == 1 and by_tier["persistent"]["excluding_first"] is None
 
 
 @pytest.mark.skipif(NVRX_LOCAL is None, reason="nvidia-resiliency-ext's local checkpointing runs here")

@@ -19,6 +19,7 @@ from ckpt_bench.core.experiment import experiment_label, name_mismatch
 from ckpt_bench.launcher import registry, resources
 from ckpt_bench.present import html, rows, summary
 from ckpt_bench.present.compare import Source, compare
+from ckpt_bench.report.engine import stats_by_tier
 
 MIXTRAL_8X7B = "examples/megatron/configs/MI300X/mixtral_8x7B_v0.1-BF16-pretrain.yaml"
 
@@ -152,3 +153,20 @@ def test_a_wide_phase_table_wraps_its_headers_at_80_columns_and_splits_before_it
         words = " ".join(text.split())
         for word in ("first", "save", "steady", "median", "share"):
             assert word in words
+
+
+def test_tiers_told_apart_at_80_columns():
+    """Non-persistent saves beside the persistent one: a tier column (its words wrap, figures stay whole), each
+    tier's own figures in the summary, and why the load read its tier."""
+    tiers = ["non_persistent_global"] * 3 + ["persistent"]
+    saves = [dict(save, tier=tier) for save, tier in zip(FIRST_SLOW, tiers, strict=True)]
+    reason = "Megatron-LM restarts from the non-persistent checkpoint when it is not older than the persistent one"
+    report = _report(saves, stats_by_tier=stats_by_tier(saves))
+    report["load"].update(tier="persistent", tier_reason=reason)
+    text = _text(report, 80)
+    assert max(map(len, text.splitlines())) <= 80
+    table = text[:text.index("Where the time went") if "Where the time went" in text else text.index("Summary")]
+    assert re.search(r"^ 2 +non-persistent(?: global)? +8\.500 +8\.600", table, re.MULTILINE) and "global" in table
+    assert re.search(r"^ load 8 +persistent +- +0\.500", table, re.MULTILINE) and "the persistent one" in table
+    assert "non-persistent global saves (steady, n=2)" in text and "persistent saves (all, n=1)" in text
+    assert "tier" not in _text(_report(FIRST_SLOW), 120).split("Summary")[0]  # one tier: no column

@@ -106,9 +106,9 @@ class Checkpointer:
             (parallel_state.get_pipeline_model_parallel_rank(), args.pipeline_model_parallel_size),
         )
 
-    def _event_fields(self, directory: str) -> dict:
-        tier = {} if self.tier == "persistent" else {"tier": self.tier}
-        return {"path": directory, "extra": {"format": self.format.name, "async": bool(self.args.async_save), **tier}}
+    def _event_fields(self, directory: str, **extra) -> dict:
+        return {"path": directory, "extra": {"format": self.format.name, "async": bool(self.args.async_save),
+                                             "tier": self.tier, **extra}}
 
     # ---- save -------------------------------------------------------------------------------
 
@@ -223,9 +223,14 @@ class Checkpointer:
 
     # ---- load -------------------------------------------------------------------------------
 
-    def load(self, warm: bool) -> int:
-        """Loads the latest checkpoint of this tier into the model and optimizer; returns its iteration."""
-        iteration = self.format.latest(self.root)
+    def latest(self) -> int | None:
+        """The iteration of this tier's newest checkpoint, or None."""
+        return self.format.latest(self.root)
+
+    def load(self, warm: bool, reason: str | None = None) -> int:
+        """Loads the latest checkpoint of this tier into the model and optimizer; returns its iteration. `reason`:
+        why this tier's, recorded with the load (`tier_reason`)."""
+        iteration = self.latest()
         if iteration is None:
             raise FileNotFoundError(f"no checkpoint with an iteration in {self.root}")
         directory = os.path.join(self.root, iter_dir_name(iteration))
@@ -233,8 +238,9 @@ class Checkpointer:
         torch.distributed.barrier()
 
         megatron_log.print_rank_0(megatron_log.loading_line(self.root, iteration, self.format.name))
+        reasons = {} if reason is None else {"tier_reason": reason}
         with timed(self.events, EventKind.LOAD_START, EventKind.LOAD_END, iteration, phases=self.format.phases,
-                   first=self.format.first_load_phase, **self._event_fields(directory)):
+                   first=self.format.first_load_phase, **self._event_fields(directory, **reasons)):
             nbytes = self.format.load(directory, iteration)
         load_returned(self.events, iteration, directory, self.format.phases, bytes=nbytes)
         megatron_log.print_rank_0(megatron_log.loaded_line(self.root, iteration, *self._position))

@@ -60,6 +60,8 @@ PROGRESS = re.compile(
 # every 100 unless told otherwise; its experiments train for days and save rarely. So do we for them.
 PRIMUS_BENCHMARK_RUN = {"train_iters": 200, "save_interval": 100}
 
+LOAD_TIERS = ("persistent", "non-persistent")
+
 _DTYPE_NAMES = {"fp32": "torch.float32", "fp16": "torch.float16", "bf16": "torch.bfloat16", "fp8": "fp8"}
 
 
@@ -124,6 +126,10 @@ class MegatronConfig(CheckpointOptions, PreflightOptions, StorageOptions):
                                type=int, min=1).field()
     load_nproc_per_node: int | None = Flag(("--load-nproc-per-node",), "Ranks per node of the load pass "
                                            "(default: as saved).", type=int, min=1).field()
+    load_tier: str | None = Flag(
+        ("--load-tier",), "With non-persistent checkpoints (--set non_persistent_ckpt_type=...), the tier the load "
+        "reads: persistent or non-persistent (default: Megatron-LM's choice, the non-persistent checkpoint when it "
+        "is not older than the persistent one).", choices=LOAD_TIERS).field()
     set: tuple[str, ...] = SET.field(())
     primus_path: str | None = PRIMUS_PATH.field()
     training_impact: bool = Flag(
@@ -442,6 +448,16 @@ def release_settings(args: dict, trainer_args: dict) -> list[str]:
     return [note for note in (warning, why) if note]
 
 
+def load_tier(config: MegatronConfig, args: dict) -> str | None:
+    """The tier `--load-tier` asks the load to read (as the spec names it), refused without non-persistent saves."""
+    if config.load_tier is None:
+        return None
+    if not args.get("non_persistent_ckpt_type"):
+        raise ConfigError(f"--load-tier {config.load_tier}: the run saves persistent checkpoints only; add --set "
+                          "non_persistent_ckpt_type=global --set non_persistent_save_interval=N")
+    return config.load_tier.replace("-", "_")
+
+
 def async_writer_notes(args: dict) -> list[str]:
     if not args.get("async_save") or args.get("use_persistent_ckpt_worker"):
         return []
@@ -528,7 +544,7 @@ class MegatronBackend(Backend[MegatronConfig]):
             worker_module="ckpt_bench.backends.megatron.worker",
             resolved_config={**experiment.to_yaml_dict(), "exp_root": str(experiment.exp_root)},
             spec=MegatronSpec(arguments=args, training_impact=config.training_impact, load_layout=layout,
-                              storage=storage.describe()),
+                              storage=storage.describe(), load_tier=load_tier(config, trainer_args)),
             run_info=replace(run_info(args, sizes, launch, storage, msc), load_layout=load_sizes,
                              experiment=experiment.label),
             passes=[*config.preflight_passes(), WorkerPass("save", ["--phase", "save"]),

@@ -6,7 +6,8 @@ torch here: the launcher builds it).
         "arguments": {<Megatron-LM argument name>: value, ...},
         "training_impact": false,             # true: time the save pass's iterations without and with saves
         "load_layout": {"tensor_model_parallel_size": 1, ...} | null,  # the load pass's parallel sizes
-        "storage": {"storage": "disk" | "msc", ...}   # CheckpointStorage.describe(): msc turns MSC on
+        "storage": {"storage": "disk" | "msc", ...},  # CheckpointStorage.describe(): msc turns MSC on
+        "load_tier": "persistent" | "non_persistent" | null   # the tier the load reads; null: Megatron-LM's choice
       },
       "checkpoint_dir": ..., "events_dir": ..., "integrity_dir": ..., "run_dir": ..., "warm_load": false
     }
@@ -65,3 +66,6 @@ class MegatronSpec(WorkerSpec):
     storage: dict | None = None
     """`CheckpointStorage.describe()` of where the checkpoints go: an `msc` one is reached through multi-storage-client
     (megatron-core's MSC path), any other through the file system, MSC turned off."""
+    load_tier: str | None = None
+    """With non-persistent checkpoints, the tier the load reads (`persistent` or `non_persistent`); None: as
+    Megatron-LM chooses (the non-persistent checkpoint when it is not older than the persistent one)."""

@@ -158,12 +158,30 @@ def run(spec: MegatronSpec, phase: str) -> None:
             if deletions and context.rank == 0:
                 Path(spec.run_dir, DELETIONS_FILE).write_text(json.dumps(deletions, indent=1) + "\n")
         else:
-            # A restart after a failure between persistent saves resumes from the non-persistent tier.
-            restored = non_persistent or checkpointer
-            if args.non_persistent_ckpt_type == "local" and args.replication:
-                lose_local_copy(restored.root, context)
-            iteration = restored.load(warm=spec.warm_load)
+            if non_persistent is not None and args.non_persistent_ckpt_type == "local" and args.replication:
+                lose_local_copy(non_persistent.root, context)  # before its newest is looked for, as after a loss
+            restored, reason = restored_tier(checkpointer, non_persistent, spec.load_tier)
+            iteration = restored.load(warm=spec.warm_load, reason=reason)
             restored.verify(iteration)
+
+
+def restored_tier(persistent: Checkpointer, non_persistent: Checkpointer | None,
+                  asked: str | None) -> tuple[Checkpointer, str | None]:
+    """The tier a restart reads, and why (None without non-persistent checkpoints): the one `asked` for, else
+    Megatron-LM's choice (`_load_base_checkpoint`, core_v0.16.1 training/checkpointing.py 1195-1197): the
+    non-persistent checkpoint when its iteration is not older than the persistent one's."""
+    if non_persistent is None:
+        return persistent, None
+    latest, latest_non_persistent = persistent.latest(), non_persistent.latest()
+    found = (f"the newest persistent checkpoint is of iteration {latest if latest is not None else 'none'}, the "
+             f"newest non-persistent of {latest_non_persistent if latest_non_persistent is not None else 'none'}")
+    if asked is not None:
+        restored = non_persistent if asked == "non_persistent" else persistent
+        return restored, f"--load-tier {asked.replace('_', '-')}; {found}"
+    takes_non_persistent = latest_non_persistent is not None and (latest is None or latest_non_persistent >= latest)
+    rule = ("Megatron-LM restarts from the non-persistent checkpoint when it is not older than the persistent one"
+            f" ({found})")
+    return (non_persistent if takes_non_persistent else persistent), rule
 
 
 def lose_local_copy(root: str, context: WorkerContext) -> None:
