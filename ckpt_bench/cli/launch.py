@@ -149,9 +149,11 @@ def _launch(**values) -> None:
         try:
             launch_config, emit = registry.build_launch(values, given, os.environ)
             if emit.emit:
-                from ckpt_bench.launcher.emit import render
+                from ckpt_bench.launcher.emit import check_job, render
 
-                click.echo(render(emit, launch_config, values, given, registry.all_flags()), nl=False)
+                script = render(emit, launch_config, values, given, registry.all_flags())
+                check_job(registry.runner_for(launch_config), launch_config, emit, values.get("host_memory_gb"))
+                click.echo(script, nl=False)
                 sys.exit(0)
             runner = registry.runner_for(launch_config)
             if launch_config.plan_only:

@@ -27,6 +27,7 @@ character (a newline would start a new script line) is refused.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import sys
 from collections.abc import Iterable, Mapping
@@ -38,6 +39,7 @@ from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.experiment import PrimusCheckout
 from ckpt_bench.core.options import Flag, to_argv
 from ckpt_bench.launcher.config import EmitOptions, LaunchConfig
+from ckpt_bench.launcher.resources import available_memory, checked_for_nodes
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE_DIR = Path(__file__).resolve().parents[1] / "templates"  # package data
@@ -61,7 +63,8 @@ K8S_RENDEZVOUS = ['--node-rank "${PET_NODE_RANK:-$RANK}"', '--master-addr "$MAST
 # Options whose value is a local path the nodes read (a workload only where it names a file, a --save-dir only
 # where it is not a URL).
 PATH_OPTIONS = ("config", "workload", "primus_path", "megatron_path", "save_dir")
-WHEELHOUSE_MARK = "wheelhouse.json"  # what tools/wheelhouse.py writes into every wheelhouse
+WHEELHOUSE_MARK = "wheelhouse.json"
+DEFAULT_SLURM_TIME = "01:00:00"  # what tools/wheelhouse.py writes into every wheelhouse
 
 
 def absolute_paths(values: Mapping, given: Iterable[str], launch: LaunchConfig) -> tuple[dict, set[str], list[Path]]:
@@ -143,6 +146,56 @@ def benchmark_args(values: Mapping, given: Iterable[str], flags: Mapping[str, Fl
     return to_argv(values, flags, names=[name for name in flags if name in given and name not in job])
 
 
+SLURM_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+
+
+def slurm_seconds(text: str) -> int:
+    """Slurm's --time as seconds: M, M:S, H:M:S, D-H, D-H:M or D-H:M:S; a bad one refused in one line."""
+    match = SLURM_TIME.match(text.strip())
+    if match is None:
+        raise ConfigError(f"--slurm-time {text}: not a Slurm time limit (minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or "
+                          "D-HH:MM:SS)")
+    days, first, second, third = (int(part) if part else None for part in match.groups())
+    if days is None:  # M, M:S or H:M:S
+        hours, minutes, seconds = (first, second, third) if third is not None else (0, first, second or 0)
+    else:  # D-H, D-H:M, D-H:M:S
+        hours, minutes, seconds = first, second or 0, third or 0
+    return (days or 0) * 86_400 + hours * 3_600 + minutes * 60 + seconds
+
+
+def check_job(runner, launch: LaunchConfig, emit: EmitOptions, host_memory_gb: float | None) -> None:
+    """Before the job is written, what it would meet on its nodes: what a run of it refuses (the backend's own
+    checks, the memory of a host's ranks against a node's: `host_memory_gb`, else this machine's, said so), and,
+    for Slurm, its expected time (its saves and loads at the projected times) against --slurm-time."""
+    if host_memory_gb is not None:
+        memory, source = int(host_memory_gb * 1e9), f"--host-memory-gb {host_memory_gb:g}"
+    else:
+        memory, source = available_memory(), "this machine's; give the nodes' with --host-memory-gb"
+    with checked_for_nodes(memory, source):
+        runner.plan(launch)
+    if emit.emit != "slurm":
+        return
+    limit = slurm_seconds(emit.slurm_time or DEFAULT_SLURM_TIME)
+    estimate = runner.preview(launch).get("job_time")
+    if estimate is None:
+        print(f"note: --slurm-time {emit.slurm_time or DEFAULT_SLURM_TIME} not checked against the job: no projected "
+              "save and load times for it (a workload of the whole job with --storage-write-gbps and "
+              "--storage-read-gbps projects them)", file=sys.stderr)
+        return
+    low, high = estimate["range_s"]
+    what = f"{estimate['what']}, {emit.slurm_time or DEFAULT_SLURM_TIME} asked"
+    if low > limit:
+        raise ConfigError(f"--slurm-time {emit.slurm_time or DEFAULT_SLURM_TIME}: the job takes at least "
+                          f"{_hours(low)} ({what}): raise --slurm-time, or fewer --save-calls/--load-calls")
+    if high is None or high > limit:
+        most = f"at most {_hours(high)}" if high is not None else "its most unknown (a projected time is a bound)"
+        print(f"note: the job takes at least {_hours(low)}, {most} ({what}): the limit may cut it", file=sys.stderr)
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
+
+
 def _check(values: dict) -> None:
     for name, value in values.items():
         if isinstance(value, str) and any(ord(c) < 32 or ord(c) == 127 for c in value):
@@ -213,7 +266,7 @@ def render(emit: EmitOptions, launch: LaunchConfig, values: Mapping, given: Iter
             added = [f"{folder}:{folder}" for folder in outside(needed, mount_targets(mounts))]
             mounts = ",".join(filter(None, [mounts, *added])) or None
         template_values.update(
-            time=emit.slurm_time or "01:00:00",
+            time=emit.slurm_time or DEFAULT_SLURM_TIME,
             partition=emit.slurm_partition,
             account=emit.slurm_account,
             output=f"{shared}/slurm-%j.out",

@@ -7,6 +7,7 @@ keeps (`check_free_space`)."""
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import importlib.util
 import os
 import re
@@ -33,6 +34,22 @@ def default_dist_backend() -> str:
     return "nccl" if gpu_count() else "gloo"
 
 
+# The hosts the checks are for, where they are not this one (`--emit`: the cluster's nodes): their memory in bytes
+# and where that figure comes from.
+_OTHER_HOSTS: contextvars.ContextVar[tuple[int, str] | None] = contextvars.ContextVar("other_hosts", default=None)
+
+
+@contextlib.contextmanager
+def checked_for_nodes(memory_bytes: int, source: str) -> Iterator[None]:
+    """Within it, the host memory checks are of a cluster's node of `memory_bytes` (`source`: where that figure
+    comes from, for the message) instead of this host."""
+    token = _OTHER_HOSTS.set((memory_bytes, source))
+    try:
+        yield
+    finally:
+        _OTHER_HOSTS.reset(token)
+
+
 def available_memory() -> int:
     """Bytes this host can give a new process without swapping (the kernel's MemAvailable)."""
     import psutil
@@ -42,11 +59,15 @@ def available_memory() -> int:
 
 def check_host_memory(needed: int, what: str, remedy: str) -> None:
     """Refuse with one line when `needed` bytes (everything this host's ranks hold at their peak) exceed
-    the available memory. `what` says what needs it, `remedy` what the user can change."""
-    available = available_memory()
+    the available memory (a node's, within `checked_for_nodes`). `what` says what needs it, `remedy` what the user
+    can change."""
+    nodes = _OTHER_HOSTS.get()
+    available = available_memory() if nodes is None else nodes[0]
+    where = "on this host" if nodes is None else "on each node"
+    has = "is available" if nodes is None else f"is a node's ({nodes[1]})"
     if needed > available:
-        raise ConfigError(f"{what} need {needed / GIB:.1f} GiB on this host but {available / GIB:.1f} GiB is "
-                          f"available: {remedy}")
+        raise ConfigError(f"{what} need {needed / GIB:.1f} GiB {where} but {available / GIB:.1f} GiB {has}: "
+                          f"{remedy}")
 
 
 def visible_gpus() -> int:

@@ -3,16 +3,21 @@ container, ckpt-bench installed from the wheelhouse first (checked once on one n
 job reads absolute, the Primus checkout an experiment was found in passed on."""
 
 import shlex
+import shutil
 import subprocess
 import sys
 
+import pytest
 import yaml
 from helpers import ROOT, launch
 
 from ckpt_bench.cli.launch import launch as launch_command
+from ckpt_bench.core.errors import ConfigError
+from ckpt_bench.launcher.emit import slurm_seconds
 
-BENCH = ["--backend", "megatron", "--nproc-per-node", "8", "--tp", "2", "--async-save",
-         "--set", "data_path=a b'c; $(rm -rf /)", "--keep-checkpoints"]
+# A job the nodes can run: its global batch a multiple of micro batch x data parallel at 3 and 4 nodes of 8.
+BENCH = ["--backend", "megatron", "--nproc-per-node", "8", "--tp", "2", "--async-save", "--set",
+         "global_batch_size=96", "--set", "data_path=a b'c; $(rm -rf /)", "--keep-checkpoints"]
 
 
 def emit(*args):
@@ -32,7 +37,7 @@ def parsed_options(line: str, env: dict) -> dict:
 
 
 def expected(**extra):
-    return {**launch_command.make_context("ckpt_launch.py", BENCH).params, **extra}
+    return {**launch_command.make_context("ckpt_launch.py", list(BENCH)).params, **extra}  # click consumes its list
 
 
 def test_slurm_script(tmp_path):
@@ -94,10 +99,14 @@ def test_a_relative_experiment_inside_a_primus_checkout_reaches_the_nodes(tmp_pa
     is held (a login host's own folder mounted at its path does not exist on the nodes)."""
     shared = tmp_path / "shared"
     primus = shared / "Primus"
-    (primus / "primus" / "configs" / "models").mkdir(parents=True)
+    for presets in ("models", "modules"):  # the checkout's presets: the embedded experiment's
+        shutil.copytree(ROOT / "ckpt_bench" / "configs" / presets, primus / "primus" / "configs" / presets)
     experiment = primus / "examples" / "exp.yaml"
     experiment.parent.mkdir()
-    experiment.write_text("work_group: w\n")
+    embedded = (ROOT / "ckpt_bench" / "configs" / "tiny_gpt.yaml").read_text()
+    # A global batch the nodes' data-parallel size divides: the job is checked before it is written.
+    experiment.write_text(embedded.replace("      async_save: false\n", "      async_save: false\n"
+                                                                       "      global_batch_size: 64\n"))
     (shared / "wheelhouse").mkdir(parents=True)
     (shared / "wheelhouse" / "wheelhouse.json").write_text("{}")
     for option in ("--workload", "--config"):
@@ -113,7 +122,7 @@ def test_a_relative_experiment_inside_a_primus_checkout_reaches_the_nodes(tmp_pa
     local = tmp_path / "local"
     local.mkdir()
     elsewhere = local / "exp.yaml"
-    elsewhere.write_text("work_group: w\n")
+    elsewhere.write_text(experiment.read_text())
     for emit in ("slurm", "k8s"):
         result = launch("--workload", str(elsewhere), "--nnodes", "2", "--emit", emit, "--shared-dir", str(shared),
                         "--container-image", "rocm/primus:v25.9", timeout=60)
@@ -129,3 +138,37 @@ def test_a_wheelhouse_missing_from_a_shared_dir_seen_here_is_refused(tmp_path):
                     "24.10-py3", timeout=60)
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert f"--wheelhouse {tmp_path}/wheelhouse: no wheelhouse there" in result.stderr
+
+
+NODE = ["--workload", "llama3-8b", "--nnodes", "1", "--nproc-per-node", "8", "--emit", "slurm", "--shared-dir", "/s"]
+
+
+def test_a_job_its_nodes_cannot_hold_or_finish_is_refused_before_it_is_written():
+    """What a run of the job would refuse is refused before the nodes are held: a host's ranks against a node's
+    memory (--host-memory-gb), and its saves and loads at the projected times against --slurm-time."""
+    memory = launch(*NODE, "--host-memory-gb", "100", timeout=60)
+    assert memory.returncode == 2 and memory.stdout == "" and len(memory.stderr.strip().splitlines()) == 1
+    assert memory.stderr.startswith("error: workload llama3-8b through torch-save: the ranks of one host need "
+                                    "106.7 GiB on each node but 93.1 GiB is a node's (--host-memory-gb 100)")
+    slow = ["--host-memory-gb", "200", "--storage-write-gbps", "0.1", "--storage-read-gbps", "0.1"]
+    late = launch(*NODE, *slow, "--slurm-time", "30", timeout=60)
+    assert late.returncode == 2 and late.stdout == "", late.stderr
+    assert late.stderr.strip().splitlines()[-1].startswith(
+        "error: --slurm-time 30: the job takes at least 6.3 h (10 saves and 10 loads at the projected times, 5 s "
+        "between checkpoints, 30 asked)")
+    fits = launch(*NODE, *slow, "--slurm-time", "2-00:00:00", timeout=60)
+    assert fits.returncode == 0 and "#SBATCH --time=2-00:00:00" in fits.stdout
+    assert "note: the job takes at least 6.3 h, its most unknown" in fits.stderr
+    unchecked = launch(*BENCH, "--emit", "slurm", "--nnodes", "2", "--shared-dir", "/s", timeout=60)
+    assert unchecked.returncode == 0 and "note: --slurm-time 01:00:00 not checked against the job" in unchecked.stderr
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("30", 1800), ("30:15", 1815), ("04:00:00", 14_400), ("2-3", 183_600),
+                                               ("2-03:30", 185_400), ("1-00:00:01", 86_401)])
+def test_slurm_time_limits_read_as_slurm_reads_them(text, seconds):
+    assert slurm_seconds(text) == seconds
+
+
+def test_a_time_limit_slurm_would_not_read_is_refused():
+    with pytest.raises(ConfigError, match=r"--slurm-time 4h: not a Slurm time limit \(minutes, MM:SS"):
+        slurm_seconds("4h")

@@ -368,8 +368,30 @@ def preview(config: WorkloadConfig, launch: LaunchConfig, run: WorkloadRun) -> d
                    "files": run.info.files_written(share.rank, [f.name for f in share.files],
                                                    config.thread_count or run.info.default_threads or 1)}
                   for share in layout.ranks],
-        **_projection(config, launch, run),
+        **(facts := _projection(config, launch, run)),
+        **_job_time(run, facts.get("projection")),
     }
+
+
+def _job_time(run: WorkloadRun, projected: dict | None) -> dict:
+    """The whole job's benchmark time at the projected save and load times (`--emit slurm` checks it against
+    --slurm-time): its first save, the later ones, its loads and the waits between; {} where nothing projects it."""
+    if projected is None or run.layout.is_subset:
+        return {}
+    parts = {key: (projected.get(key) or {}).get("range_s") for key in ("save", "steady_save", "load")}
+    if parts["save"] is None or (run.save_calls > 1 and parts["steady_save"] is None) or (
+            run.load_calls and parts["load"] is None):
+        return {}
+    counts = {"save": 1, "steady_save": run.save_calls - 1, "load": run.load_calls}
+    waits = run.time_between * (run.save_calls + run.load_calls)
+
+    def total(end: int) -> float | None:
+        ends = [parts[key][end] for key, count in counts.items() if count]
+        return None if None in ends else waits + sum(parts[key][end] * count for key, count in counts.items() if count)
+
+    what = (f"{run.save_calls} saves and {run.load_calls} loads at the projected times, {run.time_between:g} s "
+            "between checkpoints")
+    return {"job_time": {"range_s": [total(0), total(1)], "what": what}}
 
 
 def _projection(config: WorkloadConfig, launch: LaunchConfig, run: WorkloadRun) -> dict:
