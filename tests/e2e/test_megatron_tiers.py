@@ -1,6 +1,7 @@
 """Megatron-LM's other checkpoint tiers in the built-in worker, end to end on 2 CPU ranks: non-persistent local
 checkpoints through nvidia-resiliency-ext with replication, restored after rank 0 lost its copy; non-persistent
-global ones restored on another tensor-parallel size with --dist-ckpt-strictness raise_all; --save-retain-interval's
+global ones told apart from the persistent ones, the restart Megatron-LM would make read on another
+tensor-parallel size with --dist-ckpt-strictness raise_all; --save-retain-interval's
 deletions timed."""
 
 import subprocess
@@ -27,42 +28,35 @@ def test_local_checkpoints_restored_from_a_replica_and_old_checkpoints_deleted(t
     assert report["run"]["status"] == "ok" and report["verification"]["verified"]
     saves = {save["iteration"]: save for save in report["saves"]}
     assert sorted(saves) == [2, 3, 4] and report["load"]["iteration"] == 2
+    # A non-persistent folder is not the save dir's: the load is sized by the save that wrote it.
+    load = report["load"]
+    assert (load["tier"], load["bytes"], load["bytes_source"]) == ("non_persistent_local", saves[2]["bytes"], "save")
+    assert load["bandwidth"] > 0 and load["tier_reason"] == ("--load-tier non-persistent; the newest persistent "
+                                                             "checkpoint is of iteration 4, the newest non-persistent "
+                                                             "of 2")
     assert saves[2]["bytes"] > 1.8 * saves[4]["bytes"]  # each rank's file and the replica of its peer's
     deleted = [note for note in report["notes"] if note.startswith("old checkpoints deleted by rank 0")]
     assert len(deleted) == 1 and "iteration 3 after saving 4" in deleted[0], report["notes"]
 
 
-def test_global_checkpoints_restored_on_another_layout_with_strict_keys(tmp_path):
-    """The non-persistent global checkpoint of iteration 2 read on TP 2 (--load-tier non-persistent), its bytes and
-    bandwidth those its save wrote (its folder is not the save dir's)."""
+def test_global_checkpoints_told_apart_and_the_restart_megatron_lm_would_make(tmp_path):
+    """A non-persistent global save at 2, persistent ones at 3 and 4 (the last iteration): each save says its tier,
+    each tier's figures apart; the restart reads the persistent 4 as Megatron-LM would (the non-persistent 2 is
+    older), says why, and reads it on TP 2 with --dist-ckpt-strictness raise_all."""
     report = launch_ok(*RUN, "--set", "non_persistent_ckpt_type=global", "--set", "dist_ckpt_strictness=raise_all",
-                       "--load-tp", "2", "--load-tier", "non-persistent", runs_dir=tmp_path)
+                       "--load-tp", "2", runs_dir=tmp_path)
     assert report["run"]["status"] == "ok" and report["verification"]["verified"]
-    assert sorted(save["iteration"] for save in report["saves"]) == [2, 3, 4] and report["load"]["iteration"] == 2
-    saved = next(save for save in report["saves"] if save["iteration"] == 2)
-    load = report["load"]
-    assert load["tier"] == saved["tier"] == "non_persistent_global"
-    assert (load["bytes"], load["bytes_source"]) == (saved["bytes"], "save") and load["bandwidth"] > 0
-    assert load["tier_reason"] == ("--load-tier non-persistent; the newest persistent checkpoint is of iteration 4, "
-                                   "the newest non-persistent of 2")
-
-
-def test_tiers_apart_and_the_load_megatron_lm_would_take(tmp_path):
-    """Non-persistent saves at 1-3, the persistent one at 4 (the last iteration): each save says its tier, each
-    tier's figures apart; the restart reads the persistent 4, as Megatron-LM would (its non-persistent 3 is older),
-    and says why."""
-    report = launch_ok("--train-iters", "4", "--save-interval", "4", "--set", "non_persistent_save_interval=1",
-                       "--set", "non_persistent_ckpt_type=global", "--format", "json", runs_dir=tmp_path)
     assert [(save["iteration"], save["tier"]) for save in report["saves"]] == [
-        (1, "non_persistent_global"), (2, "non_persistent_global"), (3, "non_persistent_global"), (4, "persistent")]
-    assert report["load"]["iteration"] == 4 and report["load"]["tier"] == "persistent"
-    assert report["load"]["tier_reason"] == (
+        (2, "non_persistent_global"), (3, "persistent"), (4, "persistent")]
+    load = report["load"]
+    assert (load["iteration"], load["tier"], load["bytes_source"]) == (4, "persistent", "disk")
+    assert load["tier_reason"] == (
         "Megatron-LM restarts from the non-persistent checkpoint when it is not older than the persistent one (the "
-        "newest persistent checkpoint is of iteration 4, the newest non-persistent of 3)")
-    assert report["load"]["bytes_source"] == "disk" and report["load_bandwidth_in_mbps"] > 0
+        "newest persistent checkpoint is of iteration 4, the newest non-persistent of 2)")
     by_tier = report["stats_by_tier"]
-    assert by_tier["non_persistent_global"]["excluding_first"]["total_time"]["n"] == 2
-    assert by_tier["persistent"]["total_time"]["n"] == 1 and by_tier["persistent"]["excluding_first"] is None
+    assert by_tier["non_persistent_global"]["total_time"]["n"] == 1
+    assert by_tier["persistent"]["first_save"]["iteration"] == 3
+    assert by_tier["persistent"]["excluding_first"]["total_time"]["n"] == 1
 
 
 @pytest.mark.skipif(NVRX_LOCAL is None, reason="nvidia-resiliency-ext's local checkpointing runs here")
