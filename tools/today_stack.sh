@@ -2,7 +2,7 @@
 # Today's stack beside this machine's own: Python 3.13, torch 2.13.0 and megatron-core 0.19.2, as current training
 # images carry them, in a Debian trixie root filesystem under .today/ (the host's Python is not touched).
 #
-#   tools/today_stack.sh build        build it (about 5 minutes and 6 GB the first time; nothing when it is there)
+#   tools/today_stack.sh build        build it (about 3 minutes and 6 GB the first time; nothing when it is there)
 #   tools/today_stack.sh run CMD...   run CMD in it, in this checkout (make test-today runs the suite's megatron-core
 #                                     tests this way)
 #   tools/today_stack.sh clean        remove .today/
@@ -82,14 +82,23 @@ build() {
 }
 
 clean() {
-    # Refuse while anything is still mounted beneath it (a command still running in it).
-    if findmnt -rn -o TARGET | grep -q "^$rootfs/"; then say "something is still mounted under $rootfs; not removing"; exit 1; fi
-    rm -rf "$root"
+    need_root
+    # Only what build made, never another folder TODAY_ROOT may name; refused while anything is mounted beneath
+    # it (from this namespace), and never across a mount point (one bound in another namespace included).
+    [ -d "$root" ] || return 0
+    if [ ! -f "$root/.built" ] && [ ! -f "$rootfs/etc/debian_version" ]; then
+        say "$root holds no stack this tool built (no .built, no rootfs/etc/debian_version); not removing"; exit 1
+    fi
+    if findmnt -rn -o TARGET > "$root/.mounts" && grep -q "^$rootfs/" "$root/.mounts"; then
+        say "something is still mounted under $rootfs; not removing"; exit 1
+    fi
+    rm -rf --one-file-system "$rootfs" "$root/.built" "$root/.mounts"
+    rmdir "$root"
 }
 
 case "${1:-}" in
     build) build ;;
-    run) shift; [ -f "$root/.built" ] || build; host_files; in_root "$@" ;;
+    run) shift; need_root; [ -f "$root/.built" ] || build; host_files; in_root "$@" ;;
     clean) clean ;;
     *) say "usage: tools/today_stack.sh build | run CMD... | clean (got '${1:-}')"; exit 2 ;;
 esac

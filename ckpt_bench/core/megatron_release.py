@@ -108,16 +108,23 @@ def check(release: Release | None = None, python: tuple[int, int] | None = None)
 
 
 NVRX_PARTS = {"async_ckpt": "async checkpointing", "local": "local checkpointing"}
+# The modules megatron-core 0.19's `get_async_strategy("nvrx")` imports (strategies/torch.py 1131-1148), and the
+# local checkpoint manager Megatron-LM's local tier builds.
+NVRX_MODULES = {
+    "async_ckpt": ("core", "filesystem_async", "state_dict_saver", "cached_metadata_filesystem_reader"),
+    "local": ("ckpt_managers.local_manager",),
+}
 
 
 def nvrx_missing(part: str = "async_ckpt") -> str | None:
     """Why nvidia-resiliency-ext's `part` (NVRX_PARTS: its async checkpointing, which megatron-core 0.17+'s nvrx
     strategy runs; its local checkpoints, which Megatron-LM's non-persistent `local` tier is) cannot run here, or
-    None when it can. Found without importing it (it imports torch)."""
+    None when it can. Found without importing the modules themselves."""
     version = package_versions(("nvidia-resiliency-ext",))["nvidia-resiliency-ext"]
-    try:
-        found = importlib.util.find_spec(f"nvidia_resiliency_ext.checkpointing.{part}") is not None
-    except (ImportError, ValueError):
+    try:  # finding a module imports its packages (nvidia_resiliency_ext's own __init__ files), not the module
+        found = all(importlib.util.find_spec(f"nvidia_resiliency_ext.checkpointing.{part}.{module}") is not None
+                    for module in NVRX_MODULES[part])
+    except Exception:  # a broken install: whatever its packages raise on import
         found = False
     if found:
         return None
@@ -134,6 +141,8 @@ def async_strategy(asked: str | None, async_save: bool,
     None on a release without the argument; "mcore" for synchronous saves; `asked` (default "nvrx") for async
     ones, "mcore" when nvidia-resiliency-ext cannot run it and it was not asked for by name."""
     release = release or installed()
+    if release.version is None:
+        return asked, None  # a release whose version is unknown (a checkout without package_info): as asked
     if not release.has_async_strategy:
         if asked is not None:
             raise ConfigError(f"async_strategy {asked}: megatron-core {release.version} has no such setting (it "

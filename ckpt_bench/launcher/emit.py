@@ -149,8 +149,11 @@ def benchmark_args(values: Mapping, given: Iterable[str], flags: Mapping[str, Fl
 SLURM_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
 
 
-def slurm_seconds(text: str) -> int:
-    """Slurm's --time as seconds: M, M:S, H:M:S, D-H, D-H:M or D-H:M:S; a bad one refused in one line."""
+def slurm_seconds(text: str) -> int | None:
+    """Slurm's --time as seconds: M, M:S, H:M:S, D-H, D-H:M or D-H:M:S; None for no limit (0, UNLIMITED,
+    INFINITE); a bad one refused in one line."""
+    if text.strip().upper() in ("0", "UNLIMITED", "INFINITE"):
+        return None
     match = SLURM_TIME.match(text.strip())
     if match is None:
         raise ConfigError(f"--slurm-time {text}: not a Slurm time limit (minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or "
@@ -165,17 +168,27 @@ def slurm_seconds(text: str) -> int:
 
 def check_job(runner, launch: LaunchConfig, emit: EmitOptions, host_memory_gb: float | None) -> None:
     """Before the job is written, what it would meet on its nodes: what a run of it refuses (the backend's own
-    checks, the memory of a host's ranks against a node's: `host_memory_gb`, else this machine's, said so), and,
-    for Slurm, its expected time (its saves and loads at the projected times) against --slurm-time."""
+    checks, with a node's GPUs, `--gpus-per-node`, and the memory of a host's ranks against a node's:
+    `host_memory_gb`, else this machine's, said so), and, for Slurm, its expected time (its saves and loads at the
+    projected times) against --slurm-time (none: no limit)."""
     if host_memory_gb is not None:
         memory, source = int(host_memory_gb * 1e9), f"--host-memory-gb {host_memory_gb:g}"
     else:
         memory, source = available_memory(), "this machine's; give the nodes' with --host-memory-gb"
-    with checked_for_nodes(memory, source):
-        runner.plan(launch)
+    if runner.framework:
+        # A framework's plan checks its checkout against this host (its build tools, its megatron-core against this
+        # Python): the nodes' are what count, so only the experiment and its settings are checked here.
+        runner.preview(launch)
+        print("note: the framework checks its checkout (build tools, megatron-core against the Python) on the nodes",
+              file=sys.stderr)
+    else:
+        with checked_for_nodes(memory, source, gpus=emit.gpus_per_node or 0):
+            runner.plan(launch)
     if emit.emit != "slurm":
         return
     limit = slurm_seconds(emit.slurm_time or DEFAULT_SLURM_TIME)
+    if limit is None:
+        return
     estimate = runner.preview(launch).get("job_time")
     if estimate is None:
         print(f"note: --slurm-time {emit.slurm_time or DEFAULT_SLURM_TIME} not checked against the job: no projected "

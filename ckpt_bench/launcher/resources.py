@@ -36,14 +36,15 @@ def default_dist_backend() -> str:
 
 # The hosts the checks are for, where they are not this one (`--emit`: the cluster's nodes): their memory in bytes
 # and where that figure comes from.
-_OTHER_HOSTS: contextvars.ContextVar[tuple[int, str] | None] = contextvars.ContextVar("other_hosts", default=None)
+_OTHER_HOSTS: contextvars.ContextVar[tuple[int, str, int] | None] = contextvars.ContextVar("other_hosts",
+                                                                                        default=None)
 
 
 @contextlib.contextmanager
-def checked_for_nodes(memory_bytes: int, source: str) -> Iterator[None]:
-    """Within it, the host memory checks are of a cluster's node of `memory_bytes` (`source`: where that figure
-    comes from, for the message) instead of this host."""
-    token = _OTHER_HOSTS.set((memory_bytes, source))
+def checked_for_nodes(memory_bytes: int, source: str, gpus: int) -> Iterator[None]:
+    """Within it, the host checks are of a cluster's node of `memory_bytes` (`source`: where that figure comes from,
+    for the message) and `gpus` GPUs, instead of this host."""
+    token = _OTHER_HOSTS.set((memory_bytes, source, gpus))
     try:
         yield
     finally:
@@ -71,8 +72,10 @@ def check_host_memory(needed: int, what: str, remedy: str) -> None:
 
 
 def visible_gpus() -> int:
-    """The NVIDIA or AMD GPUs this process may use, without importing torch (`ckpt_bench.core.devices`)."""
-    return devices.visible_gpus()
+    """The NVIDIA or AMD GPUs this process may use, without importing torch (`ckpt_bench.core.devices`); within
+    `checked_for_nodes`, a node's."""
+    nodes = _OTHER_HOSTS.get()
+    return devices.visible_gpus() if nodes is None else nodes[2]
 
 
 # The oldest torch ckpt-bench runs on; a pre-release of it counts (NGC's 2.4.0a0+... is a 2.4).

@@ -600,6 +600,7 @@ class ReportBuilder:
         reason = next((op.extra("tier_reason") for op in ops if op.extra("tier_reason")), None)
         if reason:
             record["tier_reason"] = reason
+        record["_reads_its_save"] = all(op.extra("reads_what_its_save_wrote") for op in ops)
         record.update(
             {
                 "time": _seconds(load_time),
@@ -617,8 +618,9 @@ PERSISTENT = "persistent"
 
 def _sized_by_its_save(load: dict, saves: list[dict]) -> dict:
     """`load` with the bytes of the save that wrote its checkpoint (same iteration and tier) where nothing else
-    sized it (a non-persistent checkpoint's folder is not measured): its bandwidth then follows."""
-    if load["bytes"] is not None:
+    sized it (a non-persistent checkpoint's folder is not measured) and the source says a load reads what its save
+    wrote (not a save that also holds replicas of other ranks' files): its bandwidth then follows."""
+    if not load.pop("_reads_its_save") or load["bytes"] is not None:
         return load
     save = next((save for save in reversed(saves) if save["complete"] and save["bytes"] is not None
                  and save["iteration"] == load["iteration"] and save.get("tier") == load.get("tier")), None)

@@ -28,12 +28,11 @@ def test_local_checkpoints_restored_from_a_replica_and_old_checkpoints_deleted(t
     assert report["run"]["status"] == "ok" and report["verification"]["verified"]
     saves = {save["iteration"]: save for save in report["saves"]}
     assert sorted(saves) == [2, 3, 4] and report["load"]["iteration"] == 2
-    # A non-persistent folder is not the save dir's: the load is sized by the save that wrote it.
+    # A local save holds its peers' replicas too, so its bytes are not what a load reads: the load is not sized.
     load = report["load"]
-    assert (load["tier"], load["bytes"], load["bytes_source"]) == ("non_persistent_local", saves[2]["bytes"], "save")
-    assert load["bandwidth"] > 0 and load["tier_reason"] == ("--load-tier non-persistent; the newest persistent "
-                                                             "checkpoint is of iteration 4, the newest non-persistent "
-                                                             "of 2")
+    assert (load["tier"], load["bytes"], load["bandwidth"]) == ("non_persistent_local", None, None)
+    assert load["tier_reason"] == ("--load-tier non-persistent; the newest persistent checkpoint is of iteration 4, "
+                                   "the newest non-persistent of 2")
     assert saves[2]["bytes"] > 1.8 * saves[4]["bytes"]  # each rank's file and the replica of its peer's
     deleted = [note for note in report["notes"] if note.startswith("old checkpoints deleted by rank 0")]
     assert len(deleted) == 1 and "iteration 3 after saving 4" in deleted[0], report["notes"]
@@ -68,3 +67,19 @@ def test_local_checkpoints_without_nvidia_resiliency_ext_are_refused_in_one_line
     assert result.stderr.strip().splitlines()[-1] == (
         f"error: non_persistent_ckpt_type local: Megatron-LM's local checkpoints are nvidia-resiliency-ext's "
         f"LocalCheckpointManager, and {NVRX_LOCAL}; use non_persistent_ckpt_type global")
+
+
+def test_a_tier_the_run_cannot_load_is_refused_in_one_line(tmp_path):
+    """--load-tier non-persistent where every non-persistent interval falls on a persistent save; --load-tier with a
+    framework, whose own restart picks the tier."""
+    result = subprocess.run([sys.executable, str(ROOT / "ckpt_launch.py"), "--device", "cpu", "--train-iters", "4",
+                             "--save-interval", "2", "--set", "non_persistent_save_interval=2", "--set",
+                             "non_persistent_ckpt_type=global", "--load-tier", "non-persistent", "--runs-dir",
+                             str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        "error: --load-tier non-persistent: no iteration of the run saves a non-persistent checkpoint "
+        "(non_persistent_save_interval 2 falls only on persistent saves within --train-iters 4); lower the interval"]
+    framework = subprocess.run([sys.executable, str(ROOT / "ckpt_launch.py"), "--framework", "megatron-lm",
+                                "--megatron-path", str(tmp_path), "--load-tier", "persistent"],
+                               capture_output=True, text=True, timeout=120)
+    assert framework.returncode == 2 and "--load-tier persistent runs in the built-in worker" in framework.stderr

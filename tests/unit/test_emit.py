@@ -164,7 +164,8 @@ def test_a_job_its_nodes_cannot_hold_or_finish_is_refused_before_it_is_written()
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("30", 1800), ("30:15", 1815), ("04:00:00", 14_400), ("2-3", 183_600),
-                                               ("2-03:30", 185_400), ("1-00:00:01", 86_401)])
+                                               ("2-03:30", 185_400), ("1-00:00:01", 86_401), ("0", None),
+                                               ("UNLIMITED", None), ("infinite", None)])
 def test_slurm_time_limits_read_as_slurm_reads_them(text, seconds):
     assert slurm_seconds(text) == seconds
 

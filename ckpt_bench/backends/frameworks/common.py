@@ -52,6 +52,9 @@ class FrameworkConfig(MegatronConfig):
         if self.training_impact:
             raise ConfigError("--training-impact runs in the built-in worker: a framework's own training loop "
                               "cannot be timed without and with saves; drop --framework or --training-impact")
+        if self.load_tier is not None:
+            raise ConfigError(f"--load-tier {self.load_tier} runs in the built-in worker: a framework's own restart "
+                              "reads the tier Megatron-LM picks; drop --framework or --load-tier")
 
     def checkout(self, option: str, inside: str, framework: str) -> Path:
         """The checkout given as `option`, which must hold `inside`."""

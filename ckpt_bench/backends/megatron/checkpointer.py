@@ -239,6 +239,8 @@ class Checkpointer:
 
         megatron_log.print_rank_0(megatron_log.loading_line(self.root, iteration, self.format.name))
         reasons = {} if reason is None else {"tier_reason": reason}
+        if self.format.load_reads_what_save_wrote:
+            reasons["reads_what_its_save_wrote"] = True
         with timed(self.events, EventKind.LOAD_START, EventKind.LOAD_END, iteration, phases=self.format.phases,
                    first=self.format.first_load_phase, **self._event_fields(directory, **reasons)):
             nbytes = self.format.load(directory, iteration)

@@ -68,6 +68,8 @@ def checkpoint_path(path: str) -> Path:
 
 class TorchDistFormat:
     name = "torch_dist"
+    # A load of a checkpoint reads the bytes its save wrote (each shard once): the report may size one by the other.
+    load_reads_what_save_wrote = True
 
     def __init__(self, args: argparse.Namespace, trainer: Trainer):
         self.args = args
@@ -185,6 +187,8 @@ def rank_written_bytes(directory: str, rank: int) -> int:
 
 class TorchFormat:
     name = "torch"
+    # Every rank of a model-parallel position loads the file its data-parallel rank 0 wrote.
+    load_reads_what_save_wrote = False
 
     def __init__(self, args: argparse.Namespace, trainer: Trainer):
         self.args = args
@@ -253,6 +257,9 @@ class LocalFormat(TorchDistFormat):
     Built as Megatron-LM's `save_checkpoint`/`_load_non_persistent_base_checkpoint` build it: megatron-core's
     `MCoreTensorAwareStateDict` with `non_persistent_local_ckpt_algo` over the data-parallel x context-parallel
     group. No fsync (the manager's torch.save); synchronous."""
+
+    # Its saves hold replicas of the peers' files; a load reads a rank's own file only.
+    load_reads_what_save_wrote = False
 
     name = "local"
     tracked = False  # the manager finds the latest complete checkpoint over every rank's files

@@ -455,7 +455,18 @@ def load_tier(config: MegatronConfig, args: dict) -> str | None:
     if not args.get("non_persistent_ckpt_type"):
         raise ConfigError(f"--load-tier {config.load_tier}: the run saves persistent checkpoints only; add --set "
                           "non_persistent_ckpt_type=global --set non_persistent_save_interval=N")
+    if config.load_tier == "non-persistent" and not non_persistent_iterations(args):
+        raise ConfigError(f"--load-tier non-persistent: no iteration of the run saves a non-persistent checkpoint "
+                          f"(non_persistent_save_interval {args.get('non_persistent_save_interval')} falls only on "
+                          f"persistent saves within --train-iters {args['train_iters']}); lower the interval")
     return config.load_tier.replace("-", "_")
+
+
+def non_persistent_iterations(args: dict) -> list[int]:
+    """The iterations the worker saves a non-persistent checkpoint at, as Megatron-LM's loop does: each
+    non_persistent_save_interval where no persistent save falls (every save_interval, and the last iteration)."""
+    every, persistent, last = args["non_persistent_save_interval"], args["save_interval"], args["train_iters"]
+    return [i for i in range(every, last + 1, every) if i % persistent and i != last]
 
 
 def async_writer_notes(args: dict) -> list[str]:

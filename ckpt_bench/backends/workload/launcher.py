@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -375,14 +376,15 @@ def preview(config: WorkloadConfig, launch: LaunchConfig, run: WorkloadRun) -> d
 
 def _job_time(run: WorkloadRun, projected: dict | None) -> dict:
     """The whole job's benchmark time at the projected save and load times (`--emit slurm` checks it against
-    --slurm-time): its first save, the later ones, its loads and the waits between; {} where nothing projects it."""
+    --slurm-time): its first save, its second, the later ones, its loads and the waits between; {} where nothing
+    projects one of them."""
     if projected is None or run.layout.is_subset:
         return {}
-    parts = {key: (projected.get(key) or {}).get("range_s") for key in ("save", "steady_save", "load")}
-    if parts["save"] is None or (run.save_calls > 1 and parts["steady_save"] is None) or (
-            run.load_calls and parts["load"] is None):
-        return {}
-    counts = {"save": 1, "steady_save": run.save_calls - 1, "load": run.load_calls}
+    parts = {key: (projected.get(key) or {}).get("range_s") for key in ("save", "second_save", "steady_save", "load")}
+    counts = {"save": 1, "second_save": min(1, run.save_calls - 1), "steady_save": max(0, run.save_calls - 2),
+              "load": run.load_calls}
+    if any(count and (parts[key] is None or parts[key][0] is None) for key, count in counts.items()):
+        return {}  # a save or load the projection does not time (one the hosts cannot hold: no time)
     waits = run.time_between * (run.save_calls + run.load_calls)
 
     def total(end: int) -> float | None:
@@ -548,6 +550,9 @@ class WorkloadBackend(Backend[WorkloadConfig]):
         # mcore where nvidia-resiliency-ext cannot run it here: said in a note).
         strategy, strategy_note = (megatron_release.async_strategy(None, saves_async(config, run))
                                    if run.engine == "torch_dist" else (None, None))
+        release_warning = megatron_release.check() if run.engine == "torch_dist" else None
+        if release_warning:
+            print(f"warning: {release_warning}", file=sys.stderr, flush=True)
         spec = WorkloadSpec(
             workload=dataclasses.asdict(run.workload), world_size=run.layout.world_size,
             run_ranks=[share.rank for share in run.layout.ranks] if run.layout.is_subset else None,
@@ -571,7 +576,7 @@ class WorkloadBackend(Backend[WorkloadConfig]):
                                            expected_bytes=run.layout.run_bytes * run.save_calls),
             show_progress=lambda line: bool(_PROGRESS.search(line.strip())),
             outputs=write_dlio_summary,
-            notes=[*_notes(config, run, sync_files, storage.kind), *filter(None, [strategy_note])],
+            notes=[*_notes(config, run, sync_files, storage.kind), *filter(None, [release_warning, strategy_note])],
             projection_inputs=self._projection_inputs(config, run, launch, storage.describe()),
         )
 

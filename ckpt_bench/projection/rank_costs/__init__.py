@@ -22,6 +22,7 @@ import hashlib
 import importlib
 import json
 import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -63,9 +64,11 @@ def _cache_dir() -> Path:
 
 
 def _versions() -> dict[str, str]:
-    """The torch and megatron-core whose code computes the costs: megatron-core as `import megatron.core` finds it
-    (a checkout on PYTHONPATH before the installed wheel)."""
-    found = {"torch": package_versions(("torch",))["torch"], "megatron-core": megatron_core_version()}
+    """The Python, torch and megatron-core whose code computes the costs: megatron-core as `import megatron.core`
+    finds it (a checkout on PYTHONPATH before the installed wheel). The Python counts: the steps' CPU is mostly
+    pickling, which Python 3.13 does 2-3x faster than 3.11 (docs/projection.md)."""
+    found = {"python": platform.python_version(), "torch": package_versions(("torch",))["torch"],
+             "megatron-core": megatron_core_version()}
     return {name: version for name, version in found.items() if version}
 
 
