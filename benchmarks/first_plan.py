@@ -18,13 +18,15 @@ import json
 import multiprocessing
 import os
 import resource
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))  # the Primus --plan helpers of tools/projection_table.py
+
+from projection_table import add_job_arguments, plan_command, run_plan  # noqa: E402
 
 
 def _hog() -> None:
@@ -33,26 +35,23 @@ def _hog() -> None:
 
 
 def first_plan(primus: Path, config: str, args, hog: bool) -> dict:
-    command = [sys.executable, str(ROOT / "ckpt_launch.py"), "--workload", f"examples/megatron/configs/{config}",
-               "--nnodes", str(args.nodes), "--nproc-per-node", str(args.per_node), "--plan", "--format", "json",
-               "--engine", args.engine, "--storage-write-gbps", "100", "--storage-read-gbps", "100",
-               "--client-write-gbps", "25", "--client-read-gbps", "25", "--network-gbps", "25",
-               "--host-memory-gb", "2048"]
+    command = plan_command(config, args, [
+        "--engine", args.engine, "--storage-write-gbps", "100", "--storage-read-gbps", "100",
+        "--client-write-gbps", "25", "--client-read-gbps", "25", "--network-gbps", "25", "--host-memory-gb", "2048"])
     hogging = multiprocessing.Process(target=_hog, daemon=True) if hog else None
     if hogging:
         hogging.start()
     try:
         with tempfile.TemporaryDirectory(prefix="ckpt-bench-first-plan-") as cache:
             started = time.monotonic()
-            done = subprocess.run(command, cwd=primus, capture_output=True, text=True,
-                                  env={**os.environ, "CKPT_BENCH_CACHE": cache})
+            done = run_plan(primus, command, env={**os.environ, "CKPT_BENCH_CACHE": cache})
             wall = time.monotonic() - started
     finally:
         if hogging:
             hogging.terminate()
-    if done.returncode:
-        return {"error": (done.stderr.strip().splitlines() or ["?"])[-1]}
-    plan = json.loads(done.stdout)["projection"]
+    if "error" in done:
+        return done
+    plan = done["projection"]
     return {"wall_s": round(wall, 1),
             "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024 / 1e9, 2),
             **{key: (plan[key].get("range_s"), plan[key].get("binding")) for key in ("save", "steady_save", "load")},
@@ -63,17 +62,13 @@ def first_plan(primus: Path, config: str, args, hog: bool) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("primus", type=Path)
-    parser.add_argument("configs", nargs="+")
-    parser.add_argument("--nodes", type=int, default=128)
-    parser.add_argument("--per-node", type=int, default=8)
+    add_job_arguments(parser)
     parser.add_argument("--engine", default="torch_dist")
     parser.add_argument("--hog", action="store_true", help="also run each beside a CPU hog on one core")
     args = parser.parse_args()
-    primus = args.primus / "Primus" if (args.primus / "Primus").is_dir() else args.primus
     for config in args.configs:
         for hog in (False, True) if args.hog else (False,):
-            result = first_plan(primus, config, args, hog)
+            result = first_plan(args.primus, config, args, hog)
             print(json.dumps({"config": config, "beside_a_hog": hog, **result}), flush=True)
     return 0
 

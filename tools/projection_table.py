@@ -23,21 +23,44 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def plan(primus: Path, config: str, args, storage: float) -> dict:
-    command = [sys.executable, str(ROOT / "ckpt_launch.py"), "--workload", f"examples/megatron/configs/{config}",
-               "--nnodes", str(args.nodes), "--nproc-per-node", str(args.per_node), "--plan", "--format", "json",
-               "--storage-write-gbps", str(storage), "--storage-read-gbps", str(storage),
-               "--client-write-gbps", str(args.client_gbps), "--client-read-gbps", str(args.client_gbps),
-               "--network-gbps", str(args.network_gbps), "--rank-costs-budget", str(args.budget)]
-    if args.engine:
-        command += ["--engine", args.engine]
-    if args.host_memory_gb:
-        command += ["--host-memory-gb", str(args.host_memory_gb)]
-    command += [arg for text in args.set for arg in ("--set", text)]
-    done = subprocess.run(command, cwd=primus, capture_output=True, text=True)
+def add_job_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments every Primus `--plan` script here takes: the checkout, its configs and the job's size."""
+    parser.add_argument("primus", type=Path, help="a Primus checkout (or the snapshot folder holding Primus/)")
+    parser.add_argument("configs", nargs="+")
+    parser.add_argument("--nodes", type=int, default=128)
+    parser.add_argument("--per-node", type=int, default=8)
+
+
+def checkout(primus: Path) -> Path:
+    """The Primus checkout: `primus` itself, or its Primus/ folder (an extracted ../shared/upstream snapshot)."""
+    return primus / "Primus" if (primus / "Primus").is_dir() else primus
+
+
+def plan_command(config: str, args, options: list[str]) -> list[str]:
+    """`ckpt_launch.py --plan` of `config` at the job's size (`args`: `add_job_arguments`'s), with `options`."""
+    return [sys.executable, str(ROOT / "ckpt_launch.py"), "--workload", f"examples/megatron/configs/{config}",
+            "--nnodes", str(args.nodes), "--nproc-per-node", str(args.per_node), "--plan", "--format", "json",
+            *options]
+
+
+def run_plan(primus: Path, command: list[str], env: dict | None = None) -> dict:
+    """The plan's JSON, run inside the checkout as a user would; {"error": its last line} where it refuses."""
+    done = subprocess.run(command, cwd=checkout(primus), capture_output=True, text=True, env=env)
     if done.returncode:
         return {"error": (done.stderr.strip().splitlines() or ["?"])[-1]}
     return json.loads(done.stdout)
+
+
+def plan(primus: Path, config: str, args, storage: float) -> dict:
+    options = ["--storage-write-gbps", str(storage), "--storage-read-gbps", str(storage),
+               "--client-write-gbps", str(args.client_gbps), "--client-read-gbps", str(args.client_gbps),
+               "--network-gbps", str(args.network_gbps), "--rank-costs-budget", str(args.budget)]
+    if args.engine:
+        options += ["--engine", args.engine]
+    if args.host_memory_gb:
+        options += ["--host-memory-gb", str(args.host_memory_gb)]
+    options += [arg for text in args.set for arg in ("--set", text)]
+    return run_plan(primus, plan_command(config, args, options))
 
 
 def seconds(time: dict) -> str:
@@ -51,10 +74,7 @@ def seconds(time: dict) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("primus", type=Path)
-    parser.add_argument("configs", nargs="+")
-    parser.add_argument("--nodes", type=int, default=128)
-    parser.add_argument("--per-node", type=int, default=8)
+    add_job_arguments(parser)
     parser.add_argument("--storage-gbps", type=float, nargs="+", default=[100.0, 1000.0])
     parser.add_argument("--client-gbps", type=float, default=25.0)
     parser.add_argument("--network-gbps", type=float, default=25.0)
