@@ -163,6 +163,19 @@ def async_strategy(asked: str | None, async_save: bool,
                      f"{why_not}")
 
 
+def settle(asked: str | None, async_save: bool, release: Release | None = None) -> tuple[str | None, list[str]]:
+    """What a launcher asks of the release before any rank starts: `check` (one we know breaks refused in one line)
+    and `async_strategy`, each line said on stderr too (`warning:` an untested release, `note:` a strategy other
+    than Megatron-LM's default). Returns the strategy and the notes for the report."""
+    release = release or installed()
+    warning = check(release)
+    strategy, why = async_strategy(asked, async_save, release)
+    for prefix, line in (("warning", warning), ("note", why)):
+        if line is not None:
+            print(f"{prefix}: {line}", file=sys.stderr, flush=True)
+    return strategy, [line for line in (warning, why) if line is not None]
+
+
 def save_arguments(strategy: str | None) -> dict:
     """`dist_checkpointing.save`'s keyword for the async strategy, where the release takes one."""
     return {} if strategy is None else {"async_strategy": strategy}

@@ -63,8 +63,8 @@ K8S_RENDEZVOUS = ['--node-rank "${PET_NODE_RANK:-$RANK}"', '--master-addr "$MAST
 # Options whose value is a local path the nodes read (a workload only where it names a file, a --save-dir only
 # where it is not a URL).
 PATH_OPTIONS = ("config", "workload", "primus_path", "megatron_path", "save_dir")
-WHEELHOUSE_MARK = "wheelhouse.json"
-DEFAULT_SLURM_TIME = "01:00:00"  # what tools/wheelhouse.py writes into every wheelhouse
+WHEELHOUSE_MARK = "wheelhouse.json"  # what tools/wheelhouse.py writes into every wheelhouse
+DEFAULT_SLURM_TIME = "01:00:00"  # #SBATCH --time where --slurm-time is not given
 
 
 def absolute_paths(values: Mapping, given: Iterable[str], launch: LaunchConfig) -> tuple[dict, set[str], list[Path]]:

@@ -235,16 +235,11 @@ def release_settings(root: Path, args: dict, settings: dict) -> list[str]:
     """The checkout's megatron-core checked against this Python (a release we know breaks refused in one line) and,
     on 0.17+, the async strategy its saves take: Megatron-LM's default nvrx unless nvidia-resiliency-ext cannot run
     it here, then megatron-core's own (`--async-strategy mcore`, put into `args`). Returns the notes."""
-    release = megatron_release.Release(megatron_core_version(root))
-    warning = megatron_release.check(release)
-    if warning is not None:
-        print(f"warning: {warning}", file=sys.stderr, flush=True)
-    strategy, why = megatron_release.async_strategy(settings.get("async_strategy") if "async_strategy" in args
-                                                    else None, bool(settings.get("async_save")), release)
-    if why is not None:
-        print(f"note: {why}", file=sys.stderr, flush=True)
+    asked, async_save = args.get("async_strategy"), bool(settings.get("async_save"))
+    strategy, notes = megatron_release.settle(asked, async_save, megatron_release.Release(megatron_core_version(root)))
+    if async_save and asked is None and strategy == "mcore":  # not Megatron-LM's default: passed on
         args["async_strategy"] = settings["async_strategy"] = strategy
-    return [note for note in (warning, why) if note]
+    return notes
 
 
 def check_given_arguments(settings: dict, parser: ParserFlags, root: Path) -> None:

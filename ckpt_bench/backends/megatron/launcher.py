@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import sys
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
@@ -433,19 +432,14 @@ def release_settings(args: dict, trainer_args: dict) -> list[str]:
     """The installed megatron-core checked (a release we know breaks refused in one line) and, on 0.17+, the async
     strategy its saves take put into `args`. Returns the notes: an untested release (also said on stderr), an
     async strategy other than the one asked for."""
-    warning = megatron_release.check()
-    if warning is not None:
-        print(f"warning: {warning}", file=sys.stderr, flush=True)
-    strategy, why = megatron_release.async_strategy(args.get("async_strategy"), bool(trainer_args["async_save"]))
+    strategy, notes = megatron_release.settle(args.get("async_strategy"), bool(trainer_args["async_save"]))
     if strategy is not None:
         args["async_strategy"] = strategy
-    if why is not None:
-        print(f"note: {why}", file=sys.stderr, flush=True)
     if trainer_args.get("non_persistent_ckpt_type") == "local" and (missing := megatron_release.nvrx_missing("local")):
         raise ConfigError(f"non_persistent_ckpt_type local: Megatron-LM's local checkpoints are "
                           f"nvidia-resiliency-ext's LocalCheckpointManager, and {missing}; use "
                           "non_persistent_ckpt_type global")
-    return [note for note in (warning, why) if note]
+    return notes
 
 
 def load_tier(config: MegatronConfig, args: dict) -> str | None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -548,11 +547,8 @@ class WorkloadBackend(Backend[WorkloadConfig]):
             "run fewer ranks per host (--nproc-per-node, --subset), or a smaller workload")
         # megatron-core 0.17+'s async strategy where the engine is megatron-core's (Megatron-LM's default nvrx, or
         # mcore where nvidia-resiliency-ext cannot run it here: said in a note).
-        strategy, strategy_note = (megatron_release.async_strategy(None, saves_async(config, run))
-                                   if run.engine == "torch_dist" else (None, None))
-        release_warning = megatron_release.check() if run.engine == "torch_dist" else None
-        if release_warning:
-            print(f"warning: {release_warning}", file=sys.stderr, flush=True)
+        strategy, release_notes = (megatron_release.settle(None, saves_async(config, run))
+                                   if run.engine == "torch_dist" else (None, []))
         spec = WorkloadSpec(
             workload=dataclasses.asdict(run.workload), world_size=run.layout.world_size,
             run_ranks=[share.rank for share in run.layout.ranks] if run.layout.is_subset else None,
@@ -576,7 +572,7 @@ class WorkloadBackend(Backend[WorkloadConfig]):
                                            expected_bytes=run.layout.run_bytes * run.save_calls),
             show_progress=lambda line: bool(_PROGRESS.search(line.strip())),
             outputs=write_dlio_summary,
-            notes=[*_notes(config, run, sync_files, storage.kind), *filter(None, [release_warning, strategy_note])],
+            notes=[*_notes(config, run, sync_files, storage.kind), *release_notes],
             projection_inputs=self._projection_inputs(config, run, launch, storage.describe()),
         )
 
