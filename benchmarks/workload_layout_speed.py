@@ -3,8 +3,8 @@
 
     python benchmarks/workload_layout_speed.py [--repeats 5]
 
-For each catalog workload, at its own rank count: DLIO's layout (ckpt_bench.backends.workload.dlio_layout, the
-torch-save and dcp engines) and the Megatron GPT's (ckpt_bench.backends.workload.megatron_shapes, the
+For each catalog workload, at its own rank count: DLIO's layout (ckpt_bench.layout.dlio_layout, the
+torch-save and dcp engines) and the Megatron GPT's (ckpt_bench.layout.megatron_shapes, the
 torch_dist engine), the median of --repeats calls in this process (imports not counted), with the rank
 count and the job's bytes a save. Target: well under a second for llama3-1t at 1,024 ranks.
 """
@@ -19,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ckpt_bench.backends.workload import dlio_layout, megatron_shapes  # noqa: E402
-from ckpt_bench.backends.workload.catalog import CATALOG  # noqa: E402
 from ckpt_bench.core.units import GIB  # noqa: E402
+from ckpt_bench.layout import dlio_layout, megatron_shapes  # noqa: E402
+from ckpt_bench.layout.catalog import CATALOG  # noqa: E402
 
 
 def median_seconds(call, repeats: int) -> tuple[float, object]:

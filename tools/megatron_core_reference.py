@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from ckpt_bench.backends.megatron import cpu_compat
+from ckpt_bench.worker import cpu_compat
 
 cpu_compat.install()
 
@@ -51,9 +51,9 @@ from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed  # noq
 from megatron.core.transformer import TransformerConfig  # noqa: E402
 from megatron.core.transformer.module import Float16Module  # noqa: E402
 
-from ckpt_bench.backends.workload.megatron_shapes import MegatronGPT, layout, rank_shards  # noqa: E402
-from ckpt_bench.backends.workload.megatron_torch import rank_files  # noqa: E402
-from ckpt_bench.backends.workload.workload import Workload  # noqa: E402
+from ckpt_bench.layout.megatron_shapes import MegatronGPT, layout, rank_shards  # noqa: E402
+from ckpt_bench.layout.megatron_torch import rank_files  # noqa: E402
+from ckpt_bench.layout.workload import Workload  # noqa: E402
 from ckpt_bench.model.job import TrainingJob  # noqa: E402
 
 TORCH_DTYPES = {"torch.bfloat16": "bf16", "torch.float32": "fp32"}

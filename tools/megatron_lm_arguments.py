@@ -2,11 +2,11 @@
 uses, does not ship it.
 
     python tools/megatron_lm_arguments.py names SRC@core_v0.12.3 SRC@core_v0.16.1 SRC@main > \
-        ckpt_bench/backends/megatron/megatron_lm_arguments.txt
+        ckpt_bench/core/megatron_lm_arguments.txt
     python tools/megatron_lm_arguments.py types SRC@core_v0.16.1 > \
-        ckpt_bench/backends/megatron/megatron_lm_argument_types.json
+        ckpt_bench/core/megatron_lm_argument_types.json
     python tools/megatron_lm_arguments.py types SRC@core_v0.19.0 > \
-        ckpt_bench/backends/megatron/megatron_lm_argument_types_0.19.json   # on Python 3.12+ (tools/today_stack.sh)
+        ckpt_bench/core/megatron_lm_argument_types_0.19.json   # on Python 3.12+ (tools/today_stack.sh)
 
 `names`: every argument name the parser defines at the given checkouts (their union: a name any of them
 knows is a Megatron-LM argument). `types`: at one checkout (the release the pinned megatron-core matches),
@@ -15,7 +15,7 @@ how the parser reads each name: `bool` (a flag: store_true/store_false, --x/--no
 `([1]*3+[0])*2`), with its `choices` and `nargs` (`+`, `*`, N: a list) where it has them.
 
 A table made before may stand for the checkouts it was made from (its file as a SRC: its names and header kept):
-    python tools/megatron_lm_arguments.py names ckpt_bench/backends/megatron/megatron_lm_arguments.txt \
+    python tools/megatron_lm_arguments.py names ckpt_bench/core/megatron_lm_arguments.txt \
         SRC@core_v0.19.0 > new.txt
 
 Each SRC is a folder holding a Megatron-LM tree (`megatron/training/arguments.py`), after `@` the name

@@ -18,9 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from ckpt_bench.benchmark import registry  # noqa: E402
 from ckpt_bench.cli.launch import parse_argv  # noqa: E402
 from ckpt_bench.core.errors import ConfigError  # noqa: E402
-from ckpt_bench.launcher import registry  # noqa: E402
 
 GPUS_PER_NODE = 8
 # Refusals that more ranks can cure: a layout or batch that does not divide this world size.

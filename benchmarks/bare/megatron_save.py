@@ -18,12 +18,12 @@ from megatron.core import dist_checkpointing, parallel_state
 from megatron.core.dist_checkpointing.serialization import get_default_save_sharded_strategy
 from megatron.core.dist_checkpointing.strategies.fully_parallel import FullyParallelSaveStrategyWrapper
 
-from ckpt_bench.backends.megatron import cpu_compat
 from ckpt_bench.backends.megatron.formats import checkpoint_format
 from ckpt_bench.backends.megatron.spec import MegatronSpec
 from ckpt_bench.backends.megatron.training import Trainer
 from ckpt_bench.backends.megatron.worker import init_model_parallel
 from ckpt_bench.backends.megatron.worker_args import megatron_args
+from ckpt_bench.worker import cpu_compat
 
 cpu_compat.install()  # megatron-core on the CPU (no-op with CUDA): the platform, not the harness
 

@@ -37,12 +37,12 @@ from megatron.core.dist_checkpointing.strategies import torch as mcore_torch
 from megatron.core.dist_checkpointing.strategies.filesystem_async import FileSystemWriterAsync
 from torch.distributed.checkpoint import filesystem, utils
 
-from ckpt_bench.backends.megatron import cpu_compat
 from ckpt_bench.backends.workload.engines import ENGINES, state_layout
 from ckpt_bench.backends.workload.engines.torch_dist import TorchDistEngine
-from ckpt_bench.backends.workload.sources import resolve_workload
 from ckpt_bench.backends.workload.spec import WorkloadSpec
 from ckpt_bench.core.experiment import parse_assignment
+from ckpt_bench.layout.sources import resolve_workload
+from ckpt_bench.worker import cpu_compat
 from ckpt_bench.worker.entry import WorkerContext
 
 

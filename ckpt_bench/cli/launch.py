@@ -1,6 +1,6 @@
 """The launcher's command line: `ckpt_launch.py` calls `main` here, and nothing else parses arguments.
 
-The command is composed from the registry (`ckpt_bench.launcher.registry.sections`): common options, then
+The command is composed from the registry (`ckpt_bench.benchmark.registry.sections`): common options, then
 the checkpoint and storage options, then a section per backend and framework mode, then cluster jobs
 and sweeps. Parsed values become a typed `LaunchConfig` through `registry.build_launch`, the one
 function that picks what runs (sweeps and `--emit` use it too).
@@ -18,16 +18,16 @@ from pathlib import Path
 import click
 import cloup
 
+from ckpt_bench.benchmark import registry
 from ckpt_bench.cli.common import click_option, entry_point, fail, given_options, wants_table
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.options import Flag
 from ckpt_bench.core.rundir import write_atomic
-from ckpt_bench.launcher import registry
 from ckpt_bench.launcher.resources import device_environment
 from ckpt_bench.report.advice import plan_advice
 from ckpt_bench.report.assembly import to_json
+from ckpt_bench.report.sweep_results import SweepResults
 from ckpt_bench.sweep.limits import DEFAULT_MAX_JOBS
-from ckpt_bench.sweep.results import SweepResults
 
 SWEEP_SECTION = "Sweeps"  # options of this command itself: they drive sweeps, never a single run
 PEER_OVERRIDES = "hydra_overrides"  # positional KEY=VALUE arguments: for another benchmark's sweep file only
@@ -149,7 +149,7 @@ def _launch(**values) -> None:
         try:
             launch_config, emit = registry.build_launch(values, given, os.environ)
             if emit.emit:
-                from ckpt_bench.launcher.emit import check_job, render
+                from ckpt_bench.benchmark.emit import check_job, render
 
                 script = render(emit, launch_config, values, given, registry.all_flags())
                 check_job(registry.runner_for(launch_config), launch_config, emit, values.get("host_memory_gb"))
@@ -162,7 +162,7 @@ def _launch(**values) -> None:
                     preview["advice"] = plan_advice(preview, launch_config)
                 print_preview(preview, launch_config.output, launch_config.format)
                 sys.exit(0)
-            from ckpt_bench.launcher.repeat import run
+            from ckpt_bench.benchmark.repeat import run
 
             result = run(runner, launch_config)
         except ConfigError as error:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 
+from ckpt_bench.benchmark import registry
 from ckpt_bench.cli.launch import PEER_OVERRIDES_HELP, SWEEP_SECTION, launch
 from ckpt_bench.core.options import Flag
-from ckpt_bench.launcher import registry
 
 HEADER = """# Every option of `ckpt_launch.py`
 
-Generated from the option registry (`ckpt_bench.launcher.registry.sections()`) by
+Generated from the option registry (`ckpt_bench.benchmark.registry.sections()`) by
 `python -m ckpt_bench.cli.options_doc > docs/options.md`; a test fails when this page and the code
 differ. The same text, grouped the same way, is `python ckpt_launch.py --help`.
 

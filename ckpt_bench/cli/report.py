@@ -142,7 +142,7 @@ def _report(paths, ckpt_dir, html_file, advice, figures, output, output_format) 
 
 def _sweep(folder: Path, html_file, output, output_format) -> None:
     from ckpt_bench.present.html import load_results, render_sweep
-    from ckpt_bench.sweep.results import SweepResults
+    from ckpt_bench.report.sweep_results import SweepResults
     from ckpt_bench.sweep.run import summary
 
     try:
@@ -164,6 +164,7 @@ def _sweep(folder: Path, html_file, output, output_format) -> None:
 
 
 def _compare(paths, primus_log_dir, ckpt_dir, html_file, advice, figures, output, output_format) -> None:
+    from ckpt_bench.benchmark.registry import FRAMEWORKS
     from ckpt_bench.present.compare import compare, load_sources
 
     for given, option in ((primus_log_dir, "--primus-log-dir"), (ckpt_dir, "--ckpt-dir"), (html_file, "--html")):
@@ -175,7 +176,7 @@ def _compare(paths, primus_log_dir, ckpt_dir, html_file, advice, figures, output
     sources = [source for path in paths for source in load_sources(path)]
     for source in sources:
         add_advice(_with_projection(source.report, figures), advice)
-    comparison = compare(sources)
+    comparison = compare(sources, FRAMEWORKS)
     text = to_json(comparison.to_json())
     if output:
         _write(output, text + "\n")

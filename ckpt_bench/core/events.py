@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ckpt_bench.worker.memory import MemoryWatch
+    from ckpt_bench.core.memory import MemoryWatch
 
 
 class EventKind(str, Enum):
@@ -132,7 +132,7 @@ class CheckpointEvent:
     source: TimeSource = TimeSource.RECORDED
     seq: int = 0  # order within its source (line number, or record count), for sources without clocks
     error: str | None = None  # set on an *_END event when the operation failed
-    # On end events of our own workers (ckpt_bench.worker.memory): this rank's peak resident memory from the
+    # On end events of our own workers (ckpt_bench.core.memory): this rank's peak resident memory from the
     # operation's start to this event, and on CUDA the allocator's peak over the same span.
     peak_rss_bytes: int | None = None
     peak_device_bytes: int | None = None

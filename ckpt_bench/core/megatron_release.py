@@ -24,7 +24,7 @@ Where 0.16.1 and 0.17+ (0.19.x) differ, for what we call:
                      `position_embedding_type yarn`, ...): the arguments table is read at the installed release
                      (`Release.argument_types_of`).
     current_stream   0.19's gradient sync takes `torch.cuda.current_stream()` (`param_and_grad_buffer.py` 632),
-                     which ckpt_bench.backends.megatron.cpu_compat answers on a CPU.
+                     which ckpt_bench.worker.cpu_compat answers on a CPU.
 
 No megatron-core import at module level: the launcher decides before any rank starts.
 """

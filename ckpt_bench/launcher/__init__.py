@@ -1,6 +1,6 @@
-"""Launching a benchmark, whatever runs it: a runner (`base.Backend`, one per backend in
-`ckpt_bench.backends`) turns a typed `LaunchConfig` (`config`) into a `Plan`; `lifecycle` carries every plan
-out the same way (run directory, passes under `torchrun`, measuring, clean-up, report). `registry` lists the
-runners; `repeat`, `emit` (Slurm and Kubernetes jobs), `nodes` (multi-node runs) and `interrupts` (Ctrl-C,
-SIGTERM) wrap a launch without touching it.
+"""What every runner is launched through, beneath the backends that implement it: a runner (`base.Backend`,
+one per backend in `ckpt_bench.backends`) turns a typed `LaunchConfig` (`config`) into a `Plan`; `torchrun`
+runs a pass, `resources` checks what a run needs of the host, `run_info` says what the run is, `nodes`
+(multi-node runs), `hosts_baseline` and `interrupts` (Ctrl-C, SIGTERM) serve the lifecycle. The lifecycle that
+carries a plan out, and the registry of runners, stand above the backends in `ckpt_bench.benchmark`.
 """

@@ -1,10 +1,10 @@
 """What every runner of a benchmark is: a `Backend` with typed options that turns a `LaunchConfig` into
-a `Plan`; `ckpt_bench.launcher.lifecycle` carries the plan out the same way for all of them.
+a `Plan`; `ckpt_bench.benchmark.lifecycle` carries the plan out the same way for all of them.
 
 A backend (the built-in Megatron worker, DCP, Lightning, the comms sweep) or a framework mode (Primus,
 Megatron-LM) is its `Config` dataclass (its options, their defaults and checks) and `plan()`, whose `Plan`
 carries the typed spec its ranks read (`core.worker_spec.WorkerSpec`) and what the report says the run is
-(`launcher.run_info.RunInfo`). `ckpt_bench.launcher.registry` lists them; the CLI, sweeps and `--emit` all
+(`launcher.run_info.RunInfo`). `ckpt_bench.benchmark.registry` lists them; the CLI, sweeps and `--emit` all
 go through it.
 
 Options several backends read are declared here once (`ASYNC_SAVE`, `SAVE_CALLS`, `LOAD_CALLS`,

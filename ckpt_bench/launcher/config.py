@@ -1,6 +1,6 @@
 """The typed input of a launch: `LaunchConfig` (what every run has: where the ranks run, where the
 run directory goes, which runner and its options) and `EmitOptions` (`--emit`: a cluster job instead
-of a run). `ckpt_bench.launcher.registry.build_launch` makes one from command-line values."""
+of a run). `ckpt_bench.benchmark.registry.build_launch` makes one from command-line values."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ class LaunchConfig(CommonOptions, AdviceOptions, Generic[OptionsT_co]):
     """Everything one run needs, typed: the common options, the advice options, the runner's name and its
     options."""
 
-    runner: str = "megatron"  # a backend or framework mode of ckpt_bench.launcher.registry
+    runner: str = "megatron"  # a backend or framework mode of ckpt_bench.benchmark.registry
     options: OptionsT_co = field(kw_only=True)  # the runner's typed options (its Config)
     topology: Topology = field(init=False)
 

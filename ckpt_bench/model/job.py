@@ -82,7 +82,7 @@ class TrainingJob:
     """`--use-tp-pp-dp-mapping`: ranks numbered tp-cp-ep-pp-dp (see `Parallelism`)."""
     fsdp: str | None = None
     """"torch_fsdp2" (`--use-torch-fsdp2`: every parameter and its optimizer state sharded over the data-parallel
-    ranks, `backends/workload/megatron_fsdp2.py`); None: megatron-core's DDP."""
+    ranks, `layout/megatron_fsdp2.py`); None: megatron-core's DDP."""
     checkpointing: CheckpointSettings = dataclasses.field(default_factory=CheckpointSettings)
     """How it saves and restarts (fully parallel save and load, constant structure, async, retention), each
     setting with its source."""

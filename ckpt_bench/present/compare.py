@@ -9,9 +9,10 @@ jobs with a report becomes one column). Anything else holds no report: `ReportEr
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,18 +25,16 @@ from ckpt_bench.report.schema import Report, RunSection, SchemaError
 
 # (metric, how to read it from a report), in table order. The steady figures are report.metrics' one
 # definition (the median of the saves after the first), as in the summary, sweeps and the advice.
-def _framework(report: Report) -> str | None:
+def _framework(report: Report, frameworks: Collection[str]) -> str | None:
     """The --framework that ran the job (Primus, Megatron-LM); None: a backend's own worker, or logs."""
-    from ckpt_bench.launcher.registry import FRAMEWORKS
-
     backend = (report.run or RunSection()).backend
-    return backend if backend in FRAMEWORKS else None
+    return backend if backend in frameworks else None
 
 
-METRICS: tuple[tuple[str, Callable[[Report], object]], ...] = (
+METRICS: tuple[tuple[str, Callable[..., object]], ...] = (
     # What each source is: sources named alike (two runs of one experiment) are told apart here.
     ("backend", lambda report: (report.run or RunSection()).backend or "none (logs)"),
-    ("framework", _framework),
+    ("framework", _framework),  # with the frameworks' runner names, bound by `compare`
     ("engine", lambda report: report.engine),
     ("experiment", lambda report: report.experiment),
     ("workload", lambda report: report.workload),
@@ -203,13 +202,15 @@ def _phases(report: Report) -> dict[str, float]:
             **{LOAD_PHASE + name: seconds for name, seconds in (loads[-1].phase_seconds() if loads else {}).items()}}
 
 
-def compare(sources: list[Source]) -> Comparison:
-    """Every metric of every source, and its ratio to the first source's (numbers only)."""
+def compare(sources: list[Source], frameworks: Collection[str]) -> Comparison:
+    """Every metric of every source, and its ratio to the first source's (numbers only). `frameworks`: the
+    runner names that are frameworks (`benchmark.registry.FRAMEWORKS`: the registry stands above us)."""
     if len(sources) < 2:
         raise ReportError("--compare needs at least two reports (run directories, report.json files or sweep "
                           "directories)")
     reports = [_typed(source) for source in sources]
-    values = [{name: get(report) for name, get in METRICS} for report in reports]
+    getters = {**dict(METRICS), "framework": functools.partial(_framework, frameworks=frameworks)}
+    values = [{name: get(report) for name, get in getters.items()} for report in reports]
     metrics = [name for name, _ in METRICS if name in CORE or any(v[name] is not None for v in values)]
     phases = [_phases(report) for report in reports]
     phase_metrics = list(dict.fromkeys(name for figures in phases for name in figures))

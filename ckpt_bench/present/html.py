@@ -34,7 +34,7 @@ from ckpt_bench.report.advice import per_save_training_cost
 from ckpt_bench.report.engine import CONFIG_KEYS, Operation, pair
 from ckpt_bench.report.metrics import HEADLINE, STEADY
 from ckpt_bench.report.schema import Comms, MLPerf, PhaseTime, Projection, Report, RunSection
-from ckpt_bench.sweep.results import JobRecord, SweepResults
+from ckpt_bench.report.sweep_results import JobRecord, SweepResults
 
 REPORT_HTML = "report.html"
 SWEEP_HTML = "sweep_report.html"

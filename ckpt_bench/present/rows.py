@@ -35,7 +35,7 @@ from ckpt_bench.report.schema import (
     StorageBaseline,
     Training,
 )
-from ckpt_bench.sweep.results import SweepResults
+from ckpt_bench.report.sweep_results import SweepResults
 
 NONE = "-"
 

@@ -18,7 +18,7 @@ from ckpt_bench.present import projection as pp
 from ckpt_bench.present import rows as p
 from ckpt_bench.present.compare import Comparison
 from ckpt_bench.report.schema import Advice, LogRuns, Projection, Report, RunSection
-from ckpt_bench.sweep.results import SweepResults
+from ckpt_bench.report.sweep_results import SweepResults
 
 WIDTH = 120  # when stdout is not a terminal (--format table into a pipe or a file)
 

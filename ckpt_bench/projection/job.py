@@ -103,7 +103,7 @@ class JobCheckpoint:
     """Writer threads (files) per rank."""
     async_save: bool
     workload: dict
-    """The workload's fields (`backends.workload.workload.Workload`): the state the rank-count costs rebuild."""
+    """The workload's fields (`layout.workload.Workload`): the state the rank-count costs rebuild."""
     state: str
     """Whose state the engine saves: "megatron" (a Megatron GPT's sharded state) or "dlio" (DLIO's tensors)."""
     storage_endpoint: str | None = None

@@ -159,7 +159,7 @@ def stored_report(path: str | Path) -> dict | None:
 
 
 def _name_failure_causes(report: dict, failed_passes: list[dict]) -> None:
-    """A failed pass's storage cause (a full disk, a dead endpoint: ckpt_bench.launcher.lifecycle) leads the
+    """A failed pass's storage cause (a full disk, a dead endpoint: ckpt_bench.benchmark.lifecycle) leads the
     error of the save or load it left incomplete: the rank's own error is often a symptom (torch's zip
     writer says `unexpected pos` on a full disk)."""
     for failed_pass in failed_passes:

@@ -212,7 +212,7 @@ class Operation:
 
     def peak(self, field_name: str) -> int | None:
         """The operation's peak memory on this rank (`peak_rss_bytes` / `peak_device_bytes` of its end
-        events, ckpt_bench.worker.memory), None when no event carries it (logs)."""
+        events, ckpt_bench.core.memory), None when no event carries it (logs)."""
         values = [getattr(e, field_name) for e in (self.block_end, self.end) if e is not None]
         values = [v for v in values if v is not None]
         return max(values) if values else None

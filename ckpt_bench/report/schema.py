@@ -249,7 +249,7 @@ class PassSummary:
 
 @dataclass
 class Interrupted:
-    """Ctrl-C or SIGTERM (launcher.lifecycle): the signal, the exit code it gives, the pass it stopped."""
+    """Ctrl-C or SIGTERM (benchmark.lifecycle): the signal, the exit code it gives, the pass it stopped."""
 
     signal: str | None = None
     exit_code: int | None = None

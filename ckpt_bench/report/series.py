@@ -1,4 +1,4 @@
-"""The report of a `--repeat` series (ckpt_bench.launcher.repeat runs it): its repetitions' reports in one.
+"""The report of a `--repeat` series (ckpt_bench.benchmark.repeat runs it): its repetitions' reports in one.
 
 `saves` and `loads` are every repetition's, each tagged with its `repetition`; `stats` and the advice
 count the first save of every repetition apart (each is a fresh process: report.metrics); each

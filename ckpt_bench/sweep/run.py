@@ -28,7 +28,7 @@ recorded with the job, and it runs through the same `registry.build_launch` as t
         sweep_report.html           each metric against each swept parameter, the table of jobs
 
 A job writes only into its own folder (job.json when it starts and when it ends). The last three files,
-the aggregate (`ResultsWriter`, typed as `ckpt_bench.sweep.results.SweepResults`), hold every job and
+the aggregate (`ResultsWriter`, typed as `ckpt_bench.report.sweep_results.SweepResults`), hold every job and
 grow with the sweep: each is written whole and atomically when the sweep starts, between jobs at most
 every AGGREGATE_INTERVAL_S, and when it stops (done, stopped, or interrupted); --resume rebuilds them
 from the jobs' folders.
@@ -72,24 +72,24 @@ from pathlib import Path
 
 import yaml
 
+from ckpt_bench.benchmark import registry
+from ckpt_bench.benchmark.repeat import run
 from ckpt_bench.core.environment import describe_environment, package_versions
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.options import to_argv
 from ckpt_bench.core.rundir import RUN_FILE, RunDir, sweep_results_file, write_atomic
 from ckpt_bench.core.yamlfile import read_yaml
-from ckpt_bench.launcher import registry
-from ckpt_bench.launcher.repeat import run
 from ckpt_bench.launcher.resources import device_environment
 from ckpt_bench.present.html import SWEEP_HTML, write_sweep_html
 from ckpt_bench.present.rows import MLPERF_KEYS, mlperf_figures
 from ckpt_bench.report.assembly import to_json
 from ckpt_bench.report.metrics import AT_LEAST, BY_KEY, HEADLINE, STEADY_FIGURES
 from ckpt_bench.report.schema import Report
+from ckpt_bench.report.sweep_results import FIGURES, JobRecord, SweepResults, status_counts
 from ckpt_bench.storage import reopen
 from ckpt_bench.sweep.limits import DEFAULT_MAX_JOBS, check_job_count
 from ckpt_bench.sweep.peers import translation_for
 from ckpt_bench.sweep.peers.outputs import Outputs
-from ckpt_bench.sweep.results import FIGURES, JobRecord, SweepResults, status_counts
 
 # `ckpt_bench.cli.launch.parse_argv`: one command line -> (option values, the options given); ConfigError if it
 # cannot be parsed.

@@ -8,7 +8,7 @@
   launcher shows with the rank's log tail.
 * `WorkerContext`: this rank as torchrun started it -- its ranks, its device and process group (nccl
   with one GPU per local rank, gloo on the CPU), its event `recorder` (each operation's peak memory
-  included: ckpt_bench.worker.memory), and the cold-load rule (`evict`).
+  included: ckpt_bench.core.memory), and the cold-load rule (`evict`).
 * `start_together`: the untimed start of a timed save or load that does not train before it: the
   cyclic garbage collected (and frozen) now, then the barrier.
 * `timed`: the span of one checkpoint call in events -- its start event, and its end event with the
@@ -37,8 +37,8 @@ import torch.distributed as dist
 from ckpt_bench.core import progress
 from ckpt_bench.core.checkpoint_dir import evict_from_page_cache
 from ckpt_bench.core.events import EventKind, EventRecorder, Phase
+from ckpt_bench.core.memory import MemoryWatch
 from ckpt_bench.worker.integrity import EXIT_VERIFICATION_FAILED, VerificationFailed
-from ckpt_bench.worker.memory import MemoryWatch
 from ckpt_bench.worker.phases import PhaseClock
 
 Spec = TypeVar("Spec")

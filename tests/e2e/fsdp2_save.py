@@ -16,10 +16,10 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
-from ckpt_bench.backends.workload.megatron_fsdp2 import parameter_groups
-from ckpt_bench.backends.workload.megatron_shapes import MegatronGPT
-from ckpt_bench.backends.workload.sources import from_megatron_args
-from ckpt_bench.backends.workload.workload import TORCH_DTYPE
+from ckpt_bench.layout.megatron_fsdp2 import parameter_groups
+from ckpt_bench.layout.megatron_shapes import MegatronGPT
+from ckpt_bench.layout.sources import from_megatron_args
+from ckpt_bench.layout.workload import TORCH_DTYPE
 from ckpt_bench.worker.entry import exit_process
 
 

@@ -7,8 +7,8 @@ import json
 
 from helpers import ROOT, launch_ok, saved_tensor_bytes
 
-from ckpt_bench.backends.workload.dlio_layout import layout
-from ckpt_bench.backends.workload.dlio_yaml import load_dlio_yaml
+from ckpt_bench.layout.dlio_layout import layout
+from ckpt_bench.layout.dlio_yaml import load_dlio_yaml
 
 TINY = ROOT / "tests" / "fixtures" / "workloads" / "tiny_test.yaml"
 

@@ -17,9 +17,9 @@ import pytest
 from helpers import ROOT, launch_ok
 from test_workload_torch_dist import tensor_bytes_by_rank
 
+from ckpt_bench.benchmark import registry
 from ckpt_bench.cli.launch import parse_argv
 from ckpt_bench.core.errors import ConfigError
-from ckpt_bench.launcher import registry
 from ckpt_bench.launcher.guard import guarded
 
 TINY_GPT = ROOT / "ckpt_bench" / "configs" / "tiny_gpt.yaml"

@@ -1,4 +1,4 @@
-"""FSDP2's share of a Megatron experiment (`backends/workload/megatron_fsdp2.py`) against a real FSDP2 save on CPU
+"""FSDP2's share of a Megatron experiment (`layout/megatron_fsdp2.py`) against a real FSDP2 save on CPU
 ranks: 3 ranks, so that parameters split unevenly (torch.chunk's rows), SwiGLU's fc1 sharded as one tensor."""
 
 import json
@@ -8,8 +8,8 @@ from pathlib import Path
 
 from helpers import assert_one_line_error, launch
 
-from ckpt_bench.backends.workload.megatron_fsdp2 import fsdp2_chunk, layout
-from ckpt_bench.backends.workload.sources import from_megatron_args
+from ckpt_bench.layout.megatron_fsdp2 import fsdp2_chunk, layout
+from ckpt_bench.layout.sources import from_megatron_args
 
 ARGS = {"num_layers": 2, "hidden_size": 64, "ffn_hidden_size": 160, "num_attention_heads": 4, "seq_length": 32,
         "max_position_embeddings": 32, "vocab_size": 500, "use_torch_fsdp2": True, "bf16": True, "swiglu": True,

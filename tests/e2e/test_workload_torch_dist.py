@@ -38,7 +38,7 @@ MOE = (*TWO_RANKS, "--job-ranks", "4")
 
 def moe_plan(engine: str, job_ranks: int = 4):
     from ckpt_bench.backends.workload.engines import ENGINES, state_layout
-    from ckpt_bench.backends.workload.sources import resolve_workload
+    from ckpt_bench.layout.sources import resolve_workload
 
     overrides = dict(num_experts=4, moe_router_topk=2, expert_model_parallel_size=2, use_distributed_optimizer=True,
                      bf16=True)

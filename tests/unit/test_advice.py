@@ -10,9 +10,9 @@ import pytest
 from click.testing import CliRunner
 from helpers import DATAFLUX_VARIABLES, LOGS, assert_one_line_error, ckpt_report
 
+from ckpt_bench.benchmark import registry
 from ckpt_bench.cli.launch import launch, parse_argv
 from ckpt_bench.core.errors import ConfigError
-from ckpt_bench.launcher import registry
 from ckpt_bench.report.advice import (
     DEFAULT_RESTART_OVERHEAD_S,
     WHAT_IF_GPUS,

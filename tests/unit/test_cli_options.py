@@ -8,10 +8,10 @@ import pytest
 from click.testing import CliRunner
 from helpers import DATAFLUX_VARIABLES
 
+from ckpt_bench.benchmark import registry
 from ckpt_bench.cli.launch import launch, parse_argv
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.options import to_argv
-from ckpt_bench.launcher import registry
 from ckpt_bench.sweep.run import build_sweep
 
 

@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from ckpt_bench.benchmark.registry import FRAMEWORKS
 from ckpt_bench.present.compare import Source, compare
 from ckpt_bench.present.html import render_report
 from ckpt_bench.report.advice import AdviceOptions, add_advice
@@ -58,7 +59,7 @@ def test_without_a_training_measurement_each_kind_says_what_training_waits_for()
 def test_compare_sets_sync_against_async_on_one_definition_and_prints_its_source():
     sync = advised(training_report(False, [0.73, 0.60, 0.46], total_time=0.298))
     asynchronous = advised(training_report(True, [0.70, 0.55, 0.55], total_time=0.9))
-    comparison = compare([Source("sync", "a", sync), Source("async", "b", asynchronous)])
+    comparison = compare([Source("sync", "a", sync), Source("async", "b", asynchronous)], FRAMEWORKS)
     assert comparison.sources[1].ratio_to_first["checkpoint_cost_s"] == pytest.approx(0.55 / 0.53, abs=1e-3)
     assert comparison.metrics.index("checkpoint_cost_from") == comparison.metrics.index("checkpoint_cost_s") + 1
     sources = [column.metrics["checkpoint_cost_from"] for column in comparison.sources]

@@ -12,12 +12,13 @@ from pathlib import Path
 import yaml
 from helpers import ROOT
 
+from ckpt_bench.benchmark.registry import FRAMEWORKS
 from ckpt_bench.cli.launch import parse_argv
 from ckpt_bench.present.compare import compare, load_sources
 from ckpt_bench.present.html import render_sweep
 from ckpt_bench.present.summary import print_sweep
+from ckpt_bench.report.sweep_results import JobRecord
 from ckpt_bench.sweep import run as sweep_run
-from ckpt_bench.sweep.results import JobRecord
 from ckpt_bench.sweep.run import JOB_FILE, Job, run_sweep, summary
 
 ENGINES = {"torch-save": (0.8, 0.45), "dcp": (1.6, 0.225)}  # engine -> DLIO's save seconds, GB/s
@@ -91,7 +92,7 @@ def test_the_sweep_table_and_sweep_report_put_mlperf_per_engine_side_by_side(tmp
 
 def test_compare_of_a_sweep_gives_mlperfs_figures_with_their_ratio(tmp_path, monkeypatch):
     root, _results = engines_sweep(tmp_path, monkeypatch)
-    comparison = compare(load_sources(root))
+    comparison = compare(load_sources(root), FRAMEWORKS)
     key = "mlperf.dlio.save_checkpoint_duration_mean_seconds"
     assert key in comparison.metrics and "mlperf.comparable.verdict" in comparison.metrics
     torch_save, dcp = comparison.sources

@@ -7,11 +7,12 @@ import os
 import pytest
 from click.testing import CliRunner
 
+from ckpt_bench.benchmark import registry
 from ckpt_bench.cli.launch import launch as launch_command
 from ckpt_bench.core import devices
 from ckpt_bench.core.devices import HostGpus, TorchBuild, host_gpus, read_torch_build
 from ckpt_bench.core.errors import ConfigError
-from ckpt_bench.launcher import registry, resources
+from ckpt_bench.launcher import resources
 
 VISIBILITY = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 

@@ -11,9 +11,9 @@ import pytest
 import yaml
 from helpers import ROOT, launch
 
+from ckpt_bench.benchmark.emit import slurm_seconds
 from ckpt_bench.cli.launch import launch as launch_command
 from ckpt_bench.core.errors import ConfigError
-from ckpt_bench.launcher.emit import slurm_seconds
 
 # A job the nodes can run: its global batch a multiple of micro batch x data parallel at 3 and 4 nodes of 8.
 BENCH = ["--backend", "megatron", "--nproc-per-node", "8", "--tp", "2", "--async-save", "--set",

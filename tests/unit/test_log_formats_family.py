@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 from helpers import LOGS
 
+from ckpt_bench.benchmark.registry import FRAMEWORKS
 from ckpt_bench.core.events import EventKind, TimeSource
 from ckpt_bench.present.compare import Source, compare
 from ckpt_bench.present.rows import headline_rows, save_rows
@@ -341,7 +342,7 @@ def test_nemo_async_saves_without_a_start_carry_their_known_part_as_a_lower_boun
     rows = dict(headline_rows(Report.from_json(report)))
     assert "total at least 1.000 s" in rows["last save"] and "total at least 1.000 s" in rows["steady save (n=1)"]
     assert [row[2] for row in save_rows(Report.from_json(report))] == [">= 8.000", ">= 1.000"]
-    compared = compare([Source("a", "a", report), Source("b", "b", report)])
+    compared = compare([Source("a", "a", report), Source("b", "b", report)], FRAMEWORKS)
     assert "steady_total_time_at_least" in compared.metrics
     assert [column.metrics["steady_total_time_at_least"] for column in compared.sources] == [1.0, 1.0]
 

@@ -7,10 +7,10 @@ import shutil
 import pytest
 
 from ckpt_bench.core.events import EventKind, EventRecorder, read_event_files
+from ckpt_bench.core.memory import MemoryWatch
 from ckpt_bench.core.units import MIB
 from ckpt_bench.report.engine import ReportBuilder, fractions_of_peak
 from ckpt_bench.storage.baseline import FioBaseline, IOShape, LocalFiles, PlainIOBaseline, measure_rounds
-from ckpt_bench.worker.memory import MemoryWatch
 
 
 def test_shape_drops_empty_files_and_never_has_more_writers_than_files():

@@ -14,9 +14,11 @@ import pytest
 from rich.console import Console
 from test_newcomer_report import FIRST_SLOW, _report
 
+from ckpt_bench.benchmark import registry
+from ckpt_bench.benchmark.registry import FRAMEWORKS
 from ckpt_bench.cli.launch import parse_argv
 from ckpt_bench.core.experiment import experiment_label, name_mismatch
-from ckpt_bench.launcher import registry, resources
+from ckpt_bench.launcher import resources
 from ckpt_bench.present import html, rows, summary
 from ckpt_bench.present.compare import Source, compare
 from ckpt_bench.report.engine import stats_by_tier
@@ -103,7 +105,7 @@ def test_compare_tells_sources_apart_and_fits_80_columns():
     other = _report(FIRST_SLOW, backend="primus")
     names = ["20261128-101010-workload-mixtral_8x22B_v0.1-pretrain-torch_dist",
              "20261128-111111-workload-mixtral_8x22B_v0.1-pretrain-torch_dist"]
-    table = compare([Source(names[0], "a", first), Source(names[1], "b", other)])
+    table = compare([Source(names[0], "a", first), Source(names[1], "b", other)], FRAMEWORKS)
     assert [table.sources[1].metrics[name] for name in ("backend", "framework")] == ["primus", "primus"]
     assert table.sources[0].metrics["framework"] is None and table.metrics[:2] == ["backend", "framework"]
     out = io.StringIO()

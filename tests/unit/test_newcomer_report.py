@@ -10,13 +10,14 @@ import json
 import pytest
 from html_page import Page
 
+from ckpt_bench.benchmark.registry import FRAMEWORKS
 from ckpt_bench.present import html, rows, summary
 from ckpt_bench.present.compare import Source, compare
 from ckpt_bench.report.advice import AdviceOptions, add_advice, advise
 from ckpt_bench.report.metrics import save_stats
 from ckpt_bench.report.schema import Report
 from ckpt_bench.report.series import combined_report
-from ckpt_bench.sweep.results import SweepResults
+from ckpt_bench.report.sweep_results import SweepResults
 
 MIB = 2**20
 
@@ -96,7 +97,7 @@ def test_one_steady_median_for_the_summary_compare_sweeps_and_advice():
     steady_total = Report.from_json(report).steady_median("total_time")
     assert steady_total == 0.6
     other = _report([_save(2, 9.0, 9.2), _save(4, 0.6, 1.2), _save(6, 0.6, 1.2)])
-    table = compare([Source("fast", "a", report), Source("slow", "b", other)])
+    table = compare([Source("fast", "a", report), Source("slow", "b", other)], FRAMEWORKS)
     assert table.sources[0].metrics["steady_total_time"] == steady_total
     assert table.sources[1].ratio_to_first["steady_total_time"] == 2.0
     assert "first_save_total_time" in table.metrics and "fsync" in table.metrics

@@ -9,10 +9,12 @@ import time
 import pytest
 from helpers import ROOT, assert_one_line_error, launch, torchrun_failure_summary
 
-from ckpt_bench.backends.megatron import arguments, memory
+from ckpt_bench.backends.megatron import memory
+from ckpt_bench.benchmark import registry
 from ckpt_bench.cli.launch import parse_argv
+from ckpt_bench.core import megatron_arguments
 from ckpt_bench.core.errors import ConfigError
-from ckpt_bench.launcher import registry, resources
+from ckpt_bench.launcher import resources
 
 
 def plan(*argv: str):
@@ -64,13 +66,13 @@ def test_every_key_of_the_shipped_experiments_is_known():
     for experiment in [*(ROOT / "configs").glob("*.yaml"), ROOT / "ckpt_bench" / "configs" / "tiny_gpt.yaml"]:
         from ckpt_bench.core.experiment import load_experiment
 
-        arguments.check_known({key: str(experiment) for key in load_experiment(experiment).args})
+        megatron_arguments.check_known({key: str(experiment) for key in load_experiment(experiment).args})
 
 
 def test_parameters_match_the_model_megatron_core_builds():
     """Counted once on the real GPTModel (megatron-core's local spec, see memory.parameters) for the
     default model, a llama-like one (SwiGLU, RMSNorm, GQA, rope, untied, no biases) and an MoE one."""
-    base = dict(arguments.MEGATRON_DEFAULTS)
+    base = dict(megatron_arguments.MEGATRON_DEFAULTS)
     llama = {**base, "num_layers": 3, "hidden_size": 128, "swiglu": True, "normalization": "RMSNorm",
              "add_bias_linear": False, "group_query_attention": True, "num_query_groups": 2,
              "position_embedding_type": "rope", "untie_embeddings_and_output_weights": True}
@@ -79,7 +81,7 @@ def test_parameters_match_the_model_megatron_core_builds():
 
 
 def test_rank_memory_follows_precision_sharding_and_staging():
-    args = {**arguments.MEGATRON_DEFAULTS, "bf16": True, "use_distributed_optimizer": True, "async_save": True}
+    args = {**megatron_arguments.MEGATRON_DEFAULTS, "bf16": True, "use_distributed_optimizer": True, "async_save": True}
     sizes = {"tp": 1, "pp": 1, "ep": 1, "cp": 1, "dp": 4}
     params = sum(memory.parameters(args))
     on_gpu = memory.rank_memory(args, sizes, on_gpus=True)

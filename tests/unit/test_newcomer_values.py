@@ -10,15 +10,14 @@ import sys
 import pytest
 from helpers import ROOT, assert_one_line_error, launch
 
-from ckpt_bench.backends.megatron import arguments
+from ckpt_bench.benchmark import registry
 from ckpt_bench.cli.launch import parse_argv
-from ckpt_bench.core import megatron_release
+from ckpt_bench.core import megatron_arguments, megatron_release
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.experiment import load_yaml
-from ckpt_bench.launcher import registry
 
 RELEASE = "core_v0.19.0" if megatron_release.installed().argument_types_of == (0, 19) else "core_v0.16.1"
-TYPES_FILE = ROOT / "ckpt_bench" / "backends" / "megatron" / (
+TYPES_FILE = ROOT / "ckpt_bench" / "core" / (
     "megatron_lm_argument_types_0.19.json" if RELEASE == "core_v0.19.0" else "megatron_lm_argument_types.json")
 
 
@@ -71,12 +70,12 @@ def test_the_newcomers_command_is_one_line_and_exit_2(tmp_path):
 def test_primus_puts_values_into_megatron_lms_namespace_as_they_are():
     """Primus skips Megatron-LM's parser: a flag may be 1 (`sequence_parallel: 1` in its configs) and its own
     choices extend Megatron-LM's (its tokenizers); the types still hold."""
-    llama3 = arguments.argument_types()["tokenizer_type"]
+    llama3 = megatron_arguments.argument_types()["tokenizer_type"]
     assert not llama3.accepts("Llama3Tokenizer") and llama3.accepts("Llama3Tokenizer", parsed=False)
-    flag = arguments.argument_types()["sequence_parallel"]
+    flag = megatron_arguments.argument_types()["sequence_parallel"]
     assert not flag.accepts(1) and flag.accepts(1, parsed=False) and not flag.accepts("maybe", parsed=False)
     with pytest.raises(ConfigError, match="--set hidden_size=abc: Megatron-LM's hidden_size is a positive integer"):
-        arguments.check_values({"hidden_size": "abc"}, {"hidden_size": "--set hidden_size=abc"}, parsed=False)
+        megatron_arguments.check_values({"hidden_size": "abc"}, {"hidden_size": "--set hidden_size=abc"}, parsed=False)
 
 
 def test_every_value_of_primus_megatron_configs_passes(upstream_primus):
@@ -89,8 +88,8 @@ def test_every_value_of_primus_megatron_configs_passes(upstream_primus):
         data = load_yaml(path, {})
         values = data if "modules" not in data else {
             key: value for module in data["modules"].values() for key, value in (module.get("overrides") or {}).items()}
-        typed = {key: str(path) for key in values if key in arguments.argument_types()}
-        arguments.check_values(values, typed, parsed=False)
+        typed = {key: str(path) for key in values if key in megatron_arguments.argument_types()}
+        megatron_arguments.check_values(values, typed, parsed=False)
         checked += len(typed)
     assert len(files) > 300 and checked > 20000
 
@@ -108,15 +107,15 @@ def test_the_types_are_megatron_lms_parser(upstream_megatron_lm):
 @pytest.mark.parametrize(("version", "accepted"), [("0.16.1", False), ("0.19.2", True)])
 def test_a_choice_of_a_later_release_is_refused_on_the_earlier_one(monkeypatch, version, accepted):
     monkeypatch.setattr(megatron_release, "installed", lambda: megatron_release.Release(version))
-    arguments.argument_types.cache_clear()
+    megatron_arguments.argument_types.cache_clear()
     try:
         if accepted:
-            arguments.check_values({"optimizer": "lion"}, {"optimizer": "--set optimizer=lion"})
+            megatron_arguments.check_values({"optimizer": "lion"}, {"optimizer": "--set optimizer=lion"})
         else:
             with pytest.raises(ConfigError, match="--set optimizer=lion: Megatron-LM's optimizer is one of adam, sgd"):
-                arguments.check_values({"optimizer": "lion"}, {"optimizer": "--set optimizer=lion"})
+                megatron_arguments.check_values({"optimizer": "lion"}, {"optimizer": "--set optimizer=lion"})
     finally:
-        arguments.argument_types.cache_clear()
+        megatron_arguments.argument_types.cache_clear()
 
 
 def test_a_workload_experiments_values_are_checked_too(tmp_path):

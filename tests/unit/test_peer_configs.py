@@ -14,8 +14,8 @@ from ckpt_bench.cli.launch import parse_argv
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.events import EventKind, EventRecorder
 from ckpt_bench.report.schema import Report
+from ckpt_bench.report.sweep_results import JobRecord
 from ckpt_bench.sweep.peers import s3torchbenchmarking as s3tb
-from ckpt_bench.sweep.results import JobRecord
 from ckpt_bench.sweep.run import load_sweep
 
 PEERS = ROOT / "tests" / "fixtures" / "peers"

@@ -3,6 +3,7 @@ metrics, a sweep's phase table; from reports built by the engine out of events (
 
 from __future__ import annotations
 
+from ckpt_bench.benchmark.registry import FRAMEWORKS
 from ckpt_bench.core.events import CheckpointEvent, EventKind, PhaseSpan
 from ckpt_bench.present.compare import Source, compare
 from ckpt_bench.present.rows import headline_rows, phase_table
@@ -42,7 +43,7 @@ def test_summary_names_the_longest_phase_and_tables_first_and_last_save():
 
 
 def test_compare_puts_phases_side_by_side():
-    comparison = compare([Source("fast", "a", report(write=2)), Source("slow", "b", report(write=6))])
+    comparison = compare([Source("fast", "a", report(write=2)), Source("slow", "b", report(write=6))], FRAMEWORKS)
     slow = comparison.sources[1]
     assert slow.metrics["steady_phase:write"] == 6 and slow.ratio_to_first["steady_phase:write"] == 3
     assert slow.ratio_to_first["steady_phase:plan"] == 1
@@ -51,7 +52,7 @@ def test_compare_puts_phases_side_by_side():
 
 def test_sweep_table_gives_each_job_its_steady_phases():
     from ckpt_bench.present.rows import sweep_phase_table
-    from ckpt_bench.sweep.results import JobRecord, SweepResults
+    from ckpt_bench.report.sweep_results import JobRecord, SweepResults
 
     jobs = [JobRecord(index, {"engine": engine}, status="ok", report_json=report(write))
             for index, (engine, write) in enumerate((("a", 2), ("b", 6)))]

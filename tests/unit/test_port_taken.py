@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from ckpt_bench.benchmark import lifecycle
 from ckpt_bench.core.rundir import RunDir
-from ckpt_bench.launcher import lifecycle
 from ckpt_bench.launcher.base import WorkerPass
 from ckpt_bench.launcher.interrupts import Interrupts
 from ckpt_bench.launcher.torchrun import PassResult, Topology, lost_its_port

@@ -13,7 +13,7 @@ SCANNED = sorted((ROOT / "ckpt_bench" / "present").glob("*.py")) + [ROOT / "ckpt
 ALLOWED = {
     ("summary.py", "print_preview"): "a plan's preview (--plan), written by a backend's preview(): no report",
     ("projection.py", "hosts_rows"): "a plan's hosts (--plan), written by the workload's preview(): no report",
-    ("rows.py", "swept"): "the sweep file's `sweep:` lists, an open section of sweep.results.SweepResults",
+    ("rows.py", "swept"): "the sweep file's `sweep:` lists, an open section of report.sweep_results.SweepResults",
     ("report.py", "_report"): "whether assembly gave one run's report or several runs' (`runs`), before typing",
     ("report.py", "_with_projection"): "a report's run directory, before typing: the projection's inputs are there",
 }

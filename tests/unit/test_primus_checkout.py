@@ -152,8 +152,8 @@ def test_the_built_in_worker_builds_and_plans_the_vocabulary_the_tokenizer_names
     """A Primus experiment names its tokenizer, not vocab_size: the built-in worker builds that vocabulary (not its
     default of 1,024), and an unknown tokenizer is one line before anything starts."""
     from ckpt_bench.backends.megatron.launcher import resolve_gpt
+    from ckpt_bench.benchmark import registry
     from ckpt_bench.cli.launch import parse_argv
-    from ckpt_bench.launcher import registry
 
     config = upstream_primus / "examples/megatron/configs/MI300X/llama3.2_1B-BF16-pretrain.yaml"
     values, given = parse_argv(["--config", str(config), "--primus-path", str(upstream_primus), "--plan"])
@@ -180,8 +180,8 @@ def test_the_built_in_workers_plan_is_the_model_it_builds():
 
 def _megatron_plan(*argv: str) -> dict:
     """The built-in backend's `--plan` of a command line, in this process."""
+    from ckpt_bench.benchmark import registry
     from ckpt_bench.cli.launch import parse_argv
-    from ckpt_bench.launcher import registry
 
     values, given = parse_argv([*argv, "--plan"])
     launch_config, _ = registry.build_launch(values, given, {})
@@ -235,8 +235,8 @@ def test_a_refusal_names_where_the_bad_value_came_from(tmp_path, monkeypatch):
 def test_the_built_in_worker_refuses_a_pipeline_it_cannot_split_and_plans_megatron_lms():
     """An uneven split the worker's even one cannot stand in for (5 layers on 2 stages): `--plan` gives
     Megatron-LM's layout and why; a run stops with that line before anything starts."""
+    from ckpt_bench.benchmark import registry
     from ckpt_bench.cli.launch import parse_argv
-    from ckpt_bench.launcher import registry
 
     argv = ["--pp", "2", "--set", "num_layers=5", "--set", "decoder_first_pipeline_num_layers=1",
             "--nproc-per-node", "2"]

@@ -10,7 +10,7 @@ import math
 import pytest
 from helpers import ROOT
 
-from ckpt_bench.backends.workload.sources import resolve_workload
+from ckpt_bench.layout.sources import resolve_workload
 from ckpt_bench.projection import JobCheckpoint
 from ckpt_bench.projection.inputs import Figure
 from ckpt_bench.projection.model import _step_term

@@ -10,8 +10,8 @@ import json
 import pytest
 from helpers import ROOT, launch
 
-from ckpt_bench.backends.workload.megatron_shapes import layout
-from ckpt_bench.backends.workload.sources import resolve_workload
+from ckpt_bench.layout.megatron_shapes import layout
+from ckpt_bench.layout.sources import resolve_workload
 from ckpt_bench.model.checkpointing import CheckpointSettings
 from ckpt_bench.projection import JobCheckpoint
 from ckpt_bench.projection.changes import what_to_change

@@ -11,6 +11,7 @@ import pytest
 from helpers import LOGS, assert_one_line_error, ckpt_report
 from html_page import Page
 
+from ckpt_bench.benchmark.registry import FRAMEWORKS
 from ckpt_bench.cli.common import wants_table
 from ckpt_bench.cli.launch import print_report
 from ckpt_bench.core.events import CheckpointEvent, EventKind
@@ -168,7 +169,7 @@ def test_compare_sources_and_ratios(tmp_path, report):
     sweep_results(sweep, report)
     sources = [s for path in (first.parent, slower, sweep) for s in load_sources(path)]
     assert [s.label for s in sources][:2] == ["a", "b"] and len(sources) == 6
-    table = compare(sources)
+    table = compare(sources, FRAMEWORKS)
     assert table.sources[1].ratio_to_first["save_total_time"] == 2.0
     assert table.sources[1].ratio_to_first["load_time"] is None
     assert "goodput_at_optimum" in table.metrics and "training_save_impact_time" not in table.metrics

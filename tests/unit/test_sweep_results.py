@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from ckpt_bench.cli.launch import parse_argv
+from ckpt_bench.report.sweep_results import JobRecord, SweepResults
 from ckpt_bench.sweep import run as sweep_run
-from ckpt_bench.sweep.results import JobRecord, SweepResults
 from ckpt_bench.sweep.run import JOB_FILE, Job, run_sweep, summary
 
 JOBS = 40

@@ -13,13 +13,13 @@ from torch.distributed.checkpoint._dedup_save_plans import dedup_save_plans
 from torch.distributed.checkpoint.metadata import ChunkStorageMetadata, MetadataIndex, TensorProperties
 from torch.distributed.checkpoint.planner import SavePlan, TensorWriteData, WriteItem, WriteItemType
 
-from ckpt_bench.backends.workload import dlio_layout, megatron_dcp, megatron_shapes
-from ckpt_bench.backends.workload.catalog import CATALOG
 from ckpt_bench.backends.workload.engines import ENGINES, saved_state, state_layout
 from ckpt_bench.backends.workload.engines.dcp import uncovered
-from ckpt_bench.backends.workload.megatron_shapes import MegatronGPT
-from ckpt_bench.backends.workload.sources import resolve_workload
-from ckpt_bench.backends.workload.workload import TORCH_DTYPE
+from ckpt_bench.layout import dlio_layout, megatron_dcp, megatron_shapes
+from ckpt_bench.layout.catalog import CATALOG
+from ckpt_bench.layout.megatron_shapes import MegatronGPT
+from ckpt_bench.layout.sources import resolve_workload
+from ckpt_bench.layout.workload import TORCH_DTYPE
 
 TINY_GPT = str(ROOT / "ckpt_bench" / "configs" / "tiny_gpt.yaml")
 MOE = dict(num_experts=4, moe_router_topk=2, use_distributed_optimizer=True, bf16=True)

@@ -1,4 +1,4 @@
-"""DLIO's layout, its YAML reader and the catalog (ckpt_bench.backends.workload.dlio_layout, dlio_yaml,
+"""DLIO's layout, its YAML reader and the catalog (ckpt_bench.layout.dlio_layout, dlio_yaml,
 catalog) against DLIO's own numbers (no DLIO needed here).
 
 Where the expected numbers come from (DLIO = argonne-lcf/dlio_benchmark at commit e1919d7):
@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from ckpt_bench.backends.workload import catalog, dlio_layout, dlio_yaml
-from ckpt_bench.backends.workload.checkpoint_layout import Layout, TensorSpec
-from ckpt_bench.backends.workload.workload import DLIO_APPLIES_FSYNC, Workload, WorkloadError, num_parameters
+from ckpt_bench.layout import catalog, dlio_layout, dlio_yaml
+from ckpt_bench.layout.checkpoint_layout import Layout, TensorSpec
+from ckpt_bench.layout.workload import DLIO_APPLIES_FSYNC, Workload, WorkloadError, num_parameters
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "workloads"
 GIB = 2**30
@@ -245,7 +245,7 @@ def test_layout_is_fast_and_torch_free():
     assert time.perf_counter() - start < 0.5
     assert len(layout.ranks) == 1024
     code = (
-        "import sys; from ckpt_bench.backends.workload import catalog, dlio_layout, dlio_yaml;"
+        "import sys; from ckpt_bench.layout import catalog, dlio_layout, dlio_yaml;"
         " print('torch' in sys.modules)"
     )
     root = Path(__file__).resolve().parents[2]

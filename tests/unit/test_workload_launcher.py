@@ -9,11 +9,12 @@ import time
 import pytest
 from helpers import ROOT, assert_one_line_error, launch
 
-from ckpt_bench.backends.workload.catalog import CATALOG
-from ckpt_bench.backends.workload.dlio_layout import layout
+from ckpt_bench.benchmark import registry
 from ckpt_bench.cli.launch import parse_argv
 from ckpt_bench.core.errors import ConfigError
-from ckpt_bench.launcher import registry, resources
+from ckpt_bench.launcher import resources
+from ckpt_bench.layout.catalog import CATALOG
+from ckpt_bench.layout.dlio_layout import layout
 
 TINY = ROOT / "tests" / "fixtures" / "workloads" / "tiny_test.yaml"
 GIB = 1 << 30
@@ -134,7 +135,7 @@ def test_a_sweep_of_engines_shows_the_storage_peak_beside_each_job():
     each engine came, in the terminal and in sweep_report.html."""
     from ckpt_bench.present import rows
     from ckpt_bench.present.html import render_sweep
-    from ckpt_bench.sweep.results import SweepResults
+    from ckpt_bench.report.sweep_results import SweepResults
 
     def job(index, engine, write, fraction):
         report = {"storage_baseline": {"write_bandwidth": write, "read_bandwidth": 900.0},

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import pytest
 
-from ckpt_bench.backends.workload.megatron_shapes import MegatronGPT, layout, rank_shards
-from ckpt_bench.backends.workload.workload import Workload, WorkloadError
+from ckpt_bench.layout.megatron_shapes import MegatronGPT, layout, rank_shards
+from ckpt_bench.layout.workload import Workload, WorkloadError
 from ckpt_bench.model.architecture import ArchitectureError
 from ckpt_bench.model.job import TrainingJob
 
@@ -202,7 +202,7 @@ REAL_LEGACY = {
 
 @pytest.mark.parametrize("case", REAL_LEGACY)
 def test_legacy_torch_files_hold_what_megatron_core_returns(case):
-    from ckpt_bench.backends.workload.megatron_torch import layout as legacy_layout
+    from ckpt_bench.layout.megatron_torch import layout as legacy_layout
 
     args, world, _ = REAL_SAVES[case]
     shares = legacy_layout(workload(world, **args), world).ranks
@@ -211,7 +211,7 @@ def test_legacy_torch_files_hold_what_megatron_core_returns(case):
 
 
 def test_virtual_stages_keep_global_layers_in_torch_dist_and_local_ones_per_chunk_in_legacy_files():
-    from ckpt_bench.backends.workload.megatron_torch import rank_files
+    from ckpt_bench.layout.megatron_torch import rank_files
 
     args, world, _ = REAL_SAVES["layout_mtp"]
     gpt = MegatronGPT(workload(world, **args), world)

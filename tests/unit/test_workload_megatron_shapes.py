@@ -1,4 +1,4 @@
-"""ckpt_bench.backends.workload.megatron_shapes: what each rank of a Megatron GPT job holds and writes through
+"""ckpt_bench.layout.megatron_shapes: what each rank of a Megatron GPT job holds and writes through
 torch_dist, without torch.
 
 REAL_SAVES are numbers of real megatron-core 0.16.1 saves: a GPTModel (local spec, RMSNorm, SwiGLU, rope, no
@@ -18,9 +18,9 @@ from collections import defaultdict
 import pytest
 from helpers import assert_one_line_error, launch
 
-from ckpt_bench.backends.workload.catalog import CATALOG
-from ckpt_bench.backends.workload.megatron_shapes import MegatronGPT, distcp_file, layout, rank_shards
-from ckpt_bench.backends.workload.workload import Workload, WorkloadError, num_parameters
+from ckpt_bench.layout.catalog import CATALOG
+from ckpt_bench.layout.megatron_shapes import MegatronGPT, distcp_file, layout, rank_shards
+from ckpt_bench.layout.workload import Workload, WorkloadError, num_parameters
 
 BF16, FP32 = 2, 4
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ckpt_bench.backends.workload import megatron_torch
 from ckpt_bench.backends.workload.engines.base import allocate_shards
-from ckpt_bench.backends.workload.megatron_shapes import MegatronGPT, layout, rank_shards
-from ckpt_bench.backends.workload.sources import from_megatron_args
 from ckpt_bench.core.errors import ConfigError
+from ckpt_bench.layout import megatron_torch
+from ckpt_bench.layout.megatron_shapes import MegatronGPT, layout, rank_shards
+from ckpt_bench.layout.sources import from_megatron_args
 from ckpt_bench.model.architecture import ArchitectureError
 from ckpt_bench.model.job import TrainingJob
 from tests.unit.test_workload_megatron_moe import REAL_SAVES, TINY, workload

@@ -2,7 +2,7 @@
 
 The experiment is resolved and validated exactly as for the built-in worker (`ckpt_bench.backends.megatron.launcher`),
 then handed to the framework with a real checkpoint folder (the run's own, created and marked by
-`ckpt_bench.launcher.lifecycle`) in two passes:
+`ckpt_bench.benchmark.lifecycle`) in two passes:
 
     save: train `train_iters` iterations, saving every `save_interval`   (`save` set, `load` unset)
     load: load the latest checkpoint and stop                            (`load` set, `save` unset,

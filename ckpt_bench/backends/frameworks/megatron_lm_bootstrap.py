@@ -5,7 +5,7 @@ DIR/pretrain_gpt.py ARGS...` (torchrun starts it, `--framework megatron-lm`).
 parser instead, as JSON (`describe_parser`): the launcher writes the flags it passes from it.
 
 Where CUDA is available the script runs exactly as `python DIR/pretrain_gpt.py ARGS...` would. Where it is
-not, the CPU layer is installed first: megatron-core's (`ckpt_bench.backends.megatron.cpu_compat`), and what
+not, the CPU layer is installed first: megatron-core's (`ckpt_bench.worker.cpu_compat`), and what
 megatron.training needs beyond it (`install`, each redirection below with the call that needs it). Nothing
 of the checkout is changed; its code runs as it is, on gloo ranks and CPU tensors.
 """
@@ -76,8 +76,8 @@ def install(args: list[str]) -> list[str]:
     _installed = True
     sys.modules.setdefault(BATCH_INVARIANT, _batch_invariant_stand_in())
 
-    from ckpt_bench.backends.megatron import cpu_compat
     from ckpt_bench.backends.megatron.training import _define_missing_te_gemm
+    from ckpt_bench.worker import cpu_compat
 
     cpu_compat.install()
     _define_missing_te_gemm()  # the MoE router's Transformer Engine test, as in the built-in worker

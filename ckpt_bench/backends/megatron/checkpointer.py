@@ -7,7 +7,7 @@ For a synchronous save those are the same moment.
 
 For an async save the writer records SAVE_WRITTEN itself: the request's `async_fn` (the function
 megatron-core runs in its forked or spawned writer process) is wrapped in `RecordWritten`
-(megatron/phases.py), which records it the moment the writing returns, with the writer's phases
+(worker/megatron_phases.py), which records it the moment the writing returns, with the writer's phases
 (write | fsync). The checkpoint is complete, and SAVE_END recorded, only when its finalize functions
 (the .metadata file, metadata.json, the tracker) have run: megatron-core runs them in this process at
 the first `maybe_finalize` that finds every rank's writer done, as Megatron-LM does at its next
@@ -48,12 +48,12 @@ from megatron.core.dist_checkpointing.strategies.async_utils import AsyncRequest
 from ckpt_bench.backends.megatron import megatron_log
 from ckpt_bench.backends.megatron.formats import TorchDistFormat, TorchFormat, checkpoint_path, rank_written_bytes
 from ckpt_bench.backends.megatron.global_checksums import global_checksums
-from ckpt_bench.backends.megatron.phases import RecordWritten, mark_finalize
 from ckpt_bench.core import megatron_release, progress
 from ckpt_bench.core.checkpoint_dir import ITER_DIR, TRACKER_FILE, iter_dir_name
 from ckpt_bench.core.events import EventKind, EventRecorder, Phase
 from ckpt_bench.worker import integrity
 from ckpt_bench.worker.entry import WorkerContext, error_text, load_returned, save_returned, timed
+from ckpt_bench.worker.megatron_phases import RecordWritten, mark_finalize
 from ckpt_bench.worker.phases import PhaseClock
 
 GLOBAL_MANIFEST = "global.json"  # per logical tensor, every rank's shards together (global_checksums)

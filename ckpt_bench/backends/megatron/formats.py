@@ -14,7 +14,7 @@ Megatron-LM's `generate_state_dict` does. (No `rng_state` and no scheduler: as w
 A format also says which bytes a rank wrote and whose integrity manifest a rank's loaded state is
 checked against (its own for torch_dist; the writer of its file for torch), and marks the phases of its
 saves and loads on its `phases` clock (ckpt_bench.worker.phases): torch_dist from megatron-core's own
-steps (ckpt_bench.backends.megatron.phases), its loads ending in copy_in (into the model and optimizer);
+steps (ckpt_bench.worker.megatron_phases), its loads ending in copy_in (into the model and optimizer);
 torch's save is one phase, write (torch.save serializing and writing one file, no fsync), its load
 read | copy_in.
 """
@@ -39,11 +39,11 @@ from megatron.core.dist_checkpointing.strategies.fully_parallel import (
 from megatron.core.msc_utils import MultiStorageClientFeature
 from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
 
-from ckpt_bench.backends.megatron.phases import common_check_hook, mark_load_strategy, mark_save_strategy
 from ckpt_bench.backends.megatron.training import Trainer
 from ckpt_bench.core import megatron_release
 from ckpt_bench.core.checkpoint_dir import TRACKER_FILE, tracker_iteration
 from ckpt_bench.core.events import Phase
+from ckpt_bench.worker.megatron_phases import common_check_hook, mark_load_strategy, mark_save_strategy
 from ckpt_bench.worker.phases import PhaseClock
 
 CHECKPOINT_VERSION = 3.0

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 from ckpt_bench.backends.comms.launcher import PreflightOptions
-from ckpt_bench.backends.megatron import arguments, rules
+from ckpt_bench.backends.megatron import rules
 from ckpt_bench.backends.megatron.memory import check_megatron_memory, checkpoint_bytes
 from ckpt_bench.backends.megatron.spec import MegatronSpec
-from ckpt_bench.core import megatron_release
+from ckpt_bench.core import megatron_arguments, megatron_release
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.experiment import (
     CONFIGS_DIR,
@@ -141,7 +141,7 @@ class MegatronConfig(CheckpointOptions, PreflightOptions, StorageOptions):
         super().__post_init__()
         self.settings = dict(parse_assignment(text) for text in self.set or ())
         if self.CHECKS_MEGATRON_LM_NAMES:
-            arguments.check_settings(self.settings)
+            megatron_arguments.check_settings(self.settings)
         overrides = dict(self.settings)
         for option, argument in self.ARGUMENTS.items():
             if getattr(self, option) is not None:
@@ -211,11 +211,11 @@ def resolve(launch: LaunchConfig[MegatronConfig], runner: str,
                           "sizes and writes its model's checkpoints")
     # Primus's presets bring Primus's own keys beside Megatron-LM's: they are Primus's to check.
     if config.CHECKS_MEGATRON_LM_NAMES and experiment.primus is None:
-        arguments.check_known({key: f"{experiment.path} (with its presets)" for key in experiment.args})
+        megatron_arguments.check_known({key: f"{experiment.path} (with its presets)" for key in experiment.args})
     elif not config.CHECKS_MEGATRON_LM_NAMES:  # Primus reads its own keys too: a --set names one or Megatron-LM's
-        arguments.check_settings(config.settings, beside=experiment.args)
+        megatron_arguments.check_settings(config.settings, beside=experiment.args)
     run_length = PRIMUS_BENCHMARK_RUN if experiment.primus else {}
-    arguments.check_given_values(config.settings, experiment, parsed=config.CHECKS_MEGATRON_LM_NAMES)
+    megatron_arguments.check_given_values(config.settings, experiment, parsed=config.CHECKS_MEGATRON_LM_NAMES)
     args = deep_merge(experiment.args, {**run_length, **config.overrides})
     sizes = rules.check(args, launch.topology.world_size, origins(config, experiment))
     if args.get("sequence_parallel") and sizes["tp"] == 1:
@@ -246,7 +246,7 @@ def built_model_arguments(args: dict) -> dict:
     """The arguments the built-in worker builds its model and layout from: those it acts on. Its `--plan` sizes
     that model; what Megatron-LM would make of the others (MLA, MTP, virtual or uneven pipeline stages, ...)
     is `--framework megatron-lm`'s or `--workload`'s plan, and the run's notes name them."""
-    return {key: value for key, value in args.items() if key in arguments.MEGATRON_DEFAULTS}
+    return {key: value for key, value in args.items() if key in megatron_arguments.MEGATRON_DEFAULTS}
 
 
 def preview(experiment: Experiment, args: dict, sizes: dict, launch: LaunchConfig, built: dict | None = None,
@@ -293,7 +293,7 @@ def checkpoint_sizes(experiment: Experiment, args: dict, world_size: int) -> dic
     lays out the same job (`--workload EXP --plan`: megatron-core's shards, or Megatron-LM's torch-format
     files); a model that cannot be described is null with the reason."""
     from ckpt_bench.backends.workload.engines import ENGINES, state_layout
-    from ckpt_bench.backends.workload.sources import from_megatron_args
+    from ckpt_bench.layout.sources import from_megatron_args
 
     try:
         workload = from_megatron_args(experiment.exp_name, args, str(experiment.path))
@@ -320,7 +320,7 @@ def given_by_user(experiment: Experiment, config: MegatronConfig) -> set[str]:
 
 
 def not_acted_on_notes(args: dict, given: set[str]) -> list[str]:
-    unread = arguments.not_acted_on(args, given)
+    unread = megatron_arguments.not_acted_on(args, given)
     if not unread:
         return []
     return [f"Megatron-LM arguments the built-in worker does not act on (accepted, no effect on this run): "
@@ -506,7 +506,7 @@ class MegatronBackend(Backend[MegatronConfig]):
         all, Megatron-LM's layout and sizes, and why the worker would not run it."""
         experiment, args, sizes = resolve_gpt(launch)
         world = launch.topology.world_size
-        unread = arguments.not_acted_on(args, given_by_user(experiment, launch.options))
+        unread = megatron_arguments.not_acted_on(args, given_by_user(experiment, launch.options))
         megatron, even = rules.worker_pipeline(args, world)
         pipeline = {"pipeline": rules.describe(megatron)}
         if even is None:
@@ -521,7 +521,7 @@ class MegatronBackend(Backend[MegatronConfig]):
         config = launch.options
         experiment, args, sizes = resolve_gpt(launch)
         unread = not_acted_on_notes(args, given_by_user(experiment, config))
-        trainer_args = {**arguments.MEGATRON_DEFAULTS, **args}
+        trainer_args = {**megatron_arguments.MEGATRON_DEFAULTS, **args}
         release_notes = release_settings(args, trainer_args)
         check_megatron_memory(trainer_args, sizes, launch.topology.nproc_per_node, on_gpus=visible_gpus() > 0)
         # The worker keeps every checkpoint it saves (one each save_interval) until the run ends.

@@ -13,7 +13,7 @@ torch here: the launcher builds it).
     }
 
 Keys of "arguments" are Megatron-LM's own argument names (as in Primus YAML overrides), so a config
-written for Megatron-LM means the same here. `MEGATRON_DEFAULTS` (`ckpt_bench.backends.megatron.arguments`)
+written for Megatron-LM means the same here. `MEGATRON_DEFAULTS` (`ckpt_bench.core.megatron_arguments`)
 fills what is missing. The launcher has refused names no Megatron-LM knows and put the ones this worker
 does not act on into the report's notes; they show in the arguments dump too. The arguments the worker
 acts on:

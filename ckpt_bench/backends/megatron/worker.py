@@ -30,15 +30,16 @@ import torch
 from megatron.core import parallel_state
 from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
 
-from ckpt_bench.backends.megatron import cpu_compat, megatron_log
-from ckpt_bench.backends.megatron.arguments import MEGATRON_DEFAULTS
+from ckpt_bench.backends.megatron import megatron_log
 from ckpt_bench.backends.megatron.checkpointer import Checkpointer
 from ckpt_bench.backends.megatron.formats import checkpoint_format, non_persistent_format, use_msc
 from ckpt_bench.backends.megatron.spec import MegatronSpec
 from ckpt_bench.backends.megatron.training import Trainer
 from ckpt_bench.backends.megatron.worker_args import megatron_args
+from ckpt_bench.core.megatron_arguments import MEGATRON_DEFAULTS
 from ckpt_bench.core.rundir import DELETIONS_FILE, MEASUREMENTS_FILE
 from ckpt_bench.storage import worker_storage
+from ckpt_bench.worker import cpu_compat
 from ckpt_bench.worker.entry import WorkerContext, exit_process, worker_main
 
 # megatron-core's persistent async writer is a spawned process that re-imports this module as

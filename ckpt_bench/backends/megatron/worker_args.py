@@ -10,10 +10,10 @@ import argparse
 
 import torch
 
-from ckpt_bench.backends.megatron.arguments import MEGATRON_DEFAULTS
 from ckpt_bench.backends.megatron.rules import check, check_worker_limits
 from ckpt_bench.backends.megatron.spec import MegatronSpec
 from ckpt_bench.core.errors import ConfigError
+from ckpt_bench.core.megatron_arguments import MEGATRON_DEFAULTS
 
 
 class SpecError(ValueError):

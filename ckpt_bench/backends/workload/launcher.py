@@ -22,12 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from ckpt_bench.backends.workload.checkpoint_layout import Layout
 from ckpt_bench.backends.workload.engines import ENGINES, EngineInfo, saved_state, state_layout
-from ckpt_bench.backends.workload.megatron_shapes import MegatronGPT, fully_parallel_bytes
-from ckpt_bench.backends.workload.sources import resolve_workload
 from ckpt_bench.backends.workload.spec import SECTION, WorkloadSpec
-from ckpt_bench.backends.workload.workload import DLIO_APPLIES_FSYNC, Workload
 from ckpt_bench.core import megatron_release
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.experiment import experiment_label, name_mismatch, parse_assignment
@@ -51,6 +47,10 @@ from ckpt_bench.launcher.base import (
 from ckpt_bench.launcher.config import LaunchConfig
 from ckpt_bench.launcher.resources import RANK_BASE_BYTES, check_host_memory, default_dist_backend
 from ckpt_bench.launcher.run_info import Ranks, RunInfo, SaveConfig, fsynced
+from ckpt_bench.layout.checkpoint_layout import Layout
+from ckpt_bench.layout.megatron_shapes import MegatronGPT, fully_parallel_bytes
+from ckpt_bench.layout.sources import resolve_workload
+from ckpt_bench.layout.workload import DLIO_APPLIES_FSYNC, Workload
 from ckpt_bench.model.checkpointing import CheckpointSettings
 from ckpt_bench.model.job import TrainingJob
 from ckpt_bench.projection import JobCheckpoint, ProjectionOptions, projection, projection_inputs

@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ckpt_bench.backends.workload.checkpoint_layout import Layout
 from ckpt_bench.backends.workload.engines import ENGINES, state_layout
-from ckpt_bench.backends.workload.workload import Workload
 from ckpt_bench.core.worker_spec import WorkerSpec
+from ckpt_bench.layout.checkpoint_layout import Layout
+from ckpt_bench.layout.workload import Workload
 
 SECTION = "workload"  # worker.json: {"workload": WorkloadSpec fields, "checkpoint_dir": ..., ...}
 

@@ -23,13 +23,13 @@ from ckpt_bench.projection.rank_costs.base import Budget, RankCosts
 
 def rank0_units(job: JobCheckpoint) -> int:
     """Rank 0's sharded objects: megatron-core's sharded tensors and objects, or DLIO's tensors."""
-    from ckpt_bench.backends.workload.workload import Workload
+    from ckpt_bench.layout.workload import Workload
 
     if job.state in ("megatron", "megatron_fsdp2"):
         from ckpt_bench.projection.rank_costs.megatron_state import MegatronState
 
         return len(MegatronState(Workload(**job.workload), job.world_size).sharded_metadata(0))
-    from ckpt_bench.backends.workload.dlio_layout import layout
+    from ckpt_bench.layout.dlio_layout import layout
 
     return sum(len(file.tensors) for file in layout(Workload(**job.workload), job.world_size).ranks[0].files)
 

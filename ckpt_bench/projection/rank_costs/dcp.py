@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from torch.distributed.checkpoint import DefaultSavePlanner
 
-from ckpt_bench.backends.workload.checkpoint_layout import Layout
-from ckpt_bench.backends.workload.dlio_layout import layout as dlio_layout
-from ckpt_bench.backends.workload.engines.base import dlio_tensor_name
-from ckpt_bench.backends.workload.workload import Workload
+from ckpt_bench.layout.checkpoint_layout import Layout
+from ckpt_bench.layout.dlio_layout import dlio_tensor_name
+from ckpt_bench.layout.dlio_layout import layout as dlio_layout
+from ckpt_bench.layout.workload import Workload
 from ckpt_bench.projection.job import JobCheckpoint
 from ckpt_bench.projection.rank_costs.base import Budget, RankCosts
 from ckpt_bench.projection.rank_costs.dcp_steps import DcpSteps, Item

@@ -32,7 +32,7 @@ from torch.distributed.checkpoint.planner import (
 )
 from torch.distributed.checkpoint.storage import WriteResult
 
-from ckpt_bench.backends.workload.workload import TORCH_DTYPE
+from ckpt_bench.layout.workload import TORCH_DTYPE
 from ckpt_bench.projection.rank_costs.base import (
     Budget,
     Step,

@@ -1,5 +1,5 @@
 """Every rank's sharded state of a Megatron job, fast enough to go through a thousand ranks: the shards
-`backends.workload.megatron_shapes` derives (checked against real megatron-core saves), built once per class of
+`layout.megatron_shapes` derives (checked against real megatron-core saves), built once per class of
 ranks that hold the same model shards and given each rank's replica ids, as megatron-core's objects
 (`ShardedTensor`, `ShardedObject`, without data: what its metadata collectives carry)."""
 
@@ -10,10 +10,10 @@ from functools import cached_property
 
 from megatron.core.dist_checkpointing.mapping import ShardedObject, ShardedTensor
 
-from ckpt_bench.backends.workload.megatron_fsdp2 import parameter_groups
-from ckpt_bench.backends.workload.megatron_fsdp2 import rank_state as fsdp2_rank_state
-from ckpt_bench.backends.workload.megatron_shapes import MegatronGPT, Shard
-from ckpt_bench.backends.workload.workload import Workload
+from ckpt_bench.layout.megatron_fsdp2 import parameter_groups
+from ckpt_bench.layout.megatron_fsdp2 import rank_state as fsdp2_rank_state
+from ckpt_bench.layout.megatron_shapes import MegatronGPT, Shard
+from ckpt_bench.layout.workload import Workload
 from ckpt_bench.model.parallel import RankCoordinates
 from ckpt_bench.projection.rank_costs.dcp_steps import DTYPES, Item
 

@@ -11,8 +11,8 @@ whose ranks are data-parallel rank 0 of their groups receives (sends) almost all
 
 from __future__ import annotations
 
-from ckpt_bench.backends.workload.megatron_torch import layout
-from ckpt_bench.backends.workload.workload import Workload
+from ckpt_bench.layout.megatron_torch import layout
+from ckpt_bench.layout.workload import Workload
 from ckpt_bench.projection.job import JobCheckpoint
 from ckpt_bench.projection.rank_costs.base import Budget, RankCosts, Step
 

@@ -33,8 +33,8 @@ import torch
 from megatron.core.dist_checkpointing import exchange_utils, validation
 from megatron.core.dist_checkpointing.strategies.torch import MCoreSavePlanner
 
-from ckpt_bench.backends.workload.workload import Workload
 from ckpt_bench.core import megatron_release
+from ckpt_bench.layout.workload import Workload
 from ckpt_bench.projection.job import JobCheckpoint
 from ckpt_bench.projection.rank_costs.base import (
     Budget,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ckpt_bench.core.rundir import SWEEP_RESULTS_FILES
-from ckpt_bench.sweep.results import JobRecord
+from ckpt_bench.report.sweep_results import JobRecord
 
 
 class Outputs:

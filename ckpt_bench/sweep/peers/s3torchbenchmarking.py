@@ -49,9 +49,9 @@ from ckpt_bench.core.rundir import SWEEP_RESULTS_FILES, write_atomic
 from ckpt_bench.core.units import MIB
 from ckpt_bench.report.engine import rank_durations
 from ckpt_bench.report.schema import Report
+from ckpt_bench.report.sweep_results import JobRecord
 from ckpt_bench.sweep.limits import DEFAULT_MAX_JOBS, check_job_count
 from ckpt_bench.sweep.peers.outputs import Outputs
-from ckpt_bench.sweep.results import JobRecord
 
 SAVED_KEY = "s3torchbenchmarking"  # sweep.yaml of a translated sweep: {s3torchbenchmarking: {...}}
 JOB_RESULTS_FILE = "job_results.json"

@@ -20,11 +20,12 @@ import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ckpt_bench.backends.workload.checkpoint_layout import Layout
-from ckpt_bench.backends.workload.workload import Workload, WorkloadError
+from ckpt_bench.layout.checkpoint_layout import Layout
+from ckpt_bench.layout.workload import Workload, WorkloadError
 from ckpt_bench.model.checkpointing import TORCH_DIST_COORDINATOR_FILES
 
 _WORKLOAD = "ckpt_bench.backends.workload"
+_LAYOUT = "ckpt_bench.layout"  # what each state looks like, rank by rank
 
 
 @dataclass(frozen=True)
@@ -67,8 +68,8 @@ class EngineInfo:
         return own + list(self.coordinator_files) if rank == 0 else own
 
 
-_DLIO = {"dlio": f"{_WORKLOAD}.dlio_layout"}
-_FSDP2 = f"{_WORKLOAD}.megatron_fsdp2"  # a Megatron job under FSDP2: sized for --plan (its engines save DDP's state)
+_DLIO = {"dlio": f"{_LAYOUT}.dlio_layout"}
+_FSDP2 = f"{_LAYOUT}.megatron_fsdp2"  # a Megatron job under FSDP2: sized for --plan (its engines save DDP's state)
 
 ENGINES: dict[str, EngineInfo] = {
     info.name: info for info in (
@@ -78,7 +79,7 @@ ENGINES: dict[str, EngineInfo] = {
         EngineInfo("torch_dist", f"{_WORKLOAD}.engines.torch_dist",
                    "megatron-core dist_checkpointing, torch_dist format, fully parallel save and load as the "
                    "experiment sets them (Megatron-LM's defaults: save on, load off)",
-                   {"megatron": f"{_WORKLOAD}.megatron_shapes", "megatron_fsdp2": _FSDP2},
+                   {"megatron": f"{_LAYOUT}.megatron_shapes", "megatron_fsdp2": _FSDP2},
                    # 2 writer threads a rank: Megatron-LM's default (--ckpt-fully-parallel-save's torch_dist strategy)
                    async_save=True, default_threads=2, storage_kinds=("disk",), async_staging_copies=1,
                    always_fsyncs=True, fully_parallel=True,
@@ -86,12 +87,12 @@ ENGINES: dict[str, EngineInfo] = {
                    rank_files="__{rank}_{thread}.distcp", coordinator_files=TORCH_DIST_COORDINATOR_FILES),
         EngineInfo("torch", f"{_WORKLOAD}.engines.torch_save",
                    "Megatron-LM's legacy torch format: mp_rank_* folders of model_optim_rng.pt and distrib_optim.pt",
-                   {"megatron": f"{_WORKLOAD}.megatron_torch"}, async_save=False, default_threads=None,
+                   {"megatron": f"{_LAYOUT}.megatron_torch"}, async_save=False, default_threads=None,
                    storage_kinds=("disk", "s3", "fsspec", "msc")),
         EngineInfo("dcp", f"{_WORKLOAD}.engines.dcp",
                    "torch.distributed.checkpoint with writer threads, of DLIO's tensors or a Megatron GPT's sharded "
                    "state (whichever the workload describes)",
-                   {**_DLIO, "megatron": f"{_WORKLOAD}.megatron_dcp", "megatron_fsdp2": _FSDP2},
+                   {**_DLIO, "megatron": f"{_LAYOUT}.megatron_dcp", "megatron_fsdp2": _FSDP2},
                    async_save=True, default_threads=1, storage_kinds=("disk", "s3", "fsspec", "msc"),
                    async_staging_copies=1,
                    # DCP's writer: one file per writer thread a rank (single_file_per_rank), the coordinator's

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 
 import torch
 
-from ckpt_bench.backends.workload.checkpoint_layout import FileShare, Layout, RankShare
-from ckpt_bench.backends.workload.megatron_shapes import Shard
 from ckpt_bench.backends.workload.spec import WorkloadSpec
-from ckpt_bench.backends.workload.workload import TORCH_DTYPE
 from ckpt_bench.core.events import Phase
+from ckpt_bench.layout.checkpoint_layout import FileShare, Layout, RankShare
+from ckpt_bench.layout.dlio_layout import dlio_tensor_name
+from ckpt_bench.layout.megatron_shapes import Shard
+from ckpt_bench.layout.workload import TORCH_DTYPE
 from ckpt_bench.storage.base import WorkerStorage
 from ckpt_bench.worker.entry import WorkerContext
 from ckpt_bench.worker.phases import PhaseClock
@@ -43,10 +44,6 @@ class RankState:
         return sum(t.numel() * t.element_size() for t in self.tensors.values())
 
 
-def dlio_tensor_name(file: FileShare, tensor_name: str) -> str:
-    """A tensor's name across the job: its file's name (unique per rank) and its key path, keys joined by dots
-    (as `integrity.iter_tensors` names what a load returns, whatever the file's separator)."""
-    return f"{file.name}/{tensor_name.replace(file.separator, '.')}"
 
 
 def allocate_dlio(share: RankShare, seed: int, randomize: bool, device: torch.device, fill: bool = True) -> RankState:

@@ -24,12 +24,12 @@ from torch.distributed._shard.sharded_tensor import Shard as TorchShard
 from torch.distributed._shard.sharded_tensor import ShardedTensor, ShardedTensorMetadata, TensorProperties
 
 from ckpt_bench.backends.dcp.phases import mark_load, mark_save
-from ckpt_bench.backends.workload.checkpoint_layout import Layout
 from ckpt_bench.backends.workload.engines import ENGINES, saved_state
 from ckpt_bench.backends.workload.engines.base import Engine, Pending, RankState, allocate_shards
-from ckpt_bench.backends.workload.megatron_dcp import dcp_state_order, dcp_writers
-from ckpt_bench.backends.workload.megatron_shapes import MegatronGPT, Shard, rank_shards
 from ckpt_bench.backends.workload.spec import WorkloadSpec
+from ckpt_bench.layout.checkpoint_layout import Layout
+from ckpt_bench.layout.megatron_dcp import dcp_state_order, dcp_writers
+from ckpt_bench.layout.megatron_shapes import MegatronGPT, Shard, rank_shards
 from ckpt_bench.storage.base import WorkerStorage
 from ckpt_bench.worker.entry import WorkerContext
 

@@ -55,30 +55,30 @@ from megatron.core.dist_checkpointing.strategies.fully_parallel import (
 from megatron.core.dist_checkpointing.strategies.torch import TorchDistSaveShardedStrategy
 from megatron.core.msc_utils import MultiStorageClientFeature
 
-from ckpt_bench.backends.megatron import cpu_compat
-from ckpt_bench.backends.megatron.phases import (
-    RecordWritten,
-    common_check_hook,
-    mark_finalize,
-    mark_load_strategy,
-    mark_save_strategy,
-)
-from ckpt_bench.backends.workload.checkpoint_layout import Layout
 from ckpt_bench.backends.workload.engines.base import Engine, Pending, RankState, allocate_shards
-from ckpt_bench.backends.workload.megatron_shapes import (
+from ckpt_bench.backends.workload.spec import WorkloadSpec
+from ckpt_bench.core import megatron_release
+from ckpt_bench.core.checkpoint_dir import ITER_DIR
+from ckpt_bench.core.events import Phase
+from ckpt_bench.layout.checkpoint_layout import Layout
+from ckpt_bench.layout.megatron_shapes import (
     OPTIMIZER_SHARDING,
     MegatronGPT,
     ObjectShard,
     Shard,
     rank_shards,
 )
-from ckpt_bench.backends.workload.spec import WorkloadSpec
-from ckpt_bench.backends.workload.workload import TORCH_DTYPE
-from ckpt_bench.core import megatron_release
-from ckpt_bench.core.checkpoint_dir import ITER_DIR
-from ckpt_bench.core.events import Phase
+from ckpt_bench.layout.workload import TORCH_DTYPE
 from ckpt_bench.storage.base import WorkerStorage
+from ckpt_bench.worker import cpu_compat
 from ckpt_bench.worker.entry import WorkerContext
+from ckpt_bench.worker.megatron_phases import (
+    RecordWritten,
+    common_check_hook,
+    mark_finalize,
+    mark_load_strategy,
+    mark_save_strategy,
+)
 
 # Megatron-LM's `checkpoint_version` in common.pt (ckpt_bench.backends.megatron.formats writes the same; importing
 # it would import the whole training side).

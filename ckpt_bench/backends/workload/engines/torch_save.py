@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from ckpt_bench.backends.workload.engines.base import Engine, RankState, dlio_tensor_name
+from ckpt_bench.backends.workload.engines.base import Engine, RankState
 from ckpt_bench.core.events import Phase
+from ckpt_bench.layout.dlio_layout import dlio_tensor_name
 from ckpt_bench.worker.integrity import iter_tensors
 
 

@@ -33,9 +33,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ckpt_bench.backends.workload.checkpoint_layout import FileShare, Layout, RankShare, TensorSpec, ranks_that_run
-from ckpt_bench.backends.workload.megatron_shapes import MegatronGPT
-from ckpt_bench.backends.workload.workload import TORCH_DTYPE, Workload, WorkloadError
+from ckpt_bench.layout.checkpoint_layout import FileShare, Layout, RankShare, TensorSpec, ranks_that_run
+from ckpt_bench.layout.megatron_shapes import MegatronGPT
+from ckpt_bench.layout.workload import TORCH_DTYPE, Workload, WorkloadError
 from ckpt_bench.model.parallel import RankCoordinates
 
 __all__ = ["MODEL_FILE", "OPTIMIZER_FILE", "folder", "layout", "rank_files"]

@@ -18,11 +18,11 @@ from __future__ import annotations
 import dataclasses
 import sys
 
+from ckpt_bench.benchmark.lifecycle import RunResult, execute, save_report
 from ckpt_bench.core.rundir import RunDir
 from ckpt_bench.launcher import nodes
 from ckpt_bench.launcher.base import Backend
 from ckpt_bench.launcher.config import LaunchConfig
-from ckpt_bench.launcher.lifecycle import RunResult, execute, save_report
 from ckpt_bench.report.advice import add_advice
 from ckpt_bench.report.series import combined_report
 

@@ -23,9 +23,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from ckpt_bench.backends.workload.checkpoint_layout import Layout
-from ckpt_bench.backends.workload.megatron_shapes import MegatronGPT, Shard, megatron_job, rank_layout
-from ckpt_bench.backends.workload.workload import Workload, WorkloadError
+from ckpt_bench.layout.checkpoint_layout import Layout
+from ckpt_bench.layout.megatron_shapes import MegatronGPT, Shard, megatron_job, rank_layout
+from ckpt_bench.layout.workload import Workload, WorkloadError
 from ckpt_bench.model.parallel import RankCoordinates
 
 __all__ = ["fsdp2_chunk", "layout", "parameter_groups", "rank_state"]

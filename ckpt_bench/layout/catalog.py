@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from ckpt_bench.backends.workload.workload import TRANSFORMER, Workload, WorkloadError
+from ckpt_bench.layout.workload import TRANSFORMER, Workload, WorkloadError
 
 __all__ = ["CATALOG", "get_workload"]
 

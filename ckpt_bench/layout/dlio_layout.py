@@ -46,8 +46,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ckpt_bench.backends.workload.checkpoint_layout import FileShare, Layout, RankShare, TensorSpec, ranks_that_run
-from ckpt_bench.backends.workload.workload import Workload, WorkloadError, is_int, num_parameters
+from ckpt_bench.layout.checkpoint_layout import FileShare, Layout, RankShare, TensorSpec, ranks_that_run
+from ckpt_bench.layout.workload import Workload, WorkloadError, is_int, num_parameters
 from ckpt_bench.model.tensors import ParameterCounts
 
 __all__ = ["layout"]
@@ -254,3 +254,9 @@ def layout(workload: Workload, world_size: int | None = None, run_ranks: Sequenc
         parameters=ParameterCounts(num_parameters(w), num_parameters(w)) if w.num_layers > 0 else None,
         job_rank_bytes=tuple(t[0] for t in totals),
     )
+
+
+def dlio_tensor_name(file: FileShare, tensor_name: str) -> str:
+    """A tensor's name across the job: its file's name (unique per rank) and its key path, keys joined by dots
+    (as `integrity.iter_tensors` names what a load returns, whatever the file's separator)."""
+    return f"{file.name}/{tensor_name.replace(file.separator, '.')}"

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import yaml
 
-from ckpt_bench.backends.megatron import arguments
-from ckpt_bench.backends.workload.catalog import CATALOG
-from ckpt_bench.backends.workload.dlio_yaml import load_dlio_yaml
-from ckpt_bench.backends.workload.workload import TRANSFORMER, Workload, WorkloadError
+from ckpt_bench.core import megatron_arguments
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.experiment import deep_merge, load_experiment, load_yaml
+from ckpt_bench.layout.catalog import CATALOG
+from ckpt_bench.layout.dlio_yaml import load_dlio_yaml
+from ckpt_bench.layout.workload import TRANSFORMER, Workload, WorkloadError
 from ckpt_bench.model.architecture import ArchitectureError
 from ckpt_bench.model.job import TrainingJob
 
@@ -78,8 +78,8 @@ def from_experiment(path: Path, overrides: Mapping[str, object], primus_path: st
     if experiment.framework != "megatron":
         raise ConfigError(f"--workload {path}: framework {experiment.framework!r}; only Megatron experiments "
                           "describe a model shape")
-    arguments.check_settings(overrides, beside=experiment.args)  # a typo is refused, never an unused key
-    arguments.check_given_values(overrides, experiment)
+    megatron_arguments.check_settings(overrides, beside=experiment.args)  # a typo is refused, never an unused key
+    megatron_arguments.check_given_values(overrides, experiment)
     return from_megatron_args(experiment.exp_name, deep_merge(experiment.args, dict(overrides)), f"--workload {path}",
                               lambda key: f"--set {key}" if key in overrides else experiment.origin(key))
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from ckpt_bench.backends.workload.workload import DTYPE_BYTES, TORCH_DTYPE, Workload, WorkloadError, is_int
+from ckpt_bench.layout.workload import DTYPE_BYTES, TORCH_DTYPE, Workload, WorkloadError, is_int
 from ckpt_bench.model.tensors import ParameterCounts
 
 __all__ = ["FileShare", "Layout", "RankShare", "RankSpread", "TensorSpec", "checkpoint_dir", "ranks_that_run"]

@@ -30,15 +30,15 @@ import dataclasses
 import math
 from collections.abc import Iterator, Sequence
 
-from ckpt_bench.backends.workload.checkpoint_layout import Layout
-from ckpt_bench.backends.workload.megatron_shapes import (
+from ckpt_bench.layout.checkpoint_layout import Layout
+from ckpt_bench.layout.megatron_shapes import (
     MegatronGPT,
     Shard,
     fully_parallel_bytes,
     megatron_job,
     rank_layout,
 )
-from ckpt_bench.backends.workload.workload import DTYPE_BYTES, Workload
+from ckpt_bench.layout.workload import DTYPE_BYTES, Workload
 from ckpt_bench.model.parallel import RankCoordinates
 
 __all__ = ["DcpWriters", "dcp_state_order", "dcp_writers", "layout", "plan_items"]

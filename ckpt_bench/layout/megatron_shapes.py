@@ -66,8 +66,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from ckpt_bench.backends.workload.checkpoint_layout import FileShare, Layout, RankShare, TensorSpec, ranks_that_run
-from ckpt_bench.backends.workload.workload import DTYPE_BYTES, TORCH_DTYPE, Workload, WorkloadError
+from ckpt_bench.layout.checkpoint_layout import FileShare, Layout, RankShare, TensorSpec, ranks_that_run
+from ckpt_bench.layout.workload import DTYPE_BYTES, TORCH_DTYPE, Workload, WorkloadError
 from ckpt_bench.model.architecture import Architecture, ArchitectureError
 from ckpt_bench.model.checkpointing import TORCH_DIST_COORDINATOR_FILES
 from ckpt_bench.model.job import TrainingJob

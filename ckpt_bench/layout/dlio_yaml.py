@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ckpt_bench.backends.workload.workload import Workload, WorkloadError, is_int
+from ckpt_bench.layout.workload import Workload, WorkloadError, is_int
 
 __all__ = ["load_dlio_yaml"]
 
