@@ -55,9 +55,12 @@ def _fsdp2_shards(parameter: list[Shard], group_size: int, group_rank: int) -> l
     for shard in parameter:
         rows = shard.local_shape[0]
         begin, end = max(start, first), min(start + count, first + rows)
-        if begin < end or (count == 0 and shard is parameter[0]):
+        if begin < end or (count == 0 and shard is parameter[-1]):
             offset = list(shard.global_offset)
-            offset[shard.prepend_axis_num] += begin - first if begin < end else 0
+            # An empty chunk lies at the end of the parameter's rows, as torch places it (placement_types.Shard.
+            # local_shard_size_and_offset: min(size, start)): at row 0 it would share rank 0's index, and DCP's
+            # planner would keep one of the two.
+            offset[shard.prepend_axis_num] += begin - first if begin < end else rows
             parts.append(dataclasses.replace(
                 shard, local_shape=(max(end - begin, 0), *shard.local_shape[1:]), global_offset=tuple(offset),
                 replica_id=(shard.replica_id[0], shard.replica_id[1], 0)))

@@ -23,6 +23,31 @@ def test_fsdp2_chunks_as_torch_chunk():
     assert [fsdp2_chunk(2, 4, r) for r in range(4)] == [(0, 1), (1, 1), (2, 0), (2, 0)]
 
 
+def test_an_empty_chunk_lies_at_the_end_of_its_rows_as_torch_places_it():
+    """More ranks than some parameters have rows (Llama 3.1 70B's 128,256-token embedding over 1,024 ranks: 126
+    rows a rank, the last six ranks none): each empty chunk at the row count, never at rank 0's offset, so that no
+    rank's rows share DCP's index with another chunk (its planner would keep one and lose rank 0's rows)."""
+    from ckpt_bench.layout.megatron_fsdp2 import parameter_groups, rank_state
+    from ckpt_bench.layout.megatron_shapes import MegatronGPT
+
+    ranks = 48  # the vocabulary padded to 512 rows: 11 a rank, the last rank none (and the 64-row weights: 16 ranks)
+    gpt = MegatronGPT(from_megatron_args("fsdp2", ARGS, "test"), ranks)
+    parameters = parameter_groups(gpt.model_shards(gpt.coordinates(0)))
+    chunks = {}
+    for rank in range(ranks):
+        for shard in rank_state(gpt, gpt.coordinates(rank), parameters):
+            axis = shard.prepend_axis_num  # a layer's index first, then the rows FSDP2 splits
+            chunks.setdefault((shard.key, shard.global_offset[:axis]), []).append(
+                (shard.global_offset, shard.local_shape[0], shard.global_shape[axis], axis))
+    assert chunks["embedding.word_embeddings.weight", ()][-1][:2] == ((512, 0), 0)
+    for key, held in chunks.items():
+        filled = [offset for offset, rows, _, _ in held if rows]
+        empty = {offset for offset, rows, _, _ in held if not rows}
+        assert len(set(filled)) == len(filled) and not empty & set(filled), key  # DCP's index: one chunk each
+        assert all(offset[axis] == total for offset in empty for _, _, total, axis in held[:1]), key
+        assert sum(rows for _, rows, _, _ in held) == held[0][2], key
+
+
 def test_each_rank_holds_and_writes_what_a_real_fsdp2_save_does(tmp_path):
     script = Path(__file__).with_name("fsdp2_save.py")
     result = subprocess.run(

@@ -56,12 +56,30 @@ def test_the_depths_sampled_double_from_two_layers_a_stage_and_a_moe_keeps_its_p
     assert sizes == [2, 4, 8, 16, 32] and layers == 32
     staged = _job(pipeline_model_parallel_size=2)
     assert sampled.depth_sizes(staged) == [4, 8, 16, 32]
-    # an FSDP2 job's chunks depend on the whole model: computed at its own depth, never fitted
-    assert sampled.depth_sizes(dataclasses.replace(job, state="megatron_fsdp2")) == [32]
+    # under FSDP2 too: each layer's parameters are chunked on their own (the next test)
+    assert sampled.depth_sizes(dataclasses.replace(job, state="megatron_fsdp2")) == [2, 4, 8, 16, 32]
     moe = dataclasses.replace(job, workload={**job.workload, "megatron": {
         **job.workload["megatron"], "architecture": {**job.workload["megatron"]["architecture"], "num_layers": 8,
                                                      "moe": {"layers": [False, False] + [True] * 6}}}})
     assert sampled.at_depth(moe, 4).workload["megatron"]["architecture"]["moe"]["layers"] == [False, True, True, True]
+
+
+def test_an_fsdp2_copy_with_fewer_layers_holds_each_of_its_layers_as_the_whole_model_does():
+    """What makes an FSDP2 job's depth sampleable: a rank's chunks of a layer are the same whatever the depth."""
+    from ckpt_bench.layout.megatron_fsdp2 import rank_state
+    from ckpt_bench.layout.megatron_shapes import MegatronGPT
+    from ckpt_bench.layout.workload import Workload
+
+    def layers(depth: int) -> dict:
+        job = sampled.at_depth(_job(48, use_torch_fsdp2=True, use_distributed_optimizer=False), depth)
+        gpt = MegatronGPT(Workload(**job.workload), 48)
+        held = rank_state(gpt, gpt.coordinates(47))  # the last rank: the uneven and the empty chunks
+        return {(s.key, s.global_offset[0]): (s.global_offset[1:], s.local_shape) for s in held
+                if s.key.startswith("decoder.layers.") and s.prepend_axis_num}
+
+    shallow, deep = layers(2), layers(32)
+    assert shallow and all(deep[key] == chunk for key, chunk in shallow.items() if key[1] == 0)
+    assert {key[0] for key in shallow} == {key[0] for key in deep}
 
 
 def test_an_extrapolated_step_is_a_range_of_its_fits_error_and_open_where_the_error_is_unknown():

@@ -5,7 +5,7 @@ plan we derive (`base`). One module per engine, listed once here (`ENGINES`); ea
 
 `rank_costs(job, budget_s)` computes them at the job's own size where that is quick (up to `EXACT_UP_TO` ranks),
 asked for (`exact`, `--rank-costs-exact`: minutes at 1,024 ranks for a large model) or the only way (a job whose
-depth is not sampled: an FSDP2 experiment, an explicit stage split); otherwise on shallower copies of the job,
+depth is not sampled: an explicit stage split); otherwise on shallower copies of the job,
 their growth fitted (`sampled`, within `time_s`: a first `--plan` in about a minute), each figure
 marked extrapolated with the fit's error. Either runs in processes of their own (their memory is the
 coordinator's, its peak measured; torch and megatron-core are imported there only), and is kept in a cache keyed
@@ -47,7 +47,7 @@ ENGINES = {"torch_dist": f"{_PACKAGE}.torch_dist", "dcp": f"{_PACKAGE}.dcp", "to
 RUNS_ENGINE_CODE = ("torch_dist", "dcp", "torch_dcp")
 
 #: The computation's own version: a cached result of another is computed again.
-COMPUTATION_VERSION = 11
+COMPUTATION_VERSION = 12
 #: Jobs up to this many ranks are computed at their own size (seconds); larger ones are extrapolated unless asked.
 EXACT_UP_TO = 64
 

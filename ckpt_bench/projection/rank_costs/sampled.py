@@ -33,7 +33,7 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from ckpt_bench.core import progress
 from ckpt_bench.projection.job import JobCheckpoint
@@ -55,8 +55,9 @@ _FIELDS = ("cpu_s", "host_bytes", "rank_memory_bytes", "units")
 
 
 def _is_megatron(job: JobCheckpoint) -> bool:
-    """A Megatron job whose depth can be sampled (an FSDP2 one's chunks depend on the whole model: not)."""
-    return job.state == "megatron" and bool(job.workload.get("megatron"))
+    """A Megatron job, whose depth can be sampled: its layers' shards do not depend on how many layers there are
+    (under FSDP2 neither: each parameter of a layer is chunked on its own, `layout.megatron_fsdp2`)."""
+    return job.state in ("megatron", "megatron_fsdp2") and bool(job.workload.get("megatron"))
 
 
 def _layers(job: JobCheckpoint) -> int | None:
@@ -195,11 +196,21 @@ def sampled_rank_costs(job: JobCheckpoint, time_s: float, step_budget_s: float,
     def compute(depth: int) -> tuple[int, RankCosts]:
         return depth, RankCosts.from_dict(workers.ask({"job": sized[depth], "budget": step_budget_s}))
 
+    def record(depth: int, costs: RankCosts) -> None:
+        computed[depth] = costs
+        progress.show(f"rank-count steps: {job.world_size:,} ranks x {depth} layers computed "
+                      f"({costs.spent_s:.1f} s CPU; {len(computed)} of at most {len(depths)}, "
+                      f"{time.monotonic() - started:.0f} s elapsed)")
+
     try:
         for depth in depths:  # rank 0's shards at each depth: the depth axis
             units[depth] = workers.ask({"job": sized[depth], "count_only": True})["rank0_units"]
         with ThreadPoolExecutor(len(workers.processes)) as pool:
-            index = 0
+            # The three a fit needs, deepest first: it takes about as long as the others together, so with two
+            # workers one computes it while the other computes the rest.
+            for future in as_completed([pool.submit(compute, depth) for depth in sorted(depths[:3], reverse=True)]):
+                record(*future.result())
+            index = 3
             while index < len(depths):
                 batch, predicted = [], sum(c.spent_s or 0.0 for c in computed.values())
                 for depth in depths[index:index + len(workers.processes)]:
@@ -212,11 +223,7 @@ def sampled_rank_costs(job: JobCheckpoint, time_s: float, step_budget_s: float,
                 if not batch:
                     break
                 for future in [pool.submit(compute, depth) for depth in batch]:
-                    depth, costs = future.result()
-                    computed[depth] = costs
-                    progress.show(f"rank-count steps: {job.world_size:,} ranks x {depth} layers computed "
-                                  f"({costs.spent_s:.1f} s CPU; {len(computed)} of at most {len(depths)}, "
-                                  f"{time.monotonic() - started:.0f} s elapsed)")
+                    record(*future.result())
                 index += len(batch)
     finally:
         workers.close()
