@@ -1,16 +1,24 @@
 #!/usr/bin/env python3
 """The projection of the whole job, checked in a lab whose ceilings are known: local "hosts" (one
-`ckpt_launch.py` each, one multi-node torchrun job on loopback) write to an S3 endpoint (moto) through a proxy
-that caps each host's bytes (its client ceiling: a NIC) and all hosts' bytes together (the storage's ceiling).
+`ckpt_launch.py` each, one multi-node torchrun job on loopback) write a Megatron GPT's sharded state (the tiny
+experiment of ckpt_bench/configs/tiny_gpt.yaml, a little larger) through two engines:
 
-    python benchmarks/projection_lab.py [--hosts 2 4] [--rounds 2] [--cases client storage]
+* dcp: to an S3 endpoint (moto) through a proxy that caps each host's bytes (its client ceiling: a NIC) and all
+  hosts' bytes together (the storage's ceiling);
+* torch_dist: megatron-core's torch_dist to a folder on this machine's disk, each host's processes in a blkio
+  cgroup whose throttle caps the reads and the fsync'd writes they issue (megatron-core's writers fsync each
+  file: its pages reach the disk from the writer's own context, so the kernel charges them to its cgroup). cgroup
+  v1's throttle is not hierarchical: the client case caps each host in a cgroup of its own, the storage case all
+  hosts in one. Needs root and cgroup v1's blkio controller; the case says why it is skipped otherwise.
 
-For each case and each job of H hosts x 2 ranks (a Megatron GPT's sharded state through DCP, the tiny experiment
-of ckpt_bench/configs/tiny_gpt.yaml): a subset run of the job's busiest host alone projects the whole job with
-the lab's storage ceiling given (--storage-write-gbps / --storage-read-gbps), then the whole job runs for real
-on H hosts; rounds interleave the cases and sizes. It prints, per case and size, the projected and the measured
-steady save (the median of the saves after the first) and cold load, their ratio, the binding limit the
-projection names, and whether it is the one the lab set; it exits 1 if any ratio is off by more than 25 %.
+    python benchmarks/projection_lab.py [--engines dcp torch_dist] [--hosts 2 4] [--rounds 2] [--cases client storage]
+
+For each engine, case and job of H hosts x 2 ranks: a subset run of the job's busiest host alone projects the
+whole job with the lab's storage ceiling given (--storage-write-gbps / --storage-read-gbps), then the whole job
+runs for real on H hosts; rounds interleave the cases and sizes. It prints, per engine, case and size, the
+projected and the measured steady save (the median of the saves after the first) and cold load, their ratio, the
+binding limit the projection names, and whether it is the one the lab set; it exits 1 if any ratio is off by more
+than 25 %.
 
 The proxy: each connection is put on its host by the connecting process's `LAB_HOST` environment variable
 (every host's launcher, torchrun and ranks inherit it), found through psutil from the connection's port; bytes
@@ -42,9 +50,13 @@ RANKS_PER_HOST = 2
 EXPERIMENT = ROOT / "ckpt_bench" / "configs" / "tiny_gpt.yaml"
 # The state: the tiny GPT, a little larger so that a save takes seconds at a few MB/s.
 SETS = ("--set", "num_layers=2", "--set", "hidden_size=512", "--set", "ffn_hidden_size=1536")
-# (per host, all hosts) MB/s: the client binds at every size; the storage binds from 2 hosts on.
+# (per host, all hosts) MB/s: the client binds at every size; the storage binds from 2 hosts on. On the disk the
+# throttle caps one or the other (cgroup v1): a host alone there gets the storage's whole ceiling.
 CASES = {"client": (4.0, 1000.0), "storage": (8.0, 12.0)}
+DISK_CASES = {"client": (4.0, None), "storage": (None, 12.0)}
 EXPECTED = {"client": "client", "storage": "storage"}
+ENGINES = ("dcp", "torch_dist")
+BLKIO = Path("/sys/fs/cgroup/blkio")
 
 
 # ---- the proxy -------------------------------------------------------------------------------------------------
@@ -113,6 +125,43 @@ def serve_proxy(listen: int, target: int, per_host: float, total: float) -> None
     asyncio.run(main())
 
 
+# ---- the disk's throttle ---------------------------------------------------------------------------------------
+
+
+def disk_unavailable() -> str | None:
+    """Why the disk's ceilings cannot be set here (None: they can)."""
+    if not (BLKIO / "blkio.throttle.write_bps_device").exists():
+        return "no cgroup v1 blkio controller at /sys/fs/cgroup/blkio"
+    if os.geteuid() != 0:
+        return "cgroups are made by root"
+    return None
+
+
+@contextlib.contextmanager
+def throttled(folder: Path, per_host: float | None, total: float | None, hosts: int):
+    """A cgroup per host (capped at `per_host` bytes a second) or one for every host (capped at `total`), each
+    throttling reads and writes to the disk that holds `folder`; yields each host's cgroup. Removed after."""
+    device = os.stat(folder).st_dev
+    if os.major(device) == 0:
+        raise RuntimeError(f"{folder} is on no block device (tmpfs?): its reads and writes cannot be throttled")
+    disk = f"{os.major(device)}:{os.minor(device)}"
+    names = [f"ckpt-bench-lab-{os.getpid()}-{host}" for host in range(hosts)] if per_host else \
+        [f"ckpt-bench-lab-{os.getpid()}-all"]
+    made = []
+    try:
+        for name in names:
+            group = BLKIO / name
+            group.mkdir()
+            made.append(group)
+            for limit in ("blkio.throttle.write_bps_device", "blkio.throttle.read_bps_device"):
+                (group / limit).write_text(f"{disk} {int(per_host or total)}\n")
+        yield [made[host % len(made)] for host in range(hosts)]
+    finally:
+        for group in made:
+            with contextlib.suppress(OSError):
+                group.rmdir()
+
+
 # ---- the runs --------------------------------------------------------------------------------------------------
 
 
@@ -122,16 +171,18 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _launch(args: list[str], host: int, runs: Path) -> subprocess.Popen:
+def _launch(args: list[str], host: int, runs: Path, cgroup: Path | None) -> subprocess.Popen:
+    def join() -> None:  # in the child, before it runs: it and everything it starts are in the host's cgroup
+        (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+
     return subprocess.Popen([sys.executable, str(ROOT / "ckpt_launch.py"), *args, "--runs-dir", str(runs),
                              "--format", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=ROOT, env={**os.environ, "LAB_HOST": str(host)})
+                            cwd=ROOT, env={**os.environ, "LAB_HOST": str(host)}, preexec_fn=join if cgroup else None)
 
 
-def _common(job_ranks: int, bucket: str, endpoint: str, gbps: float, save_calls: int) -> list[str]:
-    return ["--workload", str(EXPERIMENT), *SETS, "--engine", "dcp", "--job-ranks", str(job_ranks),
-            "--nproc-per-node", str(RANKS_PER_HOST), "--save-dir", f"s3://{bucket}/lab", "--s3-endpoint", endpoint,
-            "--s3-region", "us-east-1", "--save-calls", str(save_calls), "--load-calls", "1",
+def _common(engine: str, job_ranks: int, storage: list[str], gbps: float, save_calls: int) -> list[str]:
+    return ["--workload", str(EXPERIMENT), *SETS, "--engine", engine, "--job-ranks", str(job_ranks),
+            "--nproc-per-node", str(RANKS_PER_HOST), *storage, "--save-calls", str(save_calls), "--load-calls", "1",
             "--time-between-checkpoints", "0", "--storage-write-gbps", f"{gbps:.6f}", "--storage-read-gbps",
             f"{gbps:.6f}", "--network-gbps", "1"]
 
@@ -148,10 +199,11 @@ def _steady(report: dict) -> tuple[float, float]:
     return statistics.median(saves[1:] or saves), report["load_time"]
 
 
-def project_one_host(hosts: int, bucket: str, endpoint: str, gbps: float, runs: Path) -> dict:
+def project_one_host(engine: str, hosts: int, storage: list[str], gbps: float, runs: Path,
+                     cgroups: list[Path | None]) -> dict:
     """The job of `hosts` hosts projected from a run of its busiest host alone."""
-    args = _common(hosts * RANKS_PER_HOST, bucket, endpoint, gbps, save_calls=3)
-    report = _finish(_launch([*args, "--subset", "--subset-hosts", "busiest", "--nnodes", "1"], 0, runs))
+    args = _common(engine, hosts * RANKS_PER_HOST, storage, gbps, save_calls=3)
+    report = _finish(_launch([*args, "--subset", "--subset-hosts", "busiest", "--nnodes", "1"], 0, runs, cgroups[0]))
     projection = report["projection"]
     return {"save": projection["save"]["seconds"] or projection["save"]["range_s"][0],
             "save_binding": projection["save"]["binding"], "load": projection["load"]["seconds"]
@@ -159,18 +211,42 @@ def project_one_host(hosts: int, bucket: str, endpoint: str, gbps: float, runs: 
             "client": projection["inputs"]["client_write_gbps"]["value"]}
 
 
-def run_job(hosts: int, bucket: str, endpoint: str, gbps: float, runs: Path) -> tuple[float, float]:
+def run_job(engine: str, hosts: int, storage: list[str], gbps: float, runs: Path,
+            cgroups: list[Path | None]) -> tuple[float, float]:
     """The whole job on `hosts` local hosts (one launcher each, one torchrun job): its steady save and load."""
     run_id, port = f"lab-{time.time_ns()}", _free_port()
-    args = [*_common(hosts * RANKS_PER_HOST, bucket, endpoint, gbps, save_calls=3), "--nnodes", str(hosts),
+    args = [*_common(engine, hosts * RANKS_PER_HOST, storage, gbps, save_calls=3), "--nnodes", str(hosts),
             "--run-id", run_id, "--master-port", str(port)]
-    agents = [_launch([*args, "--node-rank", str(rank)], rank, runs) for rank in range(hosts)]
+    agents = [_launch([*args, "--node-rank", str(rank)], rank, runs, cgroups[rank]) for rank in range(hosts)]
     reports = [_finish(agent) for agent in agents]
     return _steady(reports[0])
 
 
+@contextlib.contextmanager
+def capped_s3(s3, case: str):
+    """The S3 endpoint behind the proxy of `case`'s ceilings: yields (its storage options, a storage ceiling)."""
+    per_host, total = CASES[case]
+    listen = _free_port()
+    proxy = subprocess.Popen([sys.executable, __file__, "--serve-proxy", str(listen), s3.url.rsplit(":", 1)[1],
+                              str(per_host * MB), str(total * MB)])
+    time.sleep(1.0)
+    try:
+        yield lambda: ["--save-dir", f"s3://{s3.create_bucket()}/lab", "--s3-endpoint",
+                       f"http://127.0.0.1:{listen}", "--s3-region", "us-east-1"], total * MB / 1e9
+    finally:
+        proxy.terminate()
+        proxy.wait()
+
+
+def measure(engine: str, case: str, hosts: int, storage: list[str], gbps: float, runs: Path,
+            cgroups: list[Path | None]) -> tuple[dict, tuple[float, float]]:
+    projected = project_one_host(engine, hosts, storage, gbps, runs, cgroups)
+    return projected, run_job(engine, hosts, storage, gbps, runs, cgroups)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
     parser.add_argument("--hosts", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
@@ -181,43 +257,50 @@ def main() -> int:
         listen, target, per_host, total = args.serve_proxy
         serve_proxy(int(listen), int(target), per_host, total)
         return 0
+    engines = list(args.engines)
+    if "torch_dist" in engines and (why := disk_unavailable()):
+        print(f"the torch_dist case is skipped: {why}", file=sys.stderr)
+        engines.remove("torch_dist")
 
-    results: dict[tuple[str, int], dict[str, list]] = {}
-    with moto_server() as s3, tempfile.TemporaryDirectory(prefix="ckpt-bench-lab-") as folder:
+    results: dict[tuple[str, str, int], dict[str, list]] = {}
+    with moto_server() as s3, tempfile.TemporaryDirectory(prefix="ckpt-bench-lab-", dir=ROOT) as folder:
         runs = Path(folder)
         for round_index in range(args.rounds):
-            for case in args.cases if round_index % 2 == 0 else reversed(args.cases):
-                per_host, total = CASES[case]
-                listen = _free_port()
-                proxy = subprocess.Popen([sys.executable, __file__, "--serve-proxy", str(listen),
-                                          s3.url.rsplit(":", 1)[1], str(per_host * MB), str(total * MB)])
-                time.sleep(1.0)
-                endpoint = f"http://127.0.0.1:{listen}"
-                try:
+            for engine in engines:
+                for case in args.cases if round_index % 2 == 0 else reversed(args.cases):
                     for hosts in args.hosts:
-                        bucket = s3.create_bucket()
-                        projected = project_one_host(hosts, bucket, endpoint, total * MB / 1e9, runs)
-                        measured = run_job(hosts, bucket, endpoint, total * MB / 1e9, runs)
-                        entry = results.setdefault((case, hosts), {"projected": [], "measured": []})
+                        if engine == "dcp":
+                            with capped_s3(s3, case) as (storage, gbps):
+                                projected, measured = measure(engine, case, hosts, storage(), gbps, runs,
+                                                              [None] * hosts)
+                        else:
+                            per_host, total = DISK_CASES[case]
+                            checkpoints = runs / f"checkpoints-{time.time_ns()}"
+                            checkpoints.mkdir()
+                            gbps = (total or 1000.0) * MB / 1e9
+                            with throttled(checkpoints, per_host and per_host * MB, total and total * MB,
+                                           hosts) as cgroups:
+                                projected, measured = measure(engine, case, hosts, ["--save-dir", str(checkpoints)],
+                                                              gbps, runs, cgroups)
+                        entry = results.setdefault((engine, case, hosts), {"projected": [], "measured": []})
                         entry["projected"].append(projected)
                         entry["measured"].append(measured)
-                        print(f"round {round_index + 1} {case} {hosts} hosts: projected save "
+                        print(f"round {round_index + 1} {engine} {case} {hosts} hosts: projected save "
                               f"{projected['save']:.2f} s ({projected['save_binding']}), load "
                               f"{projected['load']:.2f} s; measured save {measured[0]:.2f} s, load "
                               f"{measured[1]:.2f} s", file=sys.stderr, flush=True)
-                finally:
-                    proxy.terminate()
-                    proxy.wait()
     return report_table(results)
 
 
 def report_table(results: dict) -> int:
-    print(f"caps: {', '.join(f'{case}: {h:g} MB/s a host, {t:g} MB/s in all' for case, (h, t) in CASES.items())}; "
-          f"{RANKS_PER_HOST} ranks a host; medians over rounds")
-    print(f"{'case':<8} {'hosts':>5} {'save proj':>10} {'save meas':>10} {'ratio':>6} {'binding':>9} "
+    s3 = ", ".join(f"{case}: {h:g} MB/s a host, {t:g} MB/s in all" for case, (h, t) in CASES.items())
+    disk = ", ".join(f"{case}: " + (f"{h:g} MB/s a host" if h else f"{t:g} MB/s in all")
+                     for case, (h, t) in DISK_CASES.items())
+    print(f"caps: {s3} (S3, dcp); {disk} (disk, torch_dist); {RANKS_PER_HOST} ranks a host; medians over rounds")
+    print(f"{'engine':<10} {'case':<8} {'hosts':>5} {'save proj':>10} {'save meas':>10} {'ratio':>6} {'binding':>9} "
           f"{'load proj':>10} {'load meas':>10} {'ratio':>6} {'binding':>9}")
     worst = 0.0
-    for (case, hosts), entry in sorted(results.items()):
+    for (engine, case, hosts), entry in sorted(results.items()):
         projected, measured = entry["projected"], entry["measured"]
         save_p = statistics.median(p["save"] for p in projected)
         load_p = statistics.median(p["load"] for p in projected)
@@ -228,8 +311,8 @@ def report_table(results: dict) -> int:
         ratios = (save_p / save_m, load_p / load_m)
         worst = max(worst, *(abs(r - 1) for r in ratios))
         right = "" if binding == EXPECTED[case] else " (expected " + EXPECTED[case] + ")"
-        print(f"{case:<8} {hosts:>5} {save_p:>10.2f} {save_m:>10.2f} {ratios[0]:>6.2f} {binding + right:>9} "
-              f"{load_p:>10.2f} {load_m:>10.2f} {ratios[1]:>6.2f} {load_binding:>9}")
+        print(f"{engine:<10} {case:<8} {hosts:>5} {save_p:>10.2f} {save_m:>10.2f} {ratios[0]:>6.2f} "
+              f"{binding + right:>9} {load_p:>10.2f} {load_m:>10.2f} {ratios[1]:>6.2f} {load_binding:>9}")
     print(f"largest error {worst:.0%} (goal: within 25 %)")
     return 0 if worst <= 0.25 else 1
 

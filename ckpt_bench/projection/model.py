@@ -246,8 +246,23 @@ def project(job: JobCheckpoint, costs: RankCosts, inputs: Inputs, part_bytes: in
         "capacity": capacity(job, costs),
         "rank_costs": costs.as_dict(),
         "units": {"bytes": "bytes", "rates": "GB/s = 10^9 bytes a second", "seconds": "s"},
-        "notes": list(job.notes) + list(costs.notes),
+        "notes": list(job.notes) + list(costs.notes) + _page_cache_note(job),
     }
+
+
+def _page_cache_note(job: JobCheckpoint) -> list[str]:
+    """A torch_dist restart without the fully parallel load on a file system: every rank's reads of the shards it
+    holds are counted, replicas included, where a host's page cache may serve the replicas its ranks share once
+    (docs/projection.md, the lab's torch_dist case): the restart's figures are then upper bounds."""
+    settings = job.checkpoint_settings
+    if (job.engine != "torch_dist" or job.storage != "disk" or settings.ckpt_fully_parallel_load
+            or job.ranks_per_node < 2 or job.held_bytes is None or job.fully_parallel_bytes is None
+            or sum(job.held_bytes) <= sum(job.fully_parallel_bytes)):
+        return []
+    return ["the restart counts every rank's reads of the shards it holds, replicas included (no "
+            "ckpt_fully_parallel_load); on a file system a host's page cache may serve the replicas its ranks share "
+            "once, so the restart's times here are upper bounds (up to its ranks a host times shorter; "
+            "docs/projection.md)"]
 
 
 #: The projected times of a section, and whether each is a save (or the restart).

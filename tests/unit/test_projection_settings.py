@@ -121,6 +121,18 @@ def test_what_to_change_projects_the_fully_parallel_load_from_the_same_steps():
     assert {c["change"] for c in changes} >= {"ckpt_assume_constant_structure: true"}
 
 
+def test_a_restart_reading_replicas_from_a_file_system_says_its_times_are_upper_bounds():
+    """A host's page cache may serve the replicas its ranks share once (the lab's torch_dist case read 4x less than
+    every rank's holdings): said where it applies, and only there."""
+    def notes(**changes) -> list[str]:
+        return project(_job(**changes), _costs(), _inputs(1.0), None, Limits())["notes"]
+
+    assert any("upper bounds" in note and "page cache" in note for note in notes())
+    fully_parallel = CheckpointSettings(ckpt_fully_parallel_load=True).as_dict()
+    for changes in ({"storage": "s3"}, {"settings": fully_parallel}, {"held_bytes": (GB,) * 4}, {"engine": "dcp"}):
+        assert not any("page cache" in note for note in notes(**changes)), changes
+
+
 def test_a_save_no_host_can_hold_has_no_time_and_says_so():
     legacy = _job(engine="torch", write_bytes=(3000 * GB, 0, 0, 0), read_bytes=(3000 * GB, 10 * GB, 10 * GB, 10 * GB),
                   settings=None)
