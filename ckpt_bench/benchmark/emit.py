@@ -175,10 +175,11 @@ def check_job(runner, launch: LaunchConfig, emit: EmitOptions, host_memory_gb: f
         memory, source = int(host_memory_gb * 1e9), f"--host-memory-gb {host_memory_gb:g}"
     else:
         memory, source = available_memory(), "this machine's; give the nodes' with --host-memory-gb"
+    preview = None
     if runner.framework:
         # A framework's plan checks its checkout against this host (its build tools, its megatron-core against this
         # Python): the nodes' are what count, so only the experiment and its settings are checked here.
-        runner.preview(launch)
+        preview = runner.preview(launch)
         print("note: the framework checks its checkout (build tools, megatron-core against the Python) on the nodes",
               file=sys.stderr)
     else:
@@ -186,20 +187,21 @@ def check_job(runner, launch: LaunchConfig, emit: EmitOptions, host_memory_gb: f
             runner.plan(launch)
     if emit.emit != "slurm":
         return
-    limit = slurm_seconds(emit.slurm_time or DEFAULT_SLURM_TIME)
+    asked = emit.slurm_time or DEFAULT_SLURM_TIME
+    limit = slurm_seconds(asked)
     if limit is None:
         return
-    estimate = runner.preview(launch).get("job_time")
+    estimate = (preview if preview is not None else runner.preview(launch)).get("job_time")
     if estimate is None:
-        print(f"note: --slurm-time {emit.slurm_time or DEFAULT_SLURM_TIME} not checked against the job: no projected "
-              "save and load times for it (a workload of the whole job with --storage-write-gbps and "
-              "--storage-read-gbps projects them)", file=sys.stderr)
+        print(f"note: --slurm-time {asked} not checked against the job: no projected save and load times for it (a "
+              "workload of the whole job with --storage-write-gbps and --storage-read-gbps projects them)",
+              file=sys.stderr)
         return
     low, high = estimate["range_s"]
-    what = f"{estimate['what']}, {emit.slurm_time or DEFAULT_SLURM_TIME} asked"
+    what = f"{estimate['what']}, {asked} asked"
     if low > limit:
-        raise ConfigError(f"--slurm-time {emit.slurm_time or DEFAULT_SLURM_TIME}: the job takes at least "
-                          f"{_hours(low)} ({what}): raise --slurm-time, or fewer --save-calls/--load-calls")
+        raise ConfigError(f"--slurm-time {asked}: the job takes at least {_hours(low)} ({what}): raise --slurm-time, "
+                          "or fewer --save-calls/--load-calls")
     if high is None or high > limit:
         most = f"at most {_hours(high)}" if high is not None else "its most unknown (a projected time is a bound)"
         print(f"note: the job takes at least {_hours(low)}, {most} ({what}): the limit may cut it", file=sys.stderr)

@@ -549,7 +549,7 @@ class ReportBuilder:
             if per_rank and all(b is not None for b in per_rank):
                 nbytes, bytes_source = sum(per_rank), "ranks"
         errors = [op.error for op in ops if op.error]
-        tier = next((op.extra("tier") for op in ops if op.extra("tier")), None)
+        tier = _first_extra(ops, "tier")
         record = {
             "iteration": checkpoint.iteration,
             **({"tier": tier} if tier else {}),
@@ -597,7 +597,7 @@ class ReportBuilder:
         times = {op.rank: op.total_s() for op in ops if op.total_s() is not None}
         record = self._common(checkpoint, folder_sizes)
         load_time = max(times.values()) if times and len(times) == len(ops) else None
-        reason = next((op.extra("tier_reason") for op in ops if op.extra("tier_reason")), None)
+        reason = _first_extra(ops, "tier_reason")
         if reason:
             record["tier_reason"] = reason
         record["_reads_its_save"] = all(op.extra("reads_what_its_save_wrote") for op in ops)
@@ -614,6 +614,11 @@ class ReportBuilder:
 
 
 PERSISTENT = "persistent"
+
+
+def _first_extra(ops: list[Operation], key: str):
+    """`key` of the first rank's operation that names it (a checkpoint's tier, why a load read it), or None."""
+    return next((value for op in ops if (value := op.extra(key))), None)
 
 
 def _sized_by_its_save(load: dict, saves: list[dict]) -> dict:
