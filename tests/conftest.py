@@ -43,10 +43,10 @@ def s3_endpoint(tmp_path_factory) -> S3Endpoint:
 @pytest.fixture(scope="session")
 def upstream_megatron_lm(tmp_path_factory) -> Path:
     """Megatron-LM at core_v0.16.1, extracted (see tests/upstream.py)."""
-    return upstream.checkout("Megatron-LM", tmp_path_factory.mktemp("upstream"))
+    return upstream.checkout("Megatron-LM", upstream.shared_scratch(tmp_path_factory.getbasetemp()))
 
 
 @pytest.fixture(scope="session")
 def upstream_primus(tmp_path_factory) -> Path:
     """Primus at fd1eeabb, extracted (see tests/upstream.py)."""
-    return upstream.checkout("Primus", tmp_path_factory.mktemp("upstream"))
+    return upstream.checkout("Primus", upstream.shared_scratch(tmp_path_factory.getbasetemp()))
