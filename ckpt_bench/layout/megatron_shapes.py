@@ -92,6 +92,7 @@ __all__ = [
     "Shard",
     "distcp_file",
     "fully_parallel_bytes",
+    "host_held_bytes",
     "layout",
     "megatron_job",
     "rank_layout",
@@ -753,6 +754,41 @@ def fully_parallel_bytes(gpt: MegatronGPT) -> tuple[dict[int, int], dict[int, in
     holds (its model shards and its optimizer's), by rank."""
     written, resident, _ = _group_bytes(gpt)
     return written, resident
+
+
+def host_held_bytes(gpt: MegatronGPT, ranks_per_node: int) -> tuple[int, ...]:
+    """Tensor bytes each host's ranks hold, each shard once (ranks on hosts in order, `ranks_per_node` a host): a
+    model shard (and, without the distributed optimizer, its optimizer state) that several of a host's ranks hold as
+    data-parallel replicas counts once; a rank's distributed-optimizer shards are its own. What a restart without
+    the fully parallel load reads from a file system where the host's page cache serves a replica once.
+
+    Ranks of one class (same model shards: `MegatronGPT.save_distribution`'s classes, context- and data-parallel
+    ranks aside) hold the same shard names; a host's union is taken once per set of classes."""
+    distributed = gpt.job.distributed_optimizer
+    held: dict[RankCoordinates, dict[str, int]] = {}
+    unions: dict[frozenset, int] = {}
+    hosts = []
+    for start in range(0, gpt.world_size, ranks_per_node):
+        probes, own = set(), 0
+        for rank in range(start, start + ranks_per_node):
+            c = gpt.coordinates(rank)
+            probe = dataclasses.replace(c, rank=0, cp_rank=0, dp_rank=0, edp_rank=0)
+            if probe not in held:
+                shards = gpt.model_shards(probe)
+                if not distributed:
+                    shards += gpt.optimizer_shards(probe, shards)
+                held[probe] = {shard.name: shard.nbytes for shard in shards}
+            probes.add(probe)
+            if distributed:
+                own += gpt.optimizer_bytes(c)
+        key = frozenset(probes)
+        if key not in unions:
+            union: dict[str, int] = {}
+            for probe in probes:
+                union.update(held[probe])
+            unions[key] = sum(union.values())
+        hosts.append(unions[key] + own)
+    return tuple(hosts)
 
 
 def _group_bytes(gpt: MegatronGPT) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:

@@ -64,6 +64,10 @@ def _traffic_words(traffic: Traffic | None, verb: str) -> str:
              f"on {plural(traffic.hosts_moving_bytes, 'host')} {verb}")
     if busiest is not None:
         words += f"; the busiest, host {busiest.host}, {gb(busiest.bytes)}"
+    cached = traffic.page_cached
+    if cached is not None:
+        words += (f" ({gb(cached.bytes)}, the busiest host {gb(cached.busiest_host_bytes)}, with each host's page "
+                  "cache serving its ranks' shared replicas once)")
     return words
 
 

@@ -125,6 +125,10 @@ class JobCheckpoint:
     auto_detect_read_bytes: int = 0
     """Bytes every rank reads first at a restart to find the format (`auto_detect_ckpt_format`: rank 0's common
     state; the legacy format's whole model file), included in `read_bytes`."""
+    host_held_bytes: tuple[int, ...] | None = None
+    """A Megatron job's tensor bytes each host's ranks hold, a shard its ranks share as replicas once
+    (`layout.megatron_shapes.host_held_bytes`): what a torch_dist restart without the fully parallel load reads
+    from a file system whose page cache serves each host a replica once."""
 
     def __post_init__(self) -> None:
         if self.world_size % self.ranks_per_node:
@@ -133,6 +137,8 @@ class JobCheckpoint:
             value = getattr(self, name)
             if value is not None and len(value) != self.world_size:
                 raise ValueError(f"{name}: {len(value)} ranks, the job has {self.world_size}")
+        if self.host_held_bytes is not None and len(self.host_held_bytes) != self.nodes:
+            raise ValueError(f"host_held_bytes: {len(self.host_held_bytes)} hosts, the job has {self.nodes}")
 
     @property
     def checkpoint_settings(self) -> CheckpointSettings:
@@ -162,14 +168,15 @@ class JobCheckpoint:
                 "notes": list(self.notes), "settings": self.settings,
                 "fully_parallel_bytes": None if self.fully_parallel_bytes is None else list(self.fully_parallel_bytes),
                 "held_bytes": None if self.held_bytes is None else list(self.held_bytes),
-                "auto_detect_read_bytes": self.auto_detect_read_bytes}
+                "auto_detect_read_bytes": self.auto_detect_read_bytes,
+                "host_held_bytes": None if self.host_held_bytes is None else list(self.host_held_bytes)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobCheckpoint:
         values = dict(data)
         for name in ("write_bytes", "write_files", "read_bytes", "read_files"):
             values[name] = tuple(values[name])
-        for name in ("hosts_that_ran", "fully_parallel_bytes", "held_bytes"):
+        for name in ("hosts_that_ran", "fully_parallel_bytes", "held_bytes", "host_held_bytes"):
             if values.get(name) is not None:
                 values[name] = tuple(values[name])
         values["notes"] = tuple(values.get("notes") or ())

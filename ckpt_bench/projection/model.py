@@ -32,7 +32,7 @@ from ckpt_bench.projection.rank_costs import RankCosts, Step
 from ckpt_bench.projection.schedule import load_steps, save_steps
 from ckpt_bench.projection.units import GB, gb, plural
 
-__all__ = ["TIMES", "Inputs", "Term", "gb", "plural", "project", "times"]
+__all__ = ["TIMES", "Inputs", "Term", "gb", "page_cached_reads", "plural", "project", "times"]
 
 
 @dataclass(frozen=True)
@@ -130,8 +130,10 @@ def _requests(traffic: Traffic, part_bytes: int | None) -> int:
 
 
 def _transfer(traffic: Traffic, client: Figure, storage: Figure, requests: Figure,
-              part_bytes: int | None, verb: str) -> list[Term]:
-    """The three transfer limits of a save (`verb` "write") or a load ("read")."""
+              part_bytes: int | None, verb: str, cached: list[int] | None = None) -> list[Term]:
+    """The three transfer limits of a save (`verb` "write") or a load ("read"); `cached`: each host's bytes where
+    its page cache serves what several of its ranks read once, the low end of the client and storage terms (the
+    high end: every rank's reads from storage)."""
     busiest = traffic.busiest()
     count = _requests(traffic, part_bytes)
     if requests.value is None:  # no known limit: not a term (its count is in the traffic)
@@ -141,14 +143,21 @@ def _transfer(traffic: Traffic, client: Figure, storage: Figure, requests: Figur
         limit = Term("requests", "transfer", *_over(count, requests, unit=1),
                      f"{plural(count, 'request')} ({plural(traffic.total_files, 'file')}"
                      f"{', in parts' if part_bytes else ''}) at {requests.value:,.0f} a second ({requests.source})")
+    client_range, storage_range = _over(busiest.bytes, client), _over(traffic.total_bytes, storage)
+    client_once = storage_once = ""
+    if cached is not None:
+        host = max(range(len(cached)), key=lambda h: (cached[h], -h))
+        client_range = (_over(cached[host], client)[0], client_range[1])
+        storage_range = (_over(sum(cached), storage)[0], storage_range[1])
+        client_once = f" ({gb(cached[host])} with its page cache serving its ranks' shared replicas once)"
+        storage_once = f" ({gb(sum(cached))} with each host's page cache serving its ranks' shared replicas once)"
     return [
-        Term("client", "transfer", *_over(busiest.bytes, client),
+        Term("client", "transfer", *client_range,
              f"the busiest host (host {busiest.host}, {plural(busiest.ranks, 'rank')} {verb.removesuffix('e')}ing) "
-             f"{verb}s "
-             f"{gb(busiest.bytes)} at {_figure(client)} a host"),
-        Term("storage", "transfer", *_over(traffic.total_bytes, storage),
-             f"the job {verb}s {gb(traffic.total_bytes)} from {plural(traffic.active_hosts, 'host')} at "
-             f"{_figure(storage)} in all"),
+             f"{verb}s {gb(busiest.bytes)}{client_once} at {_figure(client)} a host"),
+        Term("storage", "transfer", *storage_range,
+             f"the job {verb}s {gb(traffic.total_bytes)}{storage_once} from {plural(traffic.active_hosts, 'host')} "
+             f"at {_figure(storage)} in all"),
         limit,
     ]
 
@@ -206,14 +215,32 @@ def _save(job: JobCheckpoint, costs: RankCosts, inputs: Inputs, part_bytes: int 
 
 def _load(job: JobCheckpoint, costs: RankCosts, inputs: Inputs, part_bytes: int | None) -> dict:
     traffic = job.load
-    if costs.every_rank_reads_metadata and costs.metadata_file_bytes:
+    reads = 2 if job.engine == "torch_dist" and job.checkpoint_settings.ckpt_fully_parallel_load else 1
+    metadata = reads * costs.metadata_file_bytes if costs.every_rank_reads_metadata and costs.metadata_file_bytes else 0
+    if metadata:
         # every rank reads .metadata (twice under the fully parallel load): its bytes join each rank's reads
-        reads = 2 if job.engine == "torch_dist" and job.checkpoint_settings.ckpt_fully_parallel_load else 1
-        traffic = Traffic(tuple(size + reads * costs.metadata_file_bytes for size in traffic.rank_bytes),
+        traffic = Traffic(tuple(size + metadata for size in traffic.rank_bytes),
                           tuple(files + 1 for files in traffic.rank_files), traffic.ranks_per_node)
+    cached = page_cached_reads(job)
     terms = [_step_term(label, step, inputs.network) for label, step in load_steps(costs, job.checkpoint_settings)]
-    terms += _transfer(traffic, inputs.client_read, inputs.storage_read, inputs.read_requests, part_bytes, "read")
+    terms += _transfer(traffic, inputs.client_read, inputs.storage_read, inputs.read_requests, part_bytes, "read",
+                       None if cached is None else [size + metadata for size in cached])
     return _combine(terms)
+
+
+def page_cached_reads(job: JobCheckpoint) -> list[int] | None:
+    """Each host's restart reads with its page cache serving a shard its ranks share once, where that can differ
+    from every rank's own: a torch_dist restart without the fully parallel load (each rank reads every shard it
+    holds, its data-parallel replicas' too) from a file system. None elsewhere: an object store's reads are each
+    a request of their own, and the fully parallel load reads each shard once in a group."""
+    if (job.engine != "torch_dist" or job.storage != "disk" or job.checkpoint_settings.ckpt_fully_parallel_load
+            or job.host_held_bytes is None):
+        return None
+    per = job.ranks_per_node
+    counted = [sum(job.read_bytes[start:start + per]) for start in range(0, job.world_size, per)]
+    cached = [min(count, held + job.auto_detect_read_bytes)
+              for count, held in zip(counted, job.host_held_bytes, strict=True)]
+    return None if cached == counted else cached
 
 
 def default_requests(job: JobCheckpoint, given: float | None) -> tuple[Figure, Figure, int | None]:
@@ -240,7 +267,7 @@ def project(job: JobCheckpoint, costs: RankCosts, inputs: Inputs, part_bytes: in
                 "hosts_that_ran": None if job.hosts_that_ran is None else list(job.hosts_that_ran)},
         "settings": settings_section(job),
         "save_traffic": job.save.as_dict(),
-        "load_traffic": job.load.as_dict(),
+        "load_traffic": _load_traffic(job),
         "inputs": inputs.as_dict(),
         **times(job, costs, inputs, part_bytes, limits or Limits()),
         "capacity": capacity(job, costs),
@@ -250,18 +277,23 @@ def project(job: JobCheckpoint, costs: RankCosts, inputs: Inputs, part_bytes: in
     }
 
 
+def _load_traffic(job: JobCheckpoint) -> dict:
+    traffic = job.load.as_dict()
+    cached = page_cached_reads(job)
+    if cached is not None:
+        traffic["page_cached"] = {"bytes": sum(cached), "busiest_host_bytes": max(cached)}
+    return traffic
+
+
 def _page_cache_note(job: JobCheckpoint) -> list[str]:
-    """A torch_dist restart without the fully parallel load on a file system: every rank's reads of the shards it
-    holds are counted, replicas included, where a host's page cache may serve the replicas its ranks share once
-    (docs/projection.md, the lab's torch_dist case): the restart's figures are then upper bounds."""
-    settings = job.checkpoint_settings
-    if (job.engine != "torch_dist" or job.storage != "disk" or settings.ckpt_fully_parallel_load
-            or job.ranks_per_node < 2 or job.held_bytes is None or job.fully_parallel_bytes is None
-            or sum(job.held_bytes) <= sum(job.fully_parallel_bytes)):
+    """Where a host's page cache may serve its ranks' shared replicas once (`page_cached_reads`): the restart's
+    transfer is then a range (docs/projection.md)."""
+    cached = page_cached_reads(job)
+    if cached is None:
         return []
-    return ["the restart counts every rank's reads of the shards it holds, replicas included (no "
-            "ckpt_fully_parallel_load); on a file system a host's page cache may serve the replicas its ranks share "
-            "once, so the restart's times here are upper bounds (up to its ranks a host times shorter; "
+    return [f"the restart reads {gb(sum(job.read_bytes))} counting every rank's reads of the shards it holds "
+            f"(no ckpt_fully_parallel_load), {gb(sum(cached))} with each host's page cache serving the replicas its "
+            "ranks share once: its transfer is the range between the two (a file system's client cache; "
             "docs/projection.md)"]
 
 

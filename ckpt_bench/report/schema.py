@@ -412,6 +412,15 @@ class ByteSpread:
 
 
 @dataclass
+class PageCachedReads:
+    """A restart's reads with each host's page cache serving a shard its ranks share once (projection.model.
+    page_cached_reads): the low end of its transfer, every rank's own reads (`Traffic.bytes`) the high end."""
+
+    bytes: int = 0
+    busiest_host_bytes: int = 0
+
+
+@dataclass
 class Traffic:
     """What one save (load) of the whole job moves (projection.job.Traffic)."""
 
@@ -422,6 +431,8 @@ class Traffic:
     rank_bytes: ByteSpread | None = None
     host_bytes: ByteSpread | None = None
     busiest_host: HostShare | None = None
+    page_cached: PageCachedReads | None = None
+    """Only a torch_dist restart without the fully parallel load from a file system."""
 
 
 @dataclass

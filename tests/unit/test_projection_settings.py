@@ -13,6 +13,7 @@ from helpers import ROOT, launch
 from ckpt_bench.layout.megatron_shapes import layout
 from ckpt_bench.layout.sources import resolve_workload
 from ckpt_bench.model.checkpointing import CheckpointSettings
+from ckpt_bench.present.projection import projection_rows
 from ckpt_bench.projection import JobCheckpoint
 from ckpt_bench.projection.changes import what_to_change
 from ckpt_bench.projection.feasibility import Limits
@@ -20,6 +21,7 @@ from ckpt_bench.projection.inputs import Figure
 from ckpt_bench.projection.model import Inputs, project
 from ckpt_bench.projection.rank_costs import RankCosts, Step
 from ckpt_bench.projection.schedule import HELD_LOAD_PLAN, load_steps, save_steps
+from ckpt_bench.report.schema import Projection
 
 GB = 10**9
 TINY = str(ROOT / "ckpt_bench" / "configs" / "tiny_gpt.yaml")
@@ -121,16 +123,32 @@ def test_what_to_change_projects_the_fully_parallel_load_from_the_same_steps():
     assert {c["change"] for c in changes} >= {"ckpt_assume_constant_structure: true"}
 
 
-def test_a_restart_reading_replicas_from_a_file_system_says_its_times_are_upper_bounds():
-    """A host's page cache may serve the replicas its ranks share once (the lab's torch_dist case read 4x less than
-    every rank's holdings): said where it applies, and only there."""
-    def notes(**changes) -> list[str]:
-        return project(_job(**changes), _costs(), _inputs(1.0), None, Limits())["notes"]
-
-    assert any("upper bounds" in note and "page cache" in note for note in notes())
+def test_a_restart_reading_replicas_from_a_file_system_is_a_range_down_to_each_hosts_reads_once():
+    """A host's page cache serves the replicas its ranks share once: a torch_dist restart without the fully
+    parallel load from a file system moves, per host, between its held shards once and every rank's own reads.
+    Said, and priced, where it applies, and only there."""
+    # 2 hosts of 2 ranks, each rank holding 4 GB of which the host's two ranks share 3 GB: 5 GB a host once
+    cached = _job(host_held_bytes=(5 * GB, 5 * GB))
+    section = project(cached, _costs(), _inputs(1.0), None, Limits())
+    steps = 3 + 0.25 + 0.4  # validation, .metadata, the load plan of every held shard
+    metadata = GB // 100
+    assert section["load"]["range_s"][0] == pytest.approx(steps + (10 * GB + 2 * metadata) / GB, abs=0.01)
+    assert section["load"]["range_s"][1] == pytest.approx(steps + (16 * GB + 4 * metadata) / GB, abs=0.01)
+    storage = next(t for t in section["load"]["terms"] if t["name"] == "storage")
+    assert storage["seconds"] is None and "page cache" in storage["what"]
+    # beside what a restart reads without it (the traffic, .metadata aside)
+    assert section["load_traffic"]["page_cached"] == {"bytes": 10 * GB, "busiest_host_bytes": 5 * GB}
+    assert section["load_traffic"]["bytes"] == 16 * GB
+    reads = dict(projection_rows(Projection.from_json(section)))["a restart reads"]
+    assert "16 GB" in reads and "(10 GB, the busiest host 5 GB, with each host's page cache" in reads
+    assert any("page cache" in note and "range" in note for note in section["notes"])
     fully_parallel = CheckpointSettings(ckpt_fully_parallel_load=True).as_dict()
-    for changes in ({"storage": "s3"}, {"settings": fully_parallel}, {"held_bytes": (GB,) * 4}, {"engine": "dcp"}):
-        assert not any("page cache" in note for note in notes(**changes)), changes
+    for changes in ({"storage": "s3"}, {"settings": fully_parallel}, {"host_held_bytes": (8 * GB, 8 * GB)},
+                    {"host_held_bytes": None}, {"engine": "dcp"}):
+        other = project(_job(**{"host_held_bytes": (5 * GB, 5 * GB), **changes}), _costs(), _inputs(1.0), None,
+                        Limits())
+        assert "page_cached" not in other["load_traffic"], changes
+        assert not any("page cache" in note for note in other["notes"]), changes
 
 
 def test_a_save_no_host_can_hold_has_no_time_and_says_so():

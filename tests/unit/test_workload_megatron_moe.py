@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import pytest
 
-from ckpt_bench.layout.megatron_shapes import MegatronGPT, layout, rank_shards
+from ckpt_bench.layout.megatron_shapes import MegatronGPT, host_held_bytes, layout, rank_shards
 from ckpt_bench.layout.workload import Workload, WorkloadError
 from ckpt_bench.model.architecture import ArchitectureError
 from ckpt_bench.model.job import TrainingJob
@@ -119,6 +119,32 @@ def test_bytes_each_rank_wrote_in_a_real_megatron_save(case):
     result = layout(workload(world, **args), world)
     assert [share.bytes for share in result.ranks] == written
     assert result.total_bytes == sum(written)
+
+
+@pytest.mark.parametrize(("args", "world", "per_host"), [
+    (dict(**GQA, **MOE, tensor_model_parallel_size=2, expert_model_parallel_size=2, expert_tensor_parallel_size=1,
+          moe_layer_freq=[0, 1]), 16, 4),  # dense replicas over DP, experts over expert DP, within a host
+    (dict(**GQA, **MOE, expert_model_parallel_size=2, use_distributed_optimizer=False), 8, 4),  # Adam replicated
+    (dict(**GQA, pipeline_model_parallel_size=2, tensor_model_parallel_size=2), 8, 2),  # a host per TP group
+])
+def test_a_hosts_held_bytes_count_each_shard_its_ranks_share_once(args, world, per_host):
+    """`host_held_bytes` is the union of the shard names a host's ranks hold (what its page cache reads once),
+    their distributed-optimizer shards each their own; one rank a host is what the rank holds."""
+    gpt = MegatronGPT(workload(world, **args), world)
+    ranks = [rank_shards(gpt, rank) for rank in range(world)]
+    expected = []
+    for start in range(0, world, per_host):
+        names = {shard.name: shard.nbytes for share in ranks[start:start + per_host] for shard in share.model}
+        shared = {} if gpt.job.distributed_optimizer else {
+            shard.name: shard.nbytes for share in ranks[start:start + per_host] for shard in share.optimizer}
+        own = sum(shard.nbytes for share in ranks[start:start + per_host] for shard in share.optimizer
+                  ) if gpt.job.distributed_optimizer else 0
+        expected.append(sum(names.values()) + sum(shared.values()) + own)
+    hosts = host_held_bytes(gpt, per_host)
+    assert hosts == tuple(expected)
+    held = [sum(s.nbytes for s in share.model + share.optimizer) for share in ranks]
+    assert host_held_bytes(gpt, 1) == tuple(held)
+    assert all(host < sum(held[h * per_host:(h + 1) * per_host]) for h, host in enumerate(hosts))
 
 
 def test_experts_carry_their_global_index_and_the_expert_data_parallel_replica():

@@ -48,7 +48,7 @@ from ckpt_bench.launcher.config import LaunchConfig
 from ckpt_bench.launcher.resources import RANK_BASE_BYTES, check_host_memory, default_dist_backend
 from ckpt_bench.launcher.run_info import Ranks, RunInfo, SaveConfig, fsynced
 from ckpt_bench.layout.checkpoint_layout import Layout
-from ckpt_bench.layout.megatron_shapes import MegatronGPT, fully_parallel_bytes
+from ckpt_bench.layout.megatron_shapes import MegatronGPT, fully_parallel_bytes, host_held_bytes
 from ckpt_bench.layout.sources import resolve_workload
 from ckpt_bench.layout.workload import DLIO_APPLIES_FSYNC, Workload
 from ckpt_bench.model.checkpointing import CheckpointSettings
@@ -246,18 +246,21 @@ def saves_async(config: WorkloadConfig, run: WorkloadRun) -> bool:
     return config.async_save or bool(settings and settings.async_save and run.info.async_save)
 
 
-def _megatron_bytes(run: WorkloadRun, full: Layout) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+def _megatron_bytes(run: WorkloadRun, full: Layout, per_host: int) -> tuple[tuple[int, ...], ...] | None:
     """(written under torch_dist's fully parallel save, held) tensor bytes per rank of a Megatron job, whatever
-    its engine: what the projection's other settings and formats move; None for another state. A torch_dist
-    layout saved fully parallel already holds both (`full`); another is laid out again."""
+    its engine, and each host's held bytes with its ranks' shared replicas once: what the projection's other
+    settings and formats move; None for another state. A torch_dist layout saved fully parallel already holds the
+    first two (`full`); another is laid out again."""
     if run.state != "megatron":
         return None
     settings = run.checkpoint_settings or CheckpointSettings()
-    if run.engine == "torch_dist" and settings.ckpt_fully_parallel_save:
-        return tuple(share.bytes for share in full.ranks), tuple(share.resident_bytes for share in full.ranks)
     world = full.world_size
-    written, held = fully_parallel_bytes(MegatronGPT(run.workload, world))
-    return tuple(written[rank] for rank in range(world)), tuple(held[rank] for rank in range(world))
+    gpt = MegatronGPT(run.workload, world)
+    hosts = host_held_bytes(gpt, per_host)
+    if run.engine == "torch_dist" and settings.ckpt_fully_parallel_save:
+        return tuple(share.bytes for share in full.ranks), tuple(share.resident_bytes for share in full.ranks), hosts
+    written, held = fully_parallel_bytes(gpt)
+    return tuple(written[rank] for rank in range(world)), tuple(held[rank] for rank in range(world)), hosts
 
 
 def host_memory_needed(run: WorkloadRun, info: EngineInfo, async_save: bool, nproc_per_node: int) -> int:
@@ -285,7 +288,7 @@ def job_checkpoint(run: WorkloadRun, config: WorkloadConfig, per_host: int, stor
     whole = all(running[i * per_host:(i + 1) * per_host] == list(range(h * per_host, (h + 1) * per_host))
                 for i, h in enumerate(hosts))
     settings = run.checkpoint_settings
-    megatron = _megatron_bytes(run, full)
+    megatron = _megatron_bytes(run, full, per_host)
     # auto_detect_ckpt_format: every rank loads rank 0's common state first; the legacy format's is its model file
     detect = (sum(f.nbytes for f in full.ranks[0].files if f.kind == "model")
               if settings and settings.auto_detect_ckpt_format and run.engine == "torch" else 0)
@@ -304,7 +307,8 @@ def job_checkpoint(run: WorkloadRun, config: WorkloadConfig, per_host: int, stor
                                 "measured (--subset-hosts busiest runs whole hosts)",),
         settings=None if settings is None else settings.as_dict(),
         fully_parallel_bytes=None if megatron is None else megatron[0],
-        held_bytes=None if megatron is None else megatron[1], auto_detect_read_bytes=detect)
+        held_bytes=None if megatron is None else megatron[1], auto_detect_read_bytes=detect,
+        host_held_bytes=None if megatron is None else megatron[2])
 
 
 def projects(config: WorkloadConfig, run: WorkloadRun) -> bool:
