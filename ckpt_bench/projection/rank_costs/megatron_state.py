@@ -45,24 +45,29 @@ class MegatronState:
         self.fsdp2 = workload.state == "megatron_fsdp2"
         self._models: dict[RankCoordinates, list] = {}
         self._distributions: dict[tuple[int, int], object] = {}
+        self._written: dict[int, list[Item]] = {}
 
     @property
     def world_size(self) -> int:
         return self.gpt.world_size
 
-    def model(self, rank: int) -> list[Shard]:
+    def model(self, rank: int, replicas: bool = True) -> list[Shard]:
         """The rank's model shards: its class's, with its data-parallel rank in the replica ids (expert shards:
-        its expert data-parallel rank), as megatron-core gives them."""
+        its expert data-parallel rank), as megatron-core gives them; without `replicas`, its class's shards as
+        they are (data-parallel rank 0's replica ids), for what needs only their names and sizes (a DCP plan's
+        items), spared a copy of every shard."""
         c = self.gpt.coordinates(rank)
         probe = dataclasses.replace(c, rank=0, cp_rank=0, dp_rank=0, edp_rank=0)
         template = self._models.get(probe)
         if template is None:
             template = self._models[probe] = self.gpt.model_shards(probe)
+        if not replicas:
+            return template
         return [dataclasses.replace(shard, replica_id=(*shard.replica_id[:2], c.edp_rank if shard.expert
                                                        else c.dp_rank)) for shard in template]
 
-    def shards(self, rank: int) -> tuple[list[Shard], list[Shard]]:
-        """(model, optimizer) shards of the rank."""
+    def shards(self, rank: int, replicas: bool = True) -> tuple[list[Shard], list[Shard]]:
+        """(model, optimizer) shards of the rank (`replicas`: as `model`'s)."""
         c = self.gpt.coordinates(rank)
         if self.fsdp2:
             probe = dataclasses.replace(c, rank=0, cp_rank=0, dp_rank=0, edp_rank=0)
@@ -72,7 +77,7 @@ class MegatronState:
             held = fsdp2_rank_state(self.gpt, c, parameters)
             optimizer = [shard for shard in held if shard.key.startswith("optimizer.")]
             return [shard for shard in held if not shard.key.startswith("optimizer.")], optimizer
-        model = self.model(rank)
+        model = self.model(rank, replicas)
         return model, self.gpt.optimizer_shards(c, model)
 
     def sharded_metadata(self, rank: int, tensors_only: bool = False) -> list:
@@ -95,8 +100,15 @@ class MegatronState:
     def written_items(self, rank: int) -> list[Item]:
         """The rank's DCP plan under megatron's fully parallel save: the shards its group's distribution gives it
         (`MegatronGPT.save_distribution` replays megatron's), its own distributed-optimizer shards, its
-        main-replica objects, keyed as megatron-core keys them."""
-        model, optimizer = self.shards(rank)
+        main-replica objects, keyed as megatron-core keys them. Built once a rank (the save's plan and the fully
+        parallel load's read the same)."""
+        items = self._written.get(rank)
+        if items is None:
+            items = self._written[rank] = self._written_items(rank)
+        return items
+
+    def _written_items(self, rank: int) -> list[Item]:
+        model, optimizer = self.shards(rank, replicas=False)
         if self.fsdp2:  # no data-parallel replicas: each rank writes its own chunks (tensor-parallel rank 0 a norm)
             return [item(shard) for shard in model + optimizer if shard.is_main_replica]
         writer = self._distribution(rank).writer
@@ -109,7 +121,7 @@ class MegatronState:
 
     def held_items(self, rank: int) -> list[Item]:
         """Every shard the rank holds, replicas included, as DCP plans them (a DCP save dedups them globally)."""
-        model, optimizer = self.shards(rank)
+        model, optimizer = self.shards(rank, replicas=False)
         return [item(shard) for shard in model + optimizer]
 
     def held_items_and_objects(self, rank: int) -> list[Item]:
