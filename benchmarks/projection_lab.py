@@ -9,7 +9,9 @@ experiment of ckpt_bench/configs/tiny_gpt.yaml, a little larger) through two eng
   cgroup whose throttle caps the reads and the fsync'd writes they issue (megatron-core's writers fsync each
   file: its pages reach the disk from the writer's own context, so the kernel charges them to its cgroup). cgroup
   v1's throttle is not hierarchical: the client case caps each host in a cgroup of its own, the storage case all
-  hosts in one. Needs root and cgroup v1's blkio controller; the case says why it is skipped otherwise.
+  hosts in one. Needs root and cgroup v1's blkio controller; the case says why it is skipped otherwise. The
+  hosts share this machine's page cache where a real host's is its own, so the job is laid out with no shard on two
+  hosts (a pipeline stage a host, its 2 ranks the stage's replicas: `_sets`).
 
     python benchmarks/projection_lab.py [--engines dcp torch_dist] [--hosts 2 4] [--rounds 2] [--cases client storage]
 
@@ -55,6 +57,18 @@ RANKS_PER_HOST = 2
 EXPERIMENT = ROOT / "ckpt_bench" / "configs" / "tiny_gpt.yaml"
 # The state: the tiny GPT, a little larger so that a save takes seconds at a few MB/s.
 SETS = ("--set", "num_layers=2", "--set", "hidden_size=512", "--set", "ffn_hidden_size=1536")
+
+
+def _sets(engine: str, hosts: int) -> tuple[str, ...]:
+    """The experiment's settings for `engine` on `hosts` hosts. torch_dist reads from this machine's one page cache,
+    which every lab "host" shares, where a real host's is its own: a pipeline stage a host (a layer or more each),
+    its 2 ranks the stage's data-parallel replicas, so that no two hosts hold the same shard and the one cache
+    serves each host as its own would (the restart without the fully parallel load reads each replica). The output
+    layer is its own weight: tied, the last stage's copy is keyed as the first stage's embedding."""
+    if engine != "torch_dist":
+        return SETS
+    return ("--set", f"num_layers={max(2, hosts)}", *SETS[2:], "--set", f"pipeline_model_parallel_size={hosts}",
+            "--set", "untie_embeddings_and_output_weights=true")
 # (per host, all hosts) MB/s: the client binds at every size; the storage binds from 2 hosts on. On the disk the
 # throttle caps one or the other (cgroup v1): a host alone there gets the storage's whole ceiling.
 CASES = {"client": (4.0, 1000.0), "storage": (8.0, 12.0)}
@@ -189,7 +203,8 @@ def _launch(args: list[str], host: int, runs: Path, cgroup: Path | None) -> subp
 
 
 def _common(engine: str, job_ranks: int, storage: list[str], gbps: float, save_calls: int) -> list[str]:
-    return ["--workload", str(EXPERIMENT), *SETS, "--engine", engine, "--job-ranks", str(job_ranks),
+    return ["--workload", str(EXPERIMENT), *_sets(engine, job_ranks // RANKS_PER_HOST), "--engine", engine,
+            "--job-ranks", str(job_ranks),
             "--nproc-per-node", str(RANKS_PER_HOST), *storage, "--save-calls", str(save_calls), "--load-calls", "1",
             "--time-between-checkpoints", "0", "--storage-write-gbps", f"{gbps:.6f}", "--storage-read-gbps",
             f"{gbps:.6f}", "--network-gbps", "1"]
@@ -218,10 +233,10 @@ def project_one_host(engine: str, hosts: int, storage: list[str], gbps: float, r
             "save_binding": projection["save"]["binding"], "load": load,
             "load_binding": projection["load"]["binding"],
             "client": projection["inputs"]["client_write_gbps"]["value"],
-            "load_one_cache": _one_cache_restart(projection, hosts, load)}
+            "load_one_cache": _one_cache_restart(projection, engine, hosts, load)}
 
 
-def _one_cache_restart(projection: dict, hosts: int, load: float) -> float | None:
+def _one_cache_restart(projection: dict, engine: str, hosts: int, load: float) -> float | None:
     """The projected restart were the job's hosts to share one page cache, as the lab's do (one machine): its storage
     term's low end (each host's page cache serving its ranks' replicas once) with the job's held shards read once,
     the rest of the restart as projected. None where the restart does not read through page caches (S3, or the fully
@@ -229,7 +244,8 @@ def _one_cache_restart(projection: dict, hosts: int, load: float) -> float | Non
     cached = projection["load_traffic"].get("page_cached")
     if cached is None or projection["load"]["binding"] != "storage":
         return None
-    overrides = {key: yaml.safe_load(value) for key, value in (pair.split("=", 1) for pair in SETS[1::2])}
+    overrides = {key: yaml.safe_load(value)
+                 for key, value in (pair.split("=", 1) for pair in _sets(engine, hosts)[1::2])}
     world = hosts * RANKS_PER_HOST
     once = host_held_bytes(MegatronGPT(resolve_workload(str(EXPERIMENT), overrides), world), world)[0]
     storage = next(term for term in projection["load"]["terms"] if term["name"] == "storage")["range_s"][0]

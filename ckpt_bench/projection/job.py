@@ -129,6 +129,12 @@ class JobCheckpoint:
     """A Megatron job's tensor bytes each host's ranks hold, a shard its ranks share as replicas once
     (`layout.megatron_shapes.host_held_bytes`): what a torch_dist restart without the fully parallel load reads
     from a file system whose page cache serves each host a replica once."""
+    legacy_host_read_bytes: tuple[int, ...] | None = None
+    """Megatron's legacy `torch` format: each host's restart reads with a model file its ranks share read once (a
+    model-parallel folder's data-parallel replicas read the same `model_optim_rng.pt`), auto-detect's aside."""
+    legacy_host_detect_bytes: tuple[int, ...] | None = None
+    """What `auto_detect_ckpt_format` adds to `legacy_host_read_bytes`: rank 0's model file, on a host none of whose
+    ranks reads it anyway (0 on the others)."""
 
     def __post_init__(self) -> None:
         if self.world_size % self.ranks_per_node:
@@ -137,8 +143,10 @@ class JobCheckpoint:
             value = getattr(self, name)
             if value is not None and len(value) != self.world_size:
                 raise ValueError(f"{name}: {len(value)} ranks, the job has {self.world_size}")
-        if self.host_held_bytes is not None and len(self.host_held_bytes) != self.nodes:
-            raise ValueError(f"host_held_bytes: {len(self.host_held_bytes)} hosts, the job has {self.nodes}")
+        for name in ("host_held_bytes", "legacy_host_read_bytes", "legacy_host_detect_bytes"):
+            value = getattr(self, name)
+            if value is not None and len(value) != self.nodes:
+                raise ValueError(f"{name}: {len(value)} hosts, the job has {self.nodes}")
 
     @property
     def checkpoint_settings(self) -> CheckpointSettings:
@@ -169,14 +177,19 @@ class JobCheckpoint:
                 "fully_parallel_bytes": None if self.fully_parallel_bytes is None else list(self.fully_parallel_bytes),
                 "held_bytes": None if self.held_bytes is None else list(self.held_bytes),
                 "auto_detect_read_bytes": self.auto_detect_read_bytes,
-                "host_held_bytes": None if self.host_held_bytes is None else list(self.host_held_bytes)}
+                "host_held_bytes": None if self.host_held_bytes is None else list(self.host_held_bytes),
+                "legacy_host_read_bytes": None if self.legacy_host_read_bytes is None
+                else list(self.legacy_host_read_bytes),
+                "legacy_host_detect_bytes": None if self.legacy_host_detect_bytes is None
+                else list(self.legacy_host_detect_bytes)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobCheckpoint:
         values = dict(data)
         for name in ("write_bytes", "write_files", "read_bytes", "read_files"):
             values[name] = tuple(values[name])
-        for name in ("hosts_that_ran", "fully_parallel_bytes", "held_bytes", "host_held_bytes"):
+        for name in ("hosts_that_ran", "fully_parallel_bytes", "held_bytes", "host_held_bytes",
+                     "legacy_host_read_bytes", "legacy_host_detect_bytes"):
             if values.get(name) is not None:
                 values[name] = tuple(values[name])
         values["notes"] = tuple(values.get("notes") or ())

@@ -229,17 +229,23 @@ def _load(job: JobCheckpoint, costs: RankCosts, inputs: Inputs, part_bytes: int 
 
 
 def page_cached_reads(job: JobCheckpoint) -> list[int] | None:
-    """Each host's restart reads with its page cache serving a shard its ranks share once, where that can differ
-    from every rank's own: a torch_dist restart without the fully parallel load (each rank reads every shard it
-    holds, its data-parallel replicas' too) from a file system. None elsewhere: an object store's reads are each
-    a request of their own, and the fully parallel load reads each shard once in a group."""
-    if (job.engine != "torch_dist" or job.storage != "disk" or job.checkpoint_settings.ckpt_fully_parallel_load
-            or job.host_held_bytes is None):
+    """Each host's restart reads with its page cache serving bytes its ranks share once, where that can differ from
+    every rank's own, from a file system: a torch_dist restart without the fully parallel load (each rank reads
+    every shard it holds, its data-parallel replicas' too), or the legacy format's (a model-parallel folder's
+    replicas read its model file). None elsewhere: an object store's reads are each a request of their own, and
+    the fully parallel load reads each shard once in a group."""
+    if job.storage != "disk":
+        return None
+    if job.engine == "torch_dist" and not job.checkpoint_settings.ckpt_fully_parallel_load and job.host_held_bytes:
+        once = [held + job.auto_detect_read_bytes for held in job.host_held_bytes]
+    elif job.engine == "torch" and job.legacy_host_read_bytes:
+        detects = job.legacy_host_detect_bytes if job.auto_detect_read_bytes else None
+        once = [size + (detects[host] if detects else 0) for host, size in enumerate(job.legacy_host_read_bytes)]
+    else:
         return None
     per = job.ranks_per_node
     counted = [sum(job.read_bytes[start:start + per]) for start in range(0, job.world_size, per)]
-    cached = [min(count, held + job.auto_detect_read_bytes)
-              for count, held in zip(counted, job.host_held_bytes, strict=True)]
+    cached = [min(count, host) for count, host in zip(counted, once, strict=True)]
     return None if cached == counted else cached
 
 
@@ -291,10 +297,11 @@ def _page_cache_note(job: JobCheckpoint) -> list[str]:
     cached = page_cached_reads(job)
     if cached is None:
         return []
-    return [f"the restart reads {gb(sum(job.read_bytes))} counting every rank's reads of the shards it holds "
-            f"(no ckpt_fully_parallel_load), {gb(sum(cached))} with each host's page cache serving the replicas its "
-            "ranks share once: its transfer is the range between the two (a file system's client cache; "
-            "docs/projection.md)"]
+    what = ("every rank's reads of the shards it holds (no ckpt_fully_parallel_load)" if job.engine == "torch_dist"
+            else "every rank's read of its model-parallel folder's model file")
+    return [f"the restart reads {gb(sum(job.read_bytes))} counting {what}, {gb(sum(cached))} with each host's page "
+            "cache serving the replicas its ranks share once: its transfer is the range between the two (a file "
+            "system's client cache; docs/projection.md)"]
 
 
 #: The projected times of a section, and whether each is a save (or the restart).

@@ -222,3 +222,37 @@ def test_a_step_whose_inputs_outrun_the_budget_is_a_floor_at_its_own_work_over_t
     assert not step.complete and step.cpu_s > 0 and "built" in step.why
     assert built_or_floor(Step("s", "save", "v"), Budget(60.0), lambda kept: kept.append(payload),
                           unpickled) == [payload]
+
+
+@pytest.mark.parametrize("detect", [False, True])
+def test_a_legacy_restart_from_a_file_system_reads_each_model_file_once_a_host(tmp_path, detect):
+    """Megatron's legacy format: a model-parallel folder's data-parallel replicas all torch.load its model file; a
+    host's page cache serves it once. `--plan` at 2 hosts of 4 (TP 2: two folders, each read by two ranks a host),
+    against the file names megatron_torch gives each rank, host by host; auto-detect's read of rank 0's model file
+    (every rank's first) is one more file only where the host reads no such file anyway."""
+    from ckpt_bench.layout.megatron_shapes import MegatronGPT
+    from ckpt_bench.layout.megatron_torch import MODEL_FILE, folder, rank_files
+
+    overrides = {"tensor_model_parallel_size": 2, "use_distributed_optimizer": True,
+                 "auto_detect_ckpt_format": detect}
+    sets = [arg for key, value in overrides.items() for arg in ("--set", f"{key}={str(value).lower()}")]
+    result = launch("--workload", TINY, *sets, "--nnodes", "2", "--nproc-per-node", "4", "--plan",
+                    "--engine", "torch", "--storage-read-gbps", "1", "--client-read-gbps", "1", "--format", "json",
+                    env={"CKPT_BENCH_CACHE": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    projection = json.loads(result.stdout)["projection"]
+    gpt = MegatronGPT(resolve_workload(TINY, overrides), 8)
+    files = [rank_files(gpt, gpt.coordinates(rank)) for rank in range(8)]
+    sizes = {f.name: f.nbytes for rank in files for f in rank}
+    first = f"{folder(gpt, gpt.coordinates(0))}/{MODEL_FILE}"
+    once, counted = [], []
+    for ranks in (range(0, 4), range(4, 8)):
+        read = [f"{folder(gpt, gpt.coordinates(rank))}/{MODEL_FILE}" for rank in ranks]
+        read += [f.name for rank in ranks for f in files[rank] if f.kind == "optimizer"]
+        read += [first] * (4 if detect else 0)
+        once.append(sum(sizes[name] for name in set(read)))
+        counted.append(sum(sizes[name] for name in read))
+    assert projection["load_traffic"]["bytes"] == sum(counted)
+    assert projection["load_traffic"]["page_cached"] == {"bytes": sum(once), "busiest_host_bytes": max(once)}
+    assert sum(counted) - sum(once) >= 2 * sizes[first]  # two ranks a folder on each host
+    assert any("model-parallel folder's model file" in note for note in projection["notes"])

@@ -263,6 +263,32 @@ def _megatron_bytes(run: WorkloadRun, full: Layout, per_host: int) -> tuple[tupl
     return tuple(written[rank] for rank in range(world)), tuple(held[rank] for rank in range(world)), hosts
 
 
+def _legacy_host_reads(full: Layout, per_host: int, detect: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Megatron's legacy format, each host's restart reads with a model file its ranks share read once (the
+    data-parallel replicas of one model-parallel folder, `layout.megatron_torch.folder`: tensor, pipeline and expert
+    rank) and each rank's own optimizer files; and what auto-detect adds to them (rank 0's model file, read first,
+    on a host none of whose ranks reads it anyway)."""
+    first = (full.ranks[0].tp_rank, full.ranks[0].pp_rank, full.ranks[0].ep_rank)
+    reads, detects = [], []
+    for start in range(0, full.world_size, per_host):
+        models: dict[tuple[int, int, int], int] = {}
+        optimizer = 0
+        for share in full.ranks[start:start + per_host]:
+            own = sum(f.nbytes for f in share.files if f.kind == "optimizer")
+            models[(share.tp_rank, share.pp_rank, share.ep_rank)] = share.load_bytes - own
+            optimizer += own
+        reads.append(sum(models.values()) + optimizer)
+        detects.append(0 if first in models else detect)
+    return tuple(reads), tuple(detects)
+
+
+def _legacy_fields(full: Layout, per_host: int, detect: int, legacy: bool) -> dict:
+    if not legacy:
+        return {}
+    reads, detects = _legacy_host_reads(full, per_host, detect)
+    return {"legacy_host_read_bytes": reads, "legacy_host_detect_bytes": detects}
+
+
 def host_memory_needed(run: WorkloadRun, info: EngineInfo, async_save: bool, nproc_per_node: int) -> int:
     """Bytes the busiest host needs: its ranks' resident state (and an async save's staging copy), plus
     each rank's process. Ranks are laid out node by node, `nproc_per_node` each."""
@@ -308,7 +334,8 @@ def job_checkpoint(run: WorkloadRun, config: WorkloadConfig, per_host: int, stor
         settings=None if settings is None else settings.as_dict(),
         fully_parallel_bytes=None if megatron is None else megatron[0],
         held_bytes=None if megatron is None else megatron[1], auto_detect_read_bytes=detect,
-        host_held_bytes=None if megatron is None else megatron[2])
+        host_held_bytes=None if megatron is None else megatron[2],
+        **_legacy_fields(full, per_host, detect, megatron is not None and run.engine == "torch"))
 
 
 def projects(config: WorkloadConfig, run: WorkloadRun) -> bool:
