@@ -149,7 +149,8 @@ def _transfer(traffic: Traffic, client: Figure, storage: Figure, requests: Figur
         host = max(range(len(cached)), key=lambda h: (cached[h], -h))
         client_range = (_over(cached[host], client)[0], client_range[1])
         storage_range = (_over(sum(cached), storage)[0], storage_range[1])
-        client_once = f" ({gb(cached[host])} with its page cache serving its ranks' shared replicas once)"
+        which = "" if host == busiest.host else f"host {host} the most, "
+        client_once = f" ({which}{gb(cached[host])} with its page cache serving its ranks' shared replicas once)"
         storage_once = f" ({gb(sum(cached))} with each host's page cache serving its ranks' shared replicas once)"
     return [
         Term("client", "transfer", *client_range,
