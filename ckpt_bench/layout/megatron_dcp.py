@@ -60,7 +60,7 @@ def plan_items(gpt: MegatronGPT) -> Iterator[list[Shard]]:
     model_by_class: dict[RankCoordinates, list[Shard]] = {}
     for rank in range(gpt.world_size):
         c = gpt.coordinates(rank)
-        probe = dataclasses.replace(c, rank=0, cp_rank=0, dp_rank=0, edp_rank=0)
+        probe = gpt.class_coordinates(c)
         model = model_by_class.get(probe)
         if model is None:
             model = model_by_class[probe] = gpt.model_shards(probe)

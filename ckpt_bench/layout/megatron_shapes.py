@@ -319,6 +319,12 @@ class MegatronGPT:
     def coordinates(self, rank: int) -> RankCoordinates:
         return self.parallel.coordinates(rank)
 
+    @staticmethod
+    def class_coordinates(c: RankCoordinates) -> RankCoordinates:
+        """The coordinates standing for `c`'s class: the ranks holding the same model shards (their context- and
+        data-parallel ranks aside), whose shards differ only in their replica ids."""
+        return dataclasses.replace(c, rank=0, cp_rank=0, dp_rank=0, edp_rank=0)
+
     @property
     def padded_vocab_size(self) -> int:
         return self.arch.padded_vocab_size(self.tp)
@@ -772,7 +778,7 @@ def host_held_bytes(gpt: MegatronGPT, ranks_per_node: int) -> tuple[int, ...]:
         probes, own = set(), 0
         for rank in range(start, start + ranks_per_node):
             c = gpt.coordinates(rank)
-            probe = dataclasses.replace(c, rank=0, cp_rank=0, dp_rank=0, edp_rank=0)
+            probe = gpt.class_coordinates(c)
             if probe not in held:
                 shards = gpt.model_shards(probe)
                 if not distributed:

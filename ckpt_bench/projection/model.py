@@ -244,8 +244,7 @@ def page_cached_reads(job: JobCheckpoint) -> list[int] | None:
         once = [size + (detects[host] if detects else 0) for host, size in enumerate(job.legacy_host_read_bytes)]
     else:
         return None
-    per = job.ranks_per_node
-    counted = [sum(job.read_bytes[start:start + per]) for start in range(0, job.world_size, per)]
+    counted = [host.bytes for host in job.load.hosts()]
     cached = [min(count, host) for count, host in zip(counted, once, strict=True)]
     return None if cached == counted else cached
 

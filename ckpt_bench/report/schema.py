@@ -432,7 +432,8 @@ class Traffic:
     host_bytes: ByteSpread | None = None
     busiest_host: HostShare | None = None
     page_cached: PageCachedReads | None = None
-    """Only a torch_dist restart without the fully parallel load from a file system."""
+    """Only a restart from a file system that reads replicas: torch_dist's without the fully parallel load, or the
+    legacy format's."""
 
 
 @dataclass

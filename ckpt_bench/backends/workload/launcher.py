@@ -246,17 +246,19 @@ def saves_async(config: WorkloadConfig, run: WorkloadRun) -> bool:
     return config.async_save or bool(settings and settings.async_save and run.info.async_save)
 
 
-def _megatron_bytes(run: WorkloadRun, full: Layout, per_host: int) -> tuple[tuple[int, ...], ...] | None:
+def _megatron_bytes(run: WorkloadRun, full: Layout, per_host: int,
+                    file_system: bool) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...] | None] | None:
     """(written under torch_dist's fully parallel save, held) tensor bytes per rank of a Megatron job, whatever
-    its engine, and each host's held bytes with its ranks' shared replicas once: what the projection's other
-    settings and formats move; None for another state. A torch_dist layout saved fully parallel already holds the
-    first two (`full`); another is laid out again."""
+    its engine, and on a `file_system` each host's held bytes with its ranks' shared replicas once (a page cache
+    serves them once; an object store does not, and the projection reads them nowhere else): what the
+    projection's other settings and formats move; None for another state. A torch_dist layout saved fully
+    parallel already holds the first two (`full`); another is laid out again."""
     if run.state != "megatron":
         return None
     settings = run.checkpoint_settings or CheckpointSettings()
     world = full.world_size
     gpt = MegatronGPT(run.workload, world)
-    hosts = host_held_bytes(gpt, per_host)
+    hosts = host_held_bytes(gpt, per_host) if file_system else None
     if run.engine == "torch_dist" and settings.ckpt_fully_parallel_save:
         return tuple(share.bytes for share in full.ranks), tuple(share.resident_bytes for share in full.ranks), hosts
     written, held = fully_parallel_bytes(gpt)
@@ -314,7 +316,8 @@ def job_checkpoint(run: WorkloadRun, config: WorkloadConfig, per_host: int, stor
     whole = all(running[i * per_host:(i + 1) * per_host] == list(range(h * per_host, (h + 1) * per_host))
                 for i, h in enumerate(hosts))
     settings = run.checkpoint_settings
-    megatron = _megatron_bytes(run, full, per_host)
+    file_system = storage["storage"] == "disk"
+    megatron = _megatron_bytes(run, full, per_host, file_system)
     # auto_detect_ckpt_format: every rank loads rank 0's common state first; the legacy format's is its model file
     detect = (sum(f.nbytes for f in full.ranks[0].files if f.kind == "model")
               if settings and settings.auto_detect_ckpt_format and run.engine == "torch" else 0)
@@ -335,7 +338,7 @@ def job_checkpoint(run: WorkloadRun, config: WorkloadConfig, per_host: int, stor
         fully_parallel_bytes=None if megatron is None else megatron[0],
         held_bytes=None if megatron is None else megatron[1], auto_detect_read_bytes=detect,
         host_held_bytes=None if megatron is None else megatron[2],
-        **_legacy_fields(full, per_host, detect, megatron is not None and run.engine == "torch"))
+        **_legacy_fields(full, per_host, detect, megatron is not None and run.engine == "torch" and file_system))
 
 
 def projects(config: WorkloadConfig, run: WorkloadRun) -> bool:

@@ -57,7 +57,7 @@ class MegatronState:
         they are (data-parallel rank 0's replica ids), for what needs only their names and sizes (a DCP plan's
         items), spared a copy of every shard."""
         c = self.gpt.coordinates(rank)
-        probe = dataclasses.replace(c, rank=0, cp_rank=0, dp_rank=0, edp_rank=0)
+        probe = self.gpt.class_coordinates(c)
         template = self._models.get(probe)
         if template is None:
             template = self._models[probe] = self.gpt.model_shards(probe)
@@ -70,7 +70,7 @@ class MegatronState:
         """(model, optimizer) shards of the rank (`replicas`: as `model`'s)."""
         c = self.gpt.coordinates(rank)
         if self.fsdp2:
-            probe = dataclasses.replace(c, rank=0, cp_rank=0, dp_rank=0, edp_rank=0)
+            probe = self.gpt.class_coordinates(c)
             parameters = self._models.get(probe)
             if parameters is None:
                 parameters = self._models[probe] = parameter_groups(self.gpt.model_shards(probe))
