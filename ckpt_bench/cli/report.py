@@ -25,12 +25,11 @@ from pathlib import Path
 import click
 
 from ckpt_bench.cli.common import click_option, entry_point, fail, given_options, wants_table
-from ckpt_bench.core.errors import ConfigError, ReportError
+from ckpt_bench.core.errors import ConfigError, ReportError, SchemaError
 from ckpt_bench.core.rundir import sweep_results_file
-from ckpt_bench.projection import ProjectionOptions, add_projection
+from ckpt_bench.projection.inputs import ProjectionOptions
 from ckpt_bench.report.advice import AdviceOptions, add_advice
 from ckpt_bench.report.assembly import log_report_and_operations, to_json
-from ckpt_bench.report.schema import LogRuns, Report, SchemaError
 
 
 def _advice_options(command):
@@ -47,6 +46,8 @@ def _with_projection(report: dict, figures: dict) -> dict:
     run_dir = (report.get("run") or {}).get("dir")
     if not run_dir or (not figures and "projection" in report):
         return report
+    from ckpt_bench.projection import add_projection  # the model and its engines: only for a run directory
+
     return add_projection(report, Path(run_dir), figures)
 
 
@@ -117,6 +118,7 @@ def _report(paths, ckpt_dir, html_file, advice, figures, output, output_format) 
     if runs is not None:
         if wants_table(output_format):
             from ckpt_bench.present.summary import print_runs
+            from ckpt_bench.report.schema import LogRuns
 
             print_runs(LogRuns.from_json(json.loads(text)))
         else:
@@ -125,6 +127,8 @@ def _report(paths, ckpt_dir, html_file, advice, figures, output, output_format) 
     if not (html_file or wants_table(output_format)):
         click.echo(text)
         return
+    from ckpt_bench.report.schema import Report  # the types: for a summary or a page, not for JSON
+
     report = Report.from_json(json.loads(text))  # as written (a non-finite number is null), typed
     if html_file:
         from ckpt_bench.present import html as html_report

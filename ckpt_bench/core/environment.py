@@ -12,10 +12,7 @@ import os
 import platform
 import socket
 import sys
-from importlib import metadata
 from pathlib import Path
-
-import psutil
 
 from ckpt_bench.core.checkpoint_dir import filesystem_type
 from ckpt_bench.core.devices import host_gpus, torch_build
@@ -27,6 +24,8 @@ GPU_LIBRARIES = {"transformer-engine": ("transformer-engine", "transformer-engin
 
 
 def package_versions(names=PACKAGES) -> dict[str, str | None]:
+    from importlib import metadata  # imported when asked: email's parsers, a sixth of a log report's start-up
+
     versions = {}
     for name in names:
         try:
@@ -37,6 +36,8 @@ def package_versions(names=PACKAGES) -> dict[str, str | None]:
 
 
 def describe_environment(save_dir: str | os.PathLike | None = None) -> dict:
+    import psutil
+
     from ckpt_bench import __version__
 
     env = {

@@ -12,6 +12,10 @@ class ConfigError(ValueError):
     """A user mistake in a command line, an experiment or a sweep file: exit code 2."""
 
 
+class SchemaError(ValueError):
+    """A report that does not have the declared shape (`report.schema`: a report.json of another version)."""
+
+
 class ReportError(Exception):
     """Logs or a run directory that cannot be turned into a report: one line on stderr and `exit_code`."""
 

@@ -25,11 +25,11 @@ from ckpt_bench.core.errors import ReportError
 from ckpt_bench.core.events import CheckpointEvent, event_files, read_event_files
 from ckpt_bench.core.run_facts import RunFacts
 from ckpt_bench.core.rundir import MEASUREMENTS_FILE, RUN_FILE, RunDir
+from ckpt_bench.report import SCHEMA_VERSION
 from ckpt_bench.report.engine import CONFIG_KEYS, SEMANTICS, Operation, ReportBuilder, fractions_of_peak
 from ckpt_bench.report.mlperf import comparability, mlperf_section
 from ckpt_bench.report.parsers.session import DUMP, LogSession
 from ckpt_bench.report.parsers.sources import LogFolder, LogSource, NoEvents, RunSource, cannot_read, resolve
-from ckpt_bench.report.schema import SCHEMA_VERSION
 
 
 def run_report(run_dir: str | os.PathLike, ckpt_dir: str | os.PathLike | None = None,

@@ -45,8 +45,8 @@ from ckpt_bench.core.events import (
     TimeSource,
 )
 from ckpt_bench.core.units import MIB
+from ckpt_bench.report import SCHEMA_VERSION
 from ckpt_bench.report.metrics import save_stats
-from ckpt_bench.report.schema import SCHEMA_VERSION, Report
 
 # Configuration keys of the Primus checkpoint tool's report, in its order. They come from the run's
 # resolved config (our launcher) or from a log's arguments dump (ckpt_report.py).
@@ -718,6 +718,8 @@ def fractions_of_peak(report: dict, baseline: dict | None) -> dict:
     loads = [record for record in (report.get("loads") or [report.get("load") or {}])
              if record.get("bandwidth") is not None]
     baseline = baseline or {}
+    from ckpt_bench.report.schema import Report  # typed only here: a report of logs need not import the types
+
     measured = {"save": Report.from_json({"stats": report.get("stats")}).steady_median("bandwidth"),
                 "load": statistics.median(record["bandwidth"] for record in loads) if loads else None}
     figures: dict = {}

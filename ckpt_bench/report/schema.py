@@ -24,15 +24,12 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+from ckpt_bench.core.errors import SchemaError
 from ckpt_bench.core.run_facts import stated
+from ckpt_bench.report import SCHEMA_VERSION
 from ckpt_bench.report.metrics import Metric, split_first_saves
 
-SCHEMA_VERSION = 1
 Section = dict[str, Any]
-
-
-class SchemaError(ValueError):
-    """A report that does not have the declared shape."""
 
 
 @dataclass

@@ -33,7 +33,6 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from ckpt_bench.core import progress
 from ckpt_bench.projection.job import JobCheckpoint
@@ -181,6 +180,8 @@ def sampled_rank_costs(job: JobCheckpoint, time_s: float, step_budget_s: float,
     """The job's rank-count costs fitted from copies of it at its own ranks with fewer layers (`depth_sizes`): the
     first three always (a fit needs three to know its error), more while about `time_s` wall seconds on every core
     of an idle machine (`time_s` x cores CPU seconds) hold, each step at most `step_budget_s`."""
+    from concurrent.futures import ThreadPoolExecutor  # here: the package's options are read by every command
+
     cores = max(1, min(cores or os.cpu_count() or 1, 8))
     budget = time_s * cores
     full_layers = _layers(job)
