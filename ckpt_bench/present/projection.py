@@ -146,6 +146,8 @@ def step_rows(projection: Projection) -> list[list[str]]:
         if step.extrapolated is not None and step.cpu_s is not None:
             error = step.extrapolated.error
             cpu += f" (fitted, +-{error:.0%})" if error is not None else " (fitted, error unknown)"
+        elif step.rank_sample is not None and step.cpu_s is not None:
+            cpu += f" ({step.rank_sample.ranks} of {step.rank_sample.of:,} ranks, +-{step.rank_sample.error:.0%})"
         rows.append([step.name, step.operation, cpu, NONE if step.host_bytes is None else gb(step.host_bytes),
                      NONE if step.rank_memory_bytes is None else gb(step.rank_memory_bytes),
                      "constant structure (later saves)" if step.cached_away else ""])

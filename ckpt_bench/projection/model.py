@@ -88,13 +88,15 @@ def _over(amount: float, figure: Figure, unit: float = GB) -> tuple[float | None
 
 
 def _cpu_range(step: Step) -> tuple[float, float | None]:
-    """(low, high) CPU seconds of a step: a point where computed at the job's size, the fit's range where
-    extrapolated (open above where its error is unknown), at least the CPU spent where cut short."""
+    """(low, high) CPU seconds of a step: a point where computed over every rank at the job's size, the fit's
+    range where extrapolated (open above where its error is unknown), the sample's where computed over a sample of
+    the ranks, at least the CPU spent where cut short."""
     cpu = step.cpu_s or 0.0
     if not step.complete:
         return cpu, None
-    if step.extrapolated:
-        error = step.extrapolated.get("error")
+    estimate = step.extrapolated or step.rank_sample
+    if estimate:
+        error = estimate.get("error")
         return (cpu, None) if error is None else (cpu * max(0.0, 1 - error), cpu * (1 + error))
     return cpu, cpu
 
@@ -112,6 +114,9 @@ def _step_term(label: str, step: Step, network: Figure) -> Term:
         error = step.extrapolated.get("error")
         how = ("extrapolated from copies of the job with fewer layers, "
                + (f"fit error {error:.0%}" if error is not None else "fit error unknown"))
+    elif step.rank_sample:
+        how = (f"computed here over {step.rank_sample['ranks']} of its {step.rank_sample['of']:,} ranks' plans and "
+               f"scaled, +-{step.rank_sample['error']:.0%}")
     parts = [f"{'at least ' if not step.complete else ''}{step.cpu_s:.3g} s CPU ({how})"
              if step.cpu_s is not None else None,
              f"{gb(step.host_bytes)} on the busiest host's network" if step.host_bytes else None]

@@ -526,6 +526,20 @@ class StepFit:
 
 
 @dataclass
+class RankSampleFit:
+    """How a step that is a sum over the ranks was computed over a sample of them (projection.rank_costs.base.
+    RankSample)."""
+
+    ranks: int = 0
+    """The ranks whose payloads it went through."""
+    of: int = 0
+    """The job's ranks."""
+    error: float = 0.0
+    """Its error, a fraction: the largest spread of a class's sampled ranks' items around their mean, at least the
+    timing's noise."""
+
+
+@dataclass
 class RankCostStep:
     """One of the engine's global steps computed at the job's size (projection.rank_costs.base.Step)."""
 
@@ -543,6 +557,8 @@ class RankCostStep:
     extrapolated: StepFit | None = None
     """Where fitted from copies of the job with fewer layers: the samples [ranks, layers] and the fit's error (a
     fraction; None: unknown)."""
+    rank_sample: RankSampleFit | None = None
+    """Where a sum over the ranks was computed at the job's size over a sample of its ranks, scaled."""
 
 
 @dataclass

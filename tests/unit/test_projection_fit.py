@@ -15,6 +15,8 @@ from ckpt_bench.projection import JobCheckpoint
 from ckpt_bench.projection.inputs import Figure
 from ckpt_bench.projection.model import _step_term
 from ckpt_bench.projection.rank_costs import Step, rank_costs
+from ckpt_bench.projection.rank_costs.base import RankSample
+from ckpt_bench.projection.schedule import HELD_LOAD_PLAN
 
 # the package's `rank_costs` name is its function: the module by its path
 sampled = importlib.import_module("ckpt_bench.projection.rank_costs.sampled")
@@ -38,7 +40,7 @@ def test_a_count_follows_the_line_through_the_deepest_two_and_its_error_widens_w
     assert value == 1100 and math.isclose(error, 0.2)  # 100 + 10 x 30 = 400 against 500
     # one span beyond the deepest sample keeps the error; two spans double it; never below the noise
     assert sampled._reach(0.2, [20, 40], 80) == 0.2 and math.isclose(sampled._reach(0.2, [20, 40], 160), 0.4)
-    assert sampled._reach(0.01, [20, 40], 80) == sampled._NOISE
+    assert sampled._reach(0.01, [20, 40], 80) == sampled.NOISE
 
 
 def _job(world: int = 64, **settings) -> JobCheckpoint:
@@ -89,12 +91,19 @@ def test_an_extrapolated_step_is_a_range_of_its_fits_error_and_open_where_the_er
     assert (term.low, term.high) == (8.0, 12.0) and "fit error 20%" in term.what
     unknown = dataclasses.replace(fitted, extrapolated={"samples": [[8, 2]], "error": None})
     assert _step_term("global plan", unknown, network).high is None
+    sampled_sum = Step(HELD_LOAD_PLAN, "load", "plans", cpu_s=100.0,
+                       rank_sample={"ranks": 16, "of": 1024, "error": 0.15})
+    term = _step_term("load plan", sampled_sum, network)
+    assert (term.low, term.high) == pytest.approx((85.0, 115.0))
+    assert "over 16 of its 1,024 ranks' plans and scaled, +-15%" in term.what
 
 
 def test_the_fitted_steps_count_what_the_exact_computation_counts_at_the_jobs_depth(tmp_path, monkeypatch):
     """Real computations (megatron-core's own steps in worker processes): a dense model's shards grow by the same
-    count each layer, so the fitted units are the exact ones; the CPU is marked with its fit's error."""
-    job = _job(16)
+    count each layer, so the fitted units are the exact ones; the CPU is marked with its fit's error. The load plan
+    of every held shard, a sum over the ranks, is computed at the job's own depth over a sample of its ranks: its
+    items within the sample's error of the exact count."""
+    job = _job(32)
     fitted = sampled.sampled_rank_costs(job, time_s=0.01, step_budget_s=60, cores=2)  # the first three alone
     monkeypatch.setenv("CKPT_BENCH_CACHE", str(tmp_path))
     exact = rank_costs(job, 60, exact=True)
@@ -105,7 +114,37 @@ def test_the_fitted_steps_count_what_the_exact_computation_counts_at_the_jobs_de
         assert (got.name, got.operation) == (want.name, want.operation)
         if want.units is not None and got.name == "sharding validation":
             assert got.units == want.units
-        if want.cpu_s is not None:
+        if got.name == HELD_LOAD_PLAN:
+            assert got.extrapolated is None and got.rank_sample == {"ranks": 16, "of": 32, "error": 0.15}
+            assert got.units == pytest.approx(want.units, rel=got.rank_sample["error"]) and got.cpu_s > 0
+        elif want.cpu_s is not None:
             assert got.extrapolated["error"] is not None and got.cpu_s > 0
     # .metadata's bytes, a power law through 2, 4, 8 layers taken to 32: within 30 % here (23 % measured)
     assert fitted.metadata_file_bytes == pytest.approx(exact.metadata_file_bytes, rel=0.3)
+
+
+def test_a_sum_over_the_ranks_is_scaled_from_each_class_and_its_error_is_the_widest_class_spread():
+    sample = RankSample(64, (((0, 31), 32), ((1, 32, 63), 32)))
+    assert sample.ranks == [0, 31, 1, 32, 63]
+    total, error = sample.scaled({0: 100, 31: 100, 1: 200, 32: 220, 63: 180})
+    assert total == pytest.approx(100 * 32 + 200 * 32) and error == pytest.approx(40 / 200)
+    # classes of ranks holding the same items: the timing's noise alone
+    assert sample.scaled({0: 5, 31: 5, 1: 7, 32: 7, 63: 7}) == (5 * 32 + 7 * 32, pytest.approx(0.15))
+
+
+def test_a_rank_sample_takes_each_class_of_ranks_evenly_from_its_first_to_its_last_data_parallel_rank():
+    """Primus's DeepSeek-V3 layout at 1,024 ranks (EP 8): eight classes of 128 ranks, two of each for a sample of
+    16, its first and last data-parallel rank; a dense job's one class, 16 of its ranks from first to last."""
+    from ckpt_bench.layout.workload import Workload
+    from ckpt_bench.projection.rank_costs.megatron_state import MegatronState
+
+    moe = resolve_workload(TINY, {"num_layers": 4, "num_experts": 8, "expert_model_parallel_size": 8,
+                                  "moe_router_topk": 2})
+    state = MegatronState(moe, 1024)
+    sample = state.rank_sample(16)
+    assert len(sample.classes) == 8 and all(count == 128 for _, count in sample.classes)
+    assert sorted(sample.ranks) == sorted([*range(8), *range(1016, 1024)])
+    dense = MegatronState(Workload(**_job(64).workload), 64)
+    sample = dense.rank_sample(16)
+    assert len(sample.classes) == 1 and sample.ranks[0] == 0 and sample.ranks[-1] == 63 and len(sample.ranks) == 16
+    assert dense.rank_sample(64) is None  # every rank: no sample

@@ -1,8 +1,9 @@
 """The computation's own process: `python -m ckpt_bench.projection.rank_costs JOB.json BUDGET_S` prints the
 engine's `RankCosts` as JSON; `--serve` answers one request a line on stdin (`{"job": ..., "budget": S}`, or
-`{"job": ..., "count_only": true}` for rank 0's sharded objects alone), one line of JSON each, importing torch and
-megatron-core once (`sampled`'s workers). A one-rank gloo group stands for rank 0 (megatron-core's validation runs
-on rank 0 only, and asks)."""
+`{"job": ..., "count_only": true}` for rank 0's sharded objects alone; `"sums": {"ranks": K, "only": true}`: the
+steps that are a sum over the ranks over about K of them, alone: `base.RankSums`), one line of JSON each,
+importing torch and megatron-core once (`sampled`'s workers). A one-rank gloo group stands for rank 0
+(megatron-core's validation runs on rank 0 only, and asks)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from ckpt_bench.projection.job import JobCheckpoint
 from ckpt_bench.projection.rank_costs import ENGINES, _versions
-from ckpt_bench.projection.rank_costs.base import Budget, RankCosts
+from ckpt_bench.projection.rank_costs.base import EVERY_RANK, Budget, RankCosts, RankSums
 
 
 def rank0_units(job: JobCheckpoint) -> int:
@@ -34,10 +35,10 @@ def rank0_units(job: JobCheckpoint) -> int:
     return sum(len(file.tensors) for file in layout(Workload(**job.workload), job.world_size).ranks[0].files)
 
 
-def computed(job: JobCheckpoint, seconds: float) -> RankCosts:
+def computed(job: JobCheckpoint, seconds: float, sums: RankSums = EVERY_RANK) -> RankCosts:
     budget = Budget(seconds)
     started = time.thread_time()
-    costs = importlib.import_module(ENGINES[job.engine]).compute(job, budget)
+    costs = importlib.import_module(ENGINES[job.engine]).compute(job, budget, sums)
     costs.computed_with = _versions()
     costs.budget_s, costs.spent_s = budget.seconds, round(time.thread_time() - started, 3)
     # the process's peak so far (a worker's: of every sample it computed, this one's at least)
@@ -52,7 +53,7 @@ def serve() -> None:
         if request.get("count_only"):
             answer = RankCosts(job.engine, job.world_size, [], rank0_units=rank0_units(job))
         else:
-            answer = computed(job, float(request["budget"]))
+            answer = computed(job, float(request["budget"]), RankSums(**request.get("sums", {})))
         print(json.dumps(answer.as_dict()), flush=True)
 
 

@@ -22,7 +22,7 @@ from ckpt_bench.layout.dlio_layout import dlio_tensor_name
 from ckpt_bench.layout.dlio_layout import layout as dlio_layout
 from ckpt_bench.layout.workload import Workload
 from ckpt_bench.projection.job import JobCheckpoint
-from ckpt_bench.projection.rank_costs.base import Budget, RankCosts
+from ckpt_bench.projection.rank_costs.base import EVERY_RANK, Budget, RankCosts, RankSums
 from ckpt_bench.projection.rank_costs.dcp_steps import DcpSteps, Item
 from ckpt_bench.projection.rank_costs.megatron_state import MegatronState
 
@@ -38,14 +38,21 @@ class DlioItems:
                 for file in self.layout.ranks[rank].files for spec in file.tensors]
 
 
-def compute(job: JobCheckpoint, budget: Budget) -> RankCosts:
+def compute(job: JobCheckpoint, budget: Budget, sums: RankSums = EVERY_RANK) -> RankCosts:
+    """The steps above; `sums`: the load plan over a sample of a Megatron job's ranks (DLIO's are not sampled:
+    every rank), or it alone."""
     workload = Workload(**job.workload)
+    sample = None
     if job.state in ("megatron", "megatron_fsdp2"):
-        items = MegatronState(workload, job.world_size).held_items
+        state = MegatronState(workload, job.world_size)
+        items = state.held_items
+        sample = state.rank_sample(sums.ranks) if sums.ranks else None
     else:
         items = DlioItems(dlio_layout(workload, job.world_size))
     dcp = DcpSteps(job.world_size, job.thread_count, budget, items, items)
+    if sums.only:
+        return RankCosts(job.engine, job.world_size, [dcp.load_plan(sample=sample)])
     steps = [dcp.global_plan(DefaultSavePlanner(), decentralized=False), dcp.finalize(), dcp.metadata_read(),
-             dcp.load_plan()]
+             dcp.load_plan(sample=sample)]
     return RankCosts(job.engine, job.world_size, steps, metadata_file_bytes=dcp.metadata_bytes,
                      every_rank_reads_metadata=True)

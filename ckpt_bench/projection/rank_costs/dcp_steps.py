@@ -35,6 +35,7 @@ from torch.distributed.checkpoint.storage import WriteResult
 from ckpt_bench.layout.workload import TORCH_DTYPE
 from ckpt_bench.projection.rank_costs.base import (
     Budget,
+    RankSample,
     Step,
     built_or_floor,
     gather_bytes,
@@ -220,10 +221,13 @@ class DcpSteps:
         run_step(step, self.budget, lambda: pickle.loads(payload))
         return step
 
-    def load_plan(self, name: str = "load plan", reads: Callable[[int], Sequence[Item]] | None = None) -> Step:
+    def load_plan(self, name: str = "load plan", reads: Callable[[int], Sequence[Item]] | None = None,
+                  sample: RankSample | None = None) -> Step:
         """A restart's plan: every rank's load plan (of `reads`, default the job's) gathered to rank 0 (which
         unpickles them all), `create_default_global_load_plan`, the plans pickled back to every rank
-        (scatter_object_list)."""
+        (scatter_object_list). Nothing in it spans ranks (torch's `create_default_global_load_plan` returns the
+        plans as they are), so with `sample` it runs over the sampled ranks' plans alone, its CPU scaled by the
+        items the job's ranks hold to theirs (`RankSample.scaled`)."""
         self.budget.restart()
         reads = reads or self.reads
         step = Step(name, "load", "every rank's load plan gathered to rank 0 (gather_object: unpickled "
@@ -231,10 +235,15 @@ class DcpSteps:
                     "(scatter_object_list)",
                     collective=f"gather_object + scatter_object_list over {self.world} ranks")
 
+        ranks = sample.ranks if sample else range(self.world)
+        items: dict[int, int] = {}
+
         def build(payloads: list) -> None:
-            for rank in range(self.world):
+            for rank in ranks:
                 self.budget.check()
-                payloads.append(pickle.dumps(load_plan(reads(rank)), protocol=pickle.HIGHEST_PROTOCOL))
+                plan = load_plan(reads(rank))
+                items[rank] = len(plan.items)
+                payloads.append(pickle.dumps(plan, protocol=pickle.HIGHEST_PROTOCOL))
 
         payloads = built_or_floor(step, self.budget, build, unpickled)
         if payloads is None:
@@ -243,11 +252,15 @@ class DcpSteps:
 
         def work() -> None:
             plans = unpickled(payloads, self.budget)
-            step.units = sum(len(plan.items) for plan in plans)
             for plan in create_default_global_load_plan(plans):
                 self.budget.check()
                 pickle.dumps(plan, protocol=pickle.HIGHEST_PROTOCOL)
 
         run_step(step, self.budget, work)
+        step.units = sum(items.values())
+        if sample and step.complete and step.cpu_s:
+            total, error = sample.scaled(items)
+            step.cpu_s, step.units = round(step.cpu_s * total / step.units, 4), round(total)
+            step.rank_sample = {"ranks": len(payloads), "of": self.world, "error": round(error, 3)}
         step.host_bytes = 2 * gather_bytes(self.world, largest)
         return step

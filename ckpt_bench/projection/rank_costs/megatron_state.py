@@ -15,6 +15,7 @@ from ckpt_bench.layout.megatron_fsdp2 import rank_state as fsdp2_rank_state
 from ckpt_bench.layout.megatron_shapes import MegatronGPT, Shard
 from ckpt_bench.layout.workload import Workload
 from ckpt_bench.model.parallel import RankCoordinates
+from ckpt_bench.projection.rank_costs.base import RankSample
 from ckpt_bench.projection.rank_costs.dcp_steps import DTYPES, Item
 
 __all__ = ["MegatronState"]
@@ -143,6 +144,24 @@ class MegatronState:
         if self.fsdp2:
             return self.resident_bytes(rank)
         return self._distribution(rank).written[rank]
+
+    def rank_sample(self, size: int) -> RankSample | None:
+        """About `size` ranks, at least two of each class of ranks holding the same model shards
+        (`MegatronGPT.class_coordinates`), evenly spread over its data-parallel ranks (its first and last among
+        them): what a rank's distributed-optimizer shards (or FSDP2 chunks) add moves with its place. None where
+        that would be every rank."""
+        classes: dict[RankCoordinates, list[int]] = {}
+        for rank in range(self.world_size):
+            classes.setdefault(self.gpt.class_coordinates(self.gpt.coordinates(rank)), []).append(rank)
+        per_class = max(2, -(-size // len(classes)))
+        picked = []
+        for ranks in classes.values():
+            count = min(per_class, len(ranks))
+            chosen = sorted({ranks[round(i * (len(ranks) - 1) / (count - 1))] for i in range(count)}) if count > 1 \
+                else ranks[:1]
+            picked.append((tuple(chosen), len(ranks)))
+        sample = RankSample(self.world_size, tuple(picked))
+        return sample if len(sample.ranks) < self.world_size else None
 
     @cached_property
     def groups(self) -> list[list[int]]:

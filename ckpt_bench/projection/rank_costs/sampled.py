@@ -15,7 +15,7 @@ Counts of shards and items follow a line through the deepest two samples (each l
 busiest host's, a rank's buffer, `.metadata`'s size: pickled plans whose largest changes with the layout) and CPU a
 power law over the deepest three, CPU in what the step goes through. A fit's error is how far it
 misses its deepest sample when fitted without it, times how many of its last spans the model's depth lies beyond
-(never below the run-to-run noise, `_NOISE`). Each figure is marked `extrapolated` with that error;
+(never below the run-to-run noise, `NOISE`). Each figure is marked `extrapolated` with that error;
 `--rank-costs-exact` computes the job itself (minutes; cached).
 
 Which samples run is decided on CPU seconds (each predicted from the one before it), not wall time, so a busy
@@ -36,7 +36,7 @@ import time
 
 from ckpt_bench.core import progress
 from ckpt_bench.projection.job import JobCheckpoint
-from ckpt_bench.projection.rank_costs.base import RankCosts, Step
+from ckpt_bench.projection.rank_costs.base import NOISE, RankCosts, Step
 
 __all__ = ["DEFAULT_TIME_S", "at_depth", "depth_sizes", "fit_axis", "sampled_rank_costs"]
 
@@ -46,11 +46,12 @@ DEFAULT_TIME_S = 40.0
 #: Each sample is predicted to cost its axis's last sample times the growth to this power (a little above linear,
 #: as the steps measured here grow).
 _PREDICTED_GROWTH = 1.3
-#: The least error a fitted CPU figure carries: how much the same step's CPU moves between runs here (megatron-core's
-#: sharding validation at 1,024 ranks: 5.35-5.97 s).
-_NOISE = 0.1
 #: The figures of a step that are fitted.
 _FIELDS = ("cpu_s", "host_bytes", "rank_memory_bytes", "units")
+#: About how many ranks (at least two of each class) stand for the job's in the steps that are a sum over its
+#: ranks (a restart's load plan of every shard a rank holds, `base.RankSums`): those are computed at the job's own
+#: size and depth over them, not fitted; the copies compute them over as many.
+RANK_SAMPLE = 16
 
 
 def _is_megatron(job: JobCheckpoint) -> bool:
@@ -195,17 +196,25 @@ def sampled_rank_costs(job: JobCheckpoint, time_s: float, step_budget_s: float,
     sized = {depth: (at_depth(job, depth) if depth != full_layers else job).as_dict() for depth in depths}
 
     def compute(depth: int) -> tuple[int, RankCosts]:
-        return depth, RankCosts.from_dict(workers.ask({"job": sized[depth], "budget": step_budget_s}))
+        return depth, RankCosts.from_dict(workers.ask({"job": sized[depth], "budget": step_budget_s,
+                                                       "sums": {"ranks": RANK_SAMPLE}}))
 
     try:
         for depth in depths:  # rank 0's shards at each depth: the depth axis
             units[depth] = workers.ask({"job": sized[depth], "count_only": True})["rank0_units"]
+        # The sums over the ranks at the job's own size, over a sample of its ranks: no fit
+        sums = RankCosts.from_dict(workers.ask({"job": job.as_dict(), "budget": step_budget_s,
+                                                "sums": {"ranks": RANK_SAMPLE, "only": True}}))
+        sampled = sums.steps[0].rank_sample or {"ranks": job.world_size}
+        progress.show(f"rank-count steps: the restart's load plan at {job.world_size:,} ranks x {full_layers} "
+                      f"layers computed over {sampled['ranks']} ranks' plans ({sums.spent_s:.1f} s CPU, "
+                      f"{time.monotonic() - started:.0f} s elapsed)")
         with ThreadPoolExecutor(len(workers.processes)) as pool:
             # In order, a core's worth at a time: the deepest copy computed beside another measured its steps'
             # CPU growing faster than alone (DeepSeek-V3's sharding validation: its fit's error 0.16 became 1.8).
             index = 0
             while index < len(depths):
-                batch, predicted = [], sum(c.spent_s or 0.0 for c in computed.values())
+                batch, predicted = [], sum(c.spent_s or 0.0 for c in [sums, *computed.values()])
                 for depth in depths[index:index + len(workers.processes)]:
                     last = max(computed, default=None)
                     guess = _predicted(computed[last].spent_s or 0.0, units[depth] / units[last]) if last else 0.0
@@ -224,28 +233,30 @@ def sampled_rank_costs(job: JobCheckpoint, time_s: float, step_budget_s: float,
                 index += len(batch)
     finally:
         workers.close()
-    return _fitted(job, computed, units, full_layers)
+    return _fitted(job, computed, units, full_layers, sums)
 
 
 def _reach(error: float, xs: list[float], target: float) -> float:
     """A fit's error at `target`: how far it missed its largest sample, over as many of its last spans as the
-    target lies beyond that sample (in log scale), and never below `_NOISE`."""
+    target lies beyond that sample (in log scale), and never below `NOISE`."""
     xs = sorted(set(xs))
     if len(xs) < 2 or target <= xs[-1]:
-        return max(error, _NOISE) if error else 0.0
+        return max(error, NOISE) if error else 0.0
     spans = math.log(target / xs[-1]) / math.log(xs[-1] / xs[-2])
-    return max(_NOISE, error * max(1.0, spans))
+    return max(NOISE, error * max(1.0, spans))
 
 
 def _fitted(job: JobCheckpoint, computed: dict[int, RankCosts], units: dict[int, int],
-            full_layers: int | None) -> RankCosts:
-    """Each figure at the job's depth: a count of shards or items along a line in rank 0's shards through the
-    deepest two samples (each layer adds its own); bytes along a power law in rank 0's shards, and CPU in what the
-    step goes through (its own units, or rank 0's shards), over the deepest three."""
+            full_layers: int | None, sums: RankCosts) -> RankCosts:
+    """Each figure at the job's depth: a step that is a sum over the ranks as `sums` computed it at the job's size;
+    the others' counts of shards or items along a line in rank 0's shards through the deepest two samples (each
+    layer adds its own), their bytes along a power law in rank 0's shards, and CPU in what the step goes through
+    (its own units, or rank 0's shards), over the deepest three."""
     depths = sorted(computed)
     template = computed[depths[-1]]
+    at_size = {(step.operation, step.name): step for step in sums.steps}
     if full_layers in computed:
-        return template
+        return dataclasses.replace(template, steps=[at_size.get((s.operation, s.name), s) for s in template.steps])
     goal = units[full_layers]
 
     def fit(points: list[tuple[float, float]], target: float, count: bool) -> tuple[float | None, float | None]:
@@ -261,6 +272,9 @@ def _fitted(job: JobCheckpoint, computed: dict[int, RankCosts], units: dict[int,
     samples = [[job.world_size, depth] for depth in depths]
     steps = []
     for index, step in enumerate(template.steps):
+        if (step.operation, step.name) in at_size:
+            steps.append(at_size[step.operation, step.name])
+            continue
         fitted = Step(**{**step.as_dict(), **dict.fromkeys(_FIELDS), "why": step.why if step.cpu_s is None else None})
         for name in ("units", "host_bytes", "rank_memory_bytes"):
             figure, _ = fit([(units[d], v) for d in depths if (v := pick(computed[d], index, name)) is not None],
@@ -286,13 +300,21 @@ def _fitted(job: JobCheckpoint, computed: dict[int, RankCosts], units: dict[int,
                      metadata_file_bytes=None if metadata is None else int(round(metadata)),
                      every_rank_reads_metadata=template.every_rank_reads_metadata,
                      computed_with=template.computed_with, budget_s=template.budget_s,
-                     spent_s=round(sum(c.spent_s or 0.0 for c in computed.values()), 3),
-                     peak_rss_bytes=max(c.peak_rss_bytes or 0 for c in computed.values()), method="extrapolated",
+                     spent_s=round(sum(c.spent_s or 0.0 for c in [sums, *computed.values()]), 3),
+                     peak_rss_bytes=max(c.peak_rss_bytes or 0 for c in [sums, *computed.values()]),
+                     method="extrapolated",
                      samples=samples, rank0_units=goal,
                      notes=[f"the global steps were computed at {job.world_size:,} ranks with "
                             f"{', '.join(map(str, depths))} of the model's {full_layers} layers and fitted to its "
                             "depth (counts on a line, CPU on a power law): each is marked extrapolated with the "
-                            "fit's error; --rank-costs-exact computes the job itself (minutes; cached)"])
+                            "fit's error; --rank-costs-exact computes the job itself (minutes; cached)",
+                            *([f"the restart's load plan of every shard a rank holds, a sum over the ranks, was "
+                               f"computed at the job's size over "
+                               f"{sampled['ranks']} of its {job.world_size:,} ranks' plans (at least two of each "
+                               "class of ranks holding the same model shards), scaled by the items the job's ranks "
+                               "hold (marked rank_sample, with its error)"]
+                              if (sampled := next((s.rank_sample for s in sums.steps if s.rank_sample), None))
+                              else [])])
 
 
 def _line(points: list[tuple[float, float]], goal: float) -> tuple[float, float | None]:

@@ -37,9 +37,11 @@ from ckpt_bench.core import megatron_release
 from ckpt_bench.layout.workload import Workload
 from ckpt_bench.projection.job import JobCheckpoint
 from ckpt_bench.projection.rank_costs.base import (
+    EVERY_RANK,
     Budget,
     OutOfBudget,
     RankCosts,
+    RankSums,
     Step,
     all_gather_bytes,
     built_or_floor,
@@ -168,10 +170,20 @@ class TorchDistCosts:
                     collective="broadcasts within each data-parallel group", host_bytes=busiest,
                     why="data movement, not CPU: priced with the network figure")
 
-    def compute(self) -> RankCosts:
+    def compute(self, sums: RankSums) -> RankCosts:
         world, threads = self.job.world_size, self.job.thread_count
         dcp = DcpSteps(world, threads, self.budget, self.state.written_items,
                        self.state.written_items)  # a fully parallel load reads about what the rank wrote
+        sample = self.state.rank_sample(sums.ranks) if sums.ranks else None
+
+        def held_load_plan() -> Step:
+            """A sum over the ranks whose ranks of a class hold about as many items: `sums` says over which. (The
+            fully parallel load's plan is one too, but what the distribution gives a rank to read varies from rank
+            to rank: it is computed over every rank.)"""
+            return dcp.load_plan(HELD_LOAD_PLAN, self.state.held_items_and_objects, sample)
+
+        if sums.only:
+            return RankCosts("torch_dist", world, [held_load_plan()])
         save_validation = self.validation("save")
         steps = [save_validation, self.distribution("save"),
                  dcp.global_plan(MCoreSavePlanner(dedup_replicated_tensors=False, flatten_state_dict=False),
@@ -179,10 +191,10 @@ class TorchDistCosts:
                  dcp.finalize()]
         load_validation = Step(**{**save_validation.as_dict(), "operation": "load", "cached_away": False})
         steps += [load_validation, dcp.metadata_read(), self.distribution("load"), dcp.load_plan(),
-                  dcp.load_plan(HELD_LOAD_PLAN, self.state.held_items_and_objects), self.exchange()]
+                  held_load_plan(), self.exchange()]
         return RankCosts("torch_dist", world, steps, metadata_file_bytes=dcp.metadata_bytes,
                          every_rank_reads_metadata=True)
 
 
-def compute(job: JobCheckpoint, budget: Budget) -> RankCosts:
-    return TorchDistCosts(job, budget).compute()
+def compute(job: JobCheckpoint, budget: Budget, sums: RankSums = EVERY_RANK) -> RankCosts:
+    return TorchDistCosts(job, budget).compute(sums)
