@@ -1,9 +1,9 @@
 """The computation's own process: `python -m ckpt_bench.projection.rank_costs JOB.json BUDGET_S` prints the
 engine's `RankCosts` as JSON; `--serve` answers one request a line on stdin (`{"job": ..., "budget": S}`, or
-`{"job": ..., "count_only": true}` for rank 0's sharded objects alone; `"sums": {"ranks": K, "only": true}`: the
-steps that are a sum over the ranks over about K of them, alone: `base.RankSums`), one line of JSON each,
-importing torch and megatron-core once (`sampled`'s workers). A one-rank gloo group stands for rank 0
-(megatron-core's validation runs on rank 0 only, and asks)."""
+`{"job": ..., "count_only": true}` for rank 0's sharded objects alone; `"sums": {"ranks": K, "steps": "sums"}`:
+the steps that are a sum over the ranks over about K of them alone, `"others"` all but those: `base.RankSums`),
+one line of JSON each, importing torch and megatron-core once (`sampled`'s workers). A one-rank gloo group stands
+for rank 0 (megatron-core's validation runs on rank 0 only, and asks)."""
 
 from __future__ import annotations
 

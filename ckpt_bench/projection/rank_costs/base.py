@@ -39,6 +39,11 @@ NOISE = 0.1
 #: process timing it (DeepSeek-V3's load plan of every held shard, 16 of 1,024 ranks timed four times in one
 #: worker: 471, 563, 580, 620 s; 483 s in a fresh one).
 SAMPLE_NOISE = 0.15
+#: Payload bytes a sum over a sample of the ranks goes through at least (the sample's payloads again, where it
+#: holds fewer; the job's own bytes where those are fewer): its time an item grows with what the coordinator holds
+#: until about this (DeepSeek-V3's held load plans here: 48 us an item over 27 MB, 65 us over 53, 106 and 213 MB;
+#: Mixtral 8x7B's: 9 us over 1 MB, 28 over 16 MB, 33-35 over its whole 66 MB).
+SAMPLE_BYTES = 64 << 20
 
 
 class OutOfBudget(Exception):
@@ -128,15 +133,18 @@ class Step:
 @dataclass(frozen=True)
 class RankSums:
     """How an engine computes its steps that are a sum over the ranks: over a sample of about `ranks` of them, at
-    least two of each class of ranks holding the same model shards (None: every rank), and with `only` those
-    steps alone (the others left out: `sampled` takes them from copies of the job)."""
+    least two of each class of ranks holding the same model shards (None: every rank); `steps`: "all" of the
+    engine's steps, the "sums" alone, or the "others" alone (`sampled`'s copies of the job, whose sums it takes
+    from the job itself)."""
 
     ranks: int | None = None
-    only: bool = False
+    steps: str = "all"
 
     def __post_init__(self) -> None:
         if self.ranks is not None and self.ranks < 2:
             raise ValueError(f"a sample of {self.ranks} ranks: at least 2 (a class's spread is the error)")
+        if self.steps not in ("all", "sums", "others"):
+            raise ValueError(f"steps {self.steps!r}: all, sums or others")
 
 
 #: Every step, each over every rank: an engine's computation at the job's size.
@@ -266,14 +274,16 @@ _RETIME_BELOW_S = 2.0
 _TIMINGS = 3
 
 
-def run_step(step: Step, budget: Budget, work) -> Step:
-    """Time `work()` (this thread's CPU) into `step`: the least of up to `_TIMINGS` timings where it is short; a
+def run_step(step: Step, budget: Budget, work, once: bool = False) -> Step:
+    """Time `work()` (this thread's CPU) into `step`: the least of up to `_TIMINGS` timings where it is short
+    (`once`: one timing, for work standing for more than it holds, whose memory a second timing would find warm); a
     budget that runs out leaves a lower bound. What the heap holds so far is frozen out of the collections the
     step may trigger: a collection's cost is the whole heap's (this computation's inputs here, a training
     process's model and state there), not the step's."""
     gc.freeze()
     timings: list[float] = []
-    while len(timings) < _TIMINGS and (not timings or max(timings) < _RETIME_BELOW_S):
+    most = 1 if once else _TIMINGS
+    while len(timings) < most and (not timings or max(timings) < _RETIME_BELOW_S):
         started = time.thread_time()
         try:
             with budget.enforced():

@@ -50,9 +50,10 @@ def compute(job: JobCheckpoint, budget: Budget, sums: RankSums = EVERY_RANK) -> 
     else:
         items = DlioItems(dlio_layout(workload, job.world_size))
     dcp = DcpSteps(job.world_size, job.thread_count, budget, items, items)
-    if sums.only:
-        return RankCosts(job.engine, job.world_size, [dcp.load_plan(sample=sample)])
+    load_plan = dcp.load_plan_left_out if sums.steps == "others" else lambda: dcp.load_plan(sample=sample)
+    if sums.steps == "sums":
+        return RankCosts(job.engine, job.world_size, [load_plan()])
     steps = [dcp.global_plan(DefaultSavePlanner(), decentralized=False), dcp.finalize(), dcp.metadata_read(),
-             dcp.load_plan(sample=sample)]
+             load_plan()]
     return RankCosts(job.engine, job.world_size, steps, metadata_file_bytes=dcp.metadata_bytes,
                      every_rank_reads_metadata=True)

@@ -10,6 +10,7 @@ finish` (the `.metadata` file, written into a temporary folder), `create_default
 from __future__ import annotations
 
 import dataclasses
+import math
 import pickle
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
@@ -34,6 +35,7 @@ from torch.distributed.checkpoint.storage import WriteResult
 
 from ckpt_bench.layout.workload import TORCH_DTYPE
 from ckpt_bench.projection.rank_costs.base import (
+    SAMPLE_BYTES,
     Budget,
     RankSample,
     Step,
@@ -221,19 +223,25 @@ class DcpSteps:
         run_step(step, self.budget, lambda: pickle.loads(payload))
         return step
 
+    def load_plan_left_out(self, name: str = "load plan") -> Step:
+        """The load plan's step, not computed here: `sampled` computes it at the job's size over a sample of its
+        ranks (`base.RankSums`)."""
+        return Step(name, "load", "every rank's load plan gathered to rank 0 (gather_object: unpickled there), "
+                    "create_default_global_load_plan, each rank's plan pickled and scattered back "
+                    "(scatter_object_list)", collective=f"gather_object + scatter_object_list over {self.world} ranks",
+                    why="a sum over the ranks: computed at the job's own size over a sample of them")
+
     def load_plan(self, name: str = "load plan", reads: Callable[[int], Sequence[Item]] | None = None,
                   sample: RankSample | None = None) -> Step:
         """A restart's plan: every rank's load plan (of `reads`, default the job's) gathered to rank 0 (which
         unpickles them all), `create_default_global_load_plan`, the plans pickled back to every rank
         (scatter_object_list). Nothing in it spans ranks (torch's `create_default_global_load_plan` returns the
-        plans as they are), so with `sample` it runs over the sampled ranks' plans alone, its CPU scaled by the
-        items the job's ranks hold to theirs (`RankSample.scaled`)."""
+        plans as they are), so with `sample` it runs over the sampled ranks' plans alone (again, up to
+        `SAMPLE_BYTES`), its CPU scaled by the items the job's ranks hold to theirs (`RankSample.scaled`)."""
         self.budget.restart()
         reads = reads or self.reads
-        step = Step(name, "load", "every rank's load plan gathered to rank 0 (gather_object: unpickled "
-                    "there), create_default_global_load_plan, each rank's plan pickled and scattered back "
-                    "(scatter_object_list)",
-                    collective=f"gather_object + scatter_object_list over {self.world} ranks")
+        step = self.load_plan_left_out(name)
+        step.why = None
 
         ranks = sample.ranks if sample else range(self.world)
         items: dict[int, int] = {}
@@ -248,19 +256,23 @@ class DcpSteps:
         payloads = built_or_floor(step, self.budget, build, unpickled)
         if payloads is None:
             return step
-        largest = max(map(len, payloads))
+        largest, timed = max(map(len, payloads)), payloads
+        if sample:
+            job_bytes, _ = sample.scaled({rank: len(payload) for rank, payload in zip(ranks, payloads, strict=True)})
+            timed = payloads * max(1, math.ceil(min(job_bytes, SAMPLE_BYTES) / sum(map(len, payloads))))
 
         def work() -> None:
-            plans = unpickled(payloads, self.budget)
+            plans = unpickled(timed, self.budget)
             for plan in create_default_global_load_plan(plans):
                 self.budget.check()
                 pickle.dumps(plan, protocol=pickle.HIGHEST_PROTOCOL)
 
-        run_step(step, self.budget, work)
+        run_step(step, self.budget, work, once=sample is not None)
         step.units = sum(items.values())
         if sample and step.complete and step.cpu_s:
             total, error = sample.scaled(items)
-            step.cpu_s, step.units = round(step.cpu_s * total / step.units, 4), round(total)
+            step.cpu_s = round(step.cpu_s * total / (step.units * len(timed) // len(payloads)), 4)
+            step.units = round(total)
             step.rank_sample = {"ranks": len(payloads), "of": self.world, "error": round(error, 3)}
         step.host_bytes = 2 * gather_bytes(self.world, largest)
         return step

@@ -50,7 +50,7 @@ _PREDICTED_GROWTH = 1.3
 _FIELDS = ("cpu_s", "host_bytes", "rank_memory_bytes", "units")
 #: About how many ranks (at least two of each class) stand for the job's in the steps that are a sum over its
 #: ranks (a restart's load plan of every shard a rank holds, `base.RankSums`): those are computed at the job's own
-#: size and depth over them, not fitted; the copies compute them over as many.
+#: size and depth over them, not fitted, and the copies leave them out.
 RANK_SAMPLE = 16
 
 
@@ -197,14 +197,14 @@ def sampled_rank_costs(job: JobCheckpoint, time_s: float, step_budget_s: float,
 
     def compute(depth: int) -> tuple[int, RankCosts]:
         return depth, RankCosts.from_dict(workers.ask({"job": sized[depth], "budget": step_budget_s,
-                                                       "sums": {"ranks": RANK_SAMPLE}}))
+                                                       "sums": {"steps": "others"}}))
 
     try:
         for depth in depths:  # rank 0's shards at each depth: the depth axis
             units[depth] = workers.ask({"job": sized[depth], "count_only": True})["rank0_units"]
         # The sums over the ranks at the job's own size, over a sample of its ranks: no fit
         sums = RankCosts.from_dict(workers.ask({"job": job.as_dict(), "budget": step_budget_s,
-                                                "sums": {"ranks": RANK_SAMPLE, "only": True}}))
+                                                "sums": {"ranks": RANK_SAMPLE, "steps": "sums"}}))
         sampled = sums.steps[0].rank_sample or {"ranks": job.world_size}
         progress.show(f"rank-count steps: the restart's load plan at {job.world_size:,} ranks x {full_layers} "
                       f"layers computed over {sampled['ranks']} ranks' plans ({sums.spent_s:.1f} s CPU, "

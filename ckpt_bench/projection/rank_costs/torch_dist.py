@@ -180,9 +180,11 @@ class TorchDistCosts:
             """A sum over the ranks whose ranks of a class hold about as many items: `sums` says over which. (The
             fully parallel load's plan is one too, but what the distribution gives a rank to read varies from rank
             to rank: it is computed over every rank.)"""
+            if sums.steps == "others":
+                return dcp.load_plan_left_out(HELD_LOAD_PLAN)
             return dcp.load_plan(HELD_LOAD_PLAN, self.state.held_items_and_objects, sample)
 
-        if sums.only:
+        if sums.steps == "sums":
             return RankCosts("torch_dist", world, [held_load_plan()])
         save_validation = self.validation("save")
         steps = [save_validation, self.distribution("save"),
