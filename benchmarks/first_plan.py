@@ -56,7 +56,8 @@ def first_plan(primus: Path, config: str, args, hog: bool) -> dict:
             "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024 / 1e9, 2),
             **{key: (plan[key].get("range_s"), plan[key].get("binding")) for key in ("save", "steady_save", "load")},
             "samples": plan["rank_costs"].get("samples"), "method": plan["rank_costs"].get("method"),
-            "steps": [[step["operation"], step["name"], step["cpu_s"], (step.get("extrapolated") or {}).get("error")]
+            "steps": [[step["operation"], step["name"], step["cpu_s"],
+                       (step.get("extrapolated") or step.get("rank_sample") or {}).get("error")]
                       for step in plan["rank_costs"]["steps"]]}
 
 
