@@ -95,12 +95,13 @@ class ProjectionOptions(Options):
         "compute (a step cut short is a lower bound).", type=float, metavar="S", default=DEFAULT_BUDGET_S,
         show_default=True).field(DEFAULT_BUDGET_S)
     rank_costs_exact: bool = Flag(
-        ("--rank-costs-exact",), "Compute the engine's global steps at the job's own size (minutes at 1,024 ranks for "
-        "a large model; cached) instead of on copies of it with fewer layers, fitted to its depth (the default above "
-        f"{EXACT_UP_TO} ranks).", type=bool).field(False)
+        ("--rank-costs-exact",), "Compute the engine's global steps at the job's own size over every rank (minutes "
+        "at 1,024 ranks for a large model; cached) instead of on copies of it with fewer layers, fitted to its depth, "
+        f"a sum over the ranks over a sample of them (the default above {EXACT_UP_TO} ranks).",
+        type=bool).field(False)
     rank_costs_time: float = Flag(
-        ("--rank-costs-time",), "Wall seconds the fitted computation of the global steps may take on every core of "
-        "an idle machine (CPU seconds: this x the cores; three samples are computed whatever it says).", type=float,
+        ("--rank-costs-time",), "CPU seconds the fitted computation of the global steps may take, its copies of the "
+        "job computed one after another on one core (three are computed whatever it says).", type=float,
         metavar="S", default=DEFAULT_TIME_S, show_default=True).field(DEFAULT_TIME_S)
 
     @classmethod

@@ -104,7 +104,7 @@ def test_the_fitted_steps_count_what_the_exact_computation_counts_at_the_jobs_de
     of every held shard, a sum over the ranks, is computed at the job's own depth over a sample of its ranks: its
     items within the sample's error of the exact count."""
     job = _job(32)
-    fitted = sampled.sampled_rank_costs(job, time_s=0.01, step_budget_s=60, cores=2)  # the first three alone
+    fitted = sampled.sampled_rank_costs(job, time_s=0.01, step_budget_s=60)  # the first three alone
     monkeypatch.setenv("CKPT_BENCH_CACHE", str(tmp_path))
     exact = rank_costs(job, 60, exact=True)
     assert exact.method == "computed"

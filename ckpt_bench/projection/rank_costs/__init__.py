@@ -112,7 +112,7 @@ def _enough(known: RankCosts | None, budget_s: float) -> bool:
 def rank_costs(job: JobCheckpoint, budget_s: float = DEFAULT_BUDGET_S, exact: bool = False,
                time_s: float = DEFAULT_TIME_S) -> RankCosts:
     """The engine's rank-count costs at the job's size (cached): computed at its size where it is small or `exact`
-    is asked, else extrapolated from samples taking about `time_s` on every core; raises RuntimeError if the
+    is asked, else extrapolated from samples taking about `time_s` CPU seconds; raises RuntimeError if the
     computation fails."""
     if job.engine not in ENGINES:
         return RankCosts(job.engine, job.world_size, [], notes=[f"the {job.engine} engine's global steps are not "
@@ -129,11 +129,13 @@ def rank_costs(job: JobCheckpoint, budget_s: float = DEFAULT_BUDGET_S, exact: bo
         if _enough(known, budget_s):
             return known
         progress.show(f"computing the {job.engine} engine's global steps on smaller copies of the "
-                      f"{job.world_size:,}-rank job with its own code, their growth fitted (about {time_s:g} s on "
-                      "every core; --rank-costs-exact computes the job itself; cached for the next run)")
+                      f"{job.world_size:,}-rank job with its own code, their growth fitted (about {time_s:g} s of "
+                      "CPU; --rank-costs-exact computes the job itself; cached for the next run)")
         costs = sampled_rank_costs(job, time_s, budget_s)
-        # Where the budget reached the model's own depth the result is the exact one: cached as such.
-        _write(fitted if costs.method == "extrapolated" else cached, costs)
+        # Where the budget reached the model's own depth the result is the exact one (a sum over a sample of the
+        # ranks aside): cached as such.
+        exact = costs.method != "extrapolated" and not any(step.rank_sample for step in costs.steps)
+        _write(cached if exact else fitted, costs)
         return costs
     progress.show(f"computing the {job.engine} engine's global steps at {job.world_size:,} ranks with its own code "
                   f"(on one core, at most {budget_s:g} s a step; cached for the next run)")

@@ -11,6 +11,10 @@ distributed optimizer's fragments, the fully parallel distribution). The depth i
     depth   the job with 2, 4, 8 layers a pipeline stage (the experiment's layer pattern sampled evenly: a MoE
             keeps dense and expert layers), then 16, ... while the time holds, measured by rank 0's shards
 
+A step that is a sum over the ranks (a restart's load plan of every shard a rank holds: nothing in it spans ranks) is
+not fitted: it is computed at the job's own size and depth over a sample of its ranks (`RANK_SAMPLE`,
+`base.RankSums`), and the copies leave it out.
+
 Counts of shards and items follow a line through the deepest two samples (each layer adds its own); bytes (the
 busiest host's, a rank's buffer, `.metadata`'s size: pickled plans whose largest changes with the layout) and CPU a
 power law over the deepest three, CPU in what the step goes through. A fit's error is how far it
@@ -19,7 +23,7 @@ misses its deepest sample when fitted without it, times how many of its last spa
 `--rank-costs-exact` computes the job itself (minutes; cached).
 
 Which samples run is decided on CPU seconds (each predicted from the one before it), not wall time, so a busy
-machine computes the same samples, more slowly. Samples run on every core, in worker processes that import torch
+machine computes the same samples, more slowly. They run one after another in a worker process that imports torch
 and megatron-core once (`python -m ckpt_bench.projection.rank_costs --serve`).
 """
 
@@ -28,10 +32,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import subprocess
 import sys
-import threading
 import time
 
 from ckpt_bench.core import progress
@@ -40,8 +42,8 @@ from ckpt_bench.projection.rank_costs.base import NOISE, RankCosts, Step
 
 __all__ = ["DEFAULT_TIME_S", "at_depth", "depth_sizes", "fit_axis", "sampled_rank_costs"]
 
-#: Wall seconds the samples may take on all cores of an idle machine by default (`--rank-costs-time`): with the
-#: workers' start and the rest of `--plan`, a first plan in about a minute.
+#: CPU seconds the samples may take by default (`--rank-costs-time`): with the worker's start and the rest of
+#: `--plan`, a first plan in about a minute where the three first copies fit in it.
 DEFAULT_TIME_S = 40.0
 #: Each sample is predicted to cost its axis's last sample times the growth to this power (a little above linear,
 #: as the steps measured here grow).
@@ -137,102 +139,73 @@ def fit_axis(points: list[tuple[float, float]], target: float) -> tuple[float, f
     return math.exp(intercept + slope * math.log(target)), error, slope
 
 
-class _Workers:
-    """Worker processes (one a core) computing samples: each imports torch and megatron-core once."""
+class _Worker:
+    """A worker process computing the samples one after another: it imports torch and megatron-core once."""
 
-    def __init__(self, count: int):
-        self.processes = [subprocess.Popen([sys.executable, "-m", "ckpt_bench.projection.rank_costs", "--serve"],
-                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                           text=True) for _ in range(count)]
-        self.free = list(self.processes)
-        self.lock = threading.Lock()
+    def __init__(self):
+        self.process = subprocess.Popen([sys.executable, "-m", "ckpt_bench.projection.rank_costs", "--serve"],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        text=True)
 
     def ask(self, request: dict) -> dict:
-        with self.lock:
-            process = self.free.pop()
-        try:
-            process.stdin.write(json.dumps(request) + "\n")
-            process.stdin.flush()
-            line = process.stdout.readline()
-            if not line:
-                last = (process.stderr.read().strip().splitlines() or ["no output"])[-1]
-                raise RuntimeError(f"computing the rank-count costs failed: {last}")
-            return json.loads(line)
-        finally:
-            with self.lock:
-                self.free.append(process)
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not line:
+            last = (self.process.stderr.read().strip().splitlines() or ["no output"])[-1]
+            raise RuntimeError(f"computing the rank-count costs failed: {last}")
+        return json.loads(line)
 
     def close(self) -> None:
-        for process in self.processes:
-            if process.stdin:
-                process.stdin.close()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        if self.process.stdin:
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
 
 
 def _predicted(spent: float, growth: float) -> float:
     return spent * growth ** _PREDICTED_GROWTH
 
 
-def sampled_rank_costs(job: JobCheckpoint, time_s: float, step_budget_s: float,
-                       cores: int | None = None) -> RankCosts:
+def sampled_rank_costs(job: JobCheckpoint, time_s: float, step_budget_s: float) -> RankCosts:
     """The job's rank-count costs fitted from copies of it at its own ranks with fewer layers (`depth_sizes`): the
-    first three always (a fit needs three to know its error), more while about `time_s` wall seconds on every core
-    of an idle machine (`time_s` x cores CPU seconds) hold, each step at most `step_budget_s`."""
-    from concurrent.futures import ThreadPoolExecutor  # here: the package's options are read by every command
-
-    cores = max(1, min(cores or os.cpu_count() or 1, 8))
-    budget = time_s * cores
+    first three always (a fit needs three to know its error), more while about `time_s` CPU seconds hold (the sum
+    over a sample of the ranks included), each step at most `step_budget_s`; one after another, in one worker
+    process. Two at a time, one a core, the copies measured each other: a step's CPU grows beside another process
+    computing (Mixtral 8x7B's sharding validation, fitted, 1.6 s idle and 7.4 s beside a CPU hog; one at a time,
+    7.9 s and 7.4 s)."""
     full_layers = _layers(job)
     depths = depth_sizes(job)
     started = time.monotonic()
-    # One worker a core: CPU time measured beside more processes than cores runs slower (shared caches).
-    workers = _Workers(min(cores, len(depths)))
+    worker = _Worker()
     computed: dict[int, RankCosts] = {}
     units: dict[int, int] = {}
-
     sized = {depth: (at_depth(job, depth) if depth != full_layers else job).as_dict() for depth in depths}
-
-    def compute(depth: int) -> tuple[int, RankCosts]:
-        return depth, RankCosts.from_dict(workers.ask({"job": sized[depth], "budget": step_budget_s,
-                                                       "sums": {"steps": "others"}}))
-
     try:
         for depth in depths:  # rank 0's shards at each depth: the depth axis
-            units[depth] = workers.ask({"job": sized[depth], "count_only": True})["rank0_units"]
+            units[depth] = worker.ask({"job": sized[depth], "count_only": True})["rank0_units"]
         # The sums over the ranks at the job's own size, over a sample of its ranks: no fit
-        sums = RankCosts.from_dict(workers.ask({"job": job.as_dict(), "budget": step_budget_s,
-                                                "sums": {"ranks": RANK_SAMPLE, "steps": "sums"}}))
-        sampled = sums.steps[0].rank_sample or {"ranks": job.world_size}
+        sums = RankCosts.from_dict(worker.ask({"job": job.as_dict(), "budget": step_budget_s,
+                                               "sums": {"ranks": RANK_SAMPLE, "steps": "sums"}}))
         progress.show(f"rank-count steps: the restart's load plan at {job.world_size:,} ranks x {full_layers} "
-                      f"layers computed over {sampled['ranks']} ranks' plans ({sums.spent_s:.1f} s CPU, "
+                      f"layers computed over a sample of its ranks ({sums.spent_s:.1f} s CPU, "
                       f"{time.monotonic() - started:.0f} s elapsed)")
-        with ThreadPoolExecutor(len(workers.processes)) as pool:
-            # In order, a core's worth at a time: the deepest copy computed beside another measured its steps'
-            # CPU growing faster than alone (DeepSeek-V3's sharding validation: its fit's error 0.16 became 1.8).
-            index = 0
-            while index < len(depths):
-                batch, predicted = [], sum(c.spent_s or 0.0 for c in [sums, *computed.values()])
-                for depth in depths[index:index + len(workers.processes)]:
-                    last = max(computed, default=None)
-                    guess = _predicted(computed[last].spent_s or 0.0, units[depth] / units[last]) if last else 0.0
-                    if len(computed) + len(batch) >= 3 and predicted + guess > budget:
-                        break
-                    batch.append(depth)
-                    predicted += guess
-                if not batch:
-                    break
-                for future in [pool.submit(compute, depth) for depth in batch]:
-                    depth, costs = future.result()
-                    computed[depth] = costs
-                    progress.show(f"rank-count steps: {job.world_size:,} ranks x {depth} layers computed "
-                                  f"({costs.spent_s:.1f} s CPU; {len(computed)} of at most {len(depths)}, "
-                                  f"{time.monotonic() - started:.0f} s elapsed)")
-                index += len(batch)
+        spent = sums.spent_s or 0.0
+        for depth in depths:
+            last = max(computed, default=None)
+            guess = _predicted(computed[last].spent_s or 0.0, units[depth] / units[last]) if last else 0.0
+            if len(computed) >= 3 and spent + guess > time_s:
+                break
+            costs = computed[depth] = RankCosts.from_dict(worker.ask({"job": sized[depth], "budget": step_budget_s,
+                                                                      "sums": {"steps": "others"}}))
+            spent += costs.spent_s or 0.0
+            progress.show(f"rank-count steps: {job.world_size:,} ranks x {depth} layers computed "
+                          f"({costs.spent_s:.1f} s CPU; {len(computed)} of at most {len(depths)}, "
+                          f"{time.monotonic() - started:.0f} s elapsed)")
     finally:
-        workers.close()
+        worker.close()
     return _fitted(job, computed, units, full_layers, sums)
 
 
