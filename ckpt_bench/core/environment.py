@@ -36,7 +36,7 @@ def package_versions(names=PACKAGES) -> dict[str, str | None]:
 
 
 def describe_environment(save_dir: str | os.PathLike | None = None) -> dict:
-    import psutil
+    import psutil  # here: a report of logs never describes the host it runs on
 
     from ckpt_bench import __version__
 

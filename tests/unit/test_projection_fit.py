@@ -124,7 +124,7 @@ def test_the_fitted_steps_count_what_the_exact_computation_counts_at_the_jobs_de
 
 
 def test_a_sum_over_the_ranks_is_scaled_from_each_class_and_its_error_is_the_widest_class_spread():
-    sample = RankSample(64, (((0, 31), 32), ((1, 32, 63), 32)))
+    sample = RankSample((((0, 31), 32), ((1, 32, 63), 32)))
     assert sample.ranks == [0, 31, 1, 32, 63]
     total, error = sample.scaled({0: 100, 31: 100, 1: 200, 32: 220, 63: 180})
     assert total == pytest.approx(100 * 32 + 200 * 32) and error == pytest.approx(40 / 200)

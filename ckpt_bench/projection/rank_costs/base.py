@@ -156,7 +156,6 @@ class RankSample:
     """Ranks standing for the job's in a sum over them: `ranks`, grouped by class (`classes`: each class's ranks
     in the sample and how many ranks of the job it has)."""
 
-    world_size: int
     classes: tuple[tuple[tuple[int, ...], int], ...]
 
     @property

@@ -15,6 +15,8 @@ tensors, each under a name of its own.
 
 from __future__ import annotations
 
+import functools
+
 from torch.distributed.checkpoint import DefaultSavePlanner
 
 from ckpt_bench.layout.checkpoint_layout import Layout
@@ -46,11 +48,11 @@ def compute(job: JobCheckpoint, budget: Budget, sums: RankSums = EVERY_RANK) -> 
     if job.state in ("megatron", "megatron_fsdp2"):
         state = MegatronState(workload, job.world_size)
         items = state.held_items
-        sample = state.rank_sample(sums.ranks) if sums.ranks else None
+        sample = state.rank_sample(sums.ranks)
     else:
         items = DlioItems(dlio_layout(workload, job.world_size))
     dcp = DcpSteps(job.world_size, job.thread_count, budget, items, items)
-    load_plan = dcp.load_plan_left_out if sums.steps == "others" else lambda: dcp.load_plan(sample=sample)
+    load_plan = functools.partial(dcp.load_plan, sums=sums, sample=sample)
     if sums.steps == "sums":
         return RankCosts(job.engine, job.world_size, [load_plan()])
     steps = [dcp.global_plan(DefaultSavePlanner(), decentralized=False), dcp.finalize(), dcp.metadata_read(),

@@ -35,9 +35,11 @@ from torch.distributed.checkpoint.storage import WriteResult
 
 from ckpt_bench.layout.workload import TORCH_DTYPE
 from ckpt_bench.projection.rank_costs.base import (
+    EVERY_RANK,
     SAMPLE_BYTES,
     Budget,
     RankSample,
+    RankSums,
     Step,
     built_or_floor,
     gather_bytes,
@@ -223,25 +225,22 @@ class DcpSteps:
         run_step(step, self.budget, lambda: pickle.loads(payload))
         return step
 
-    def load_plan_left_out(self, name: str = "load plan") -> Step:
-        """The load plan's step, not computed here: `sampled` computes it at the job's size over a sample of its
-        ranks (`base.RankSums`)."""
-        return Step(name, "load", "every rank's load plan gathered to rank 0 (gather_object: unpickled there), "
-                    "create_default_global_load_plan, each rank's plan pickled and scattered back "
-                    "(scatter_object_list)", collective=f"gather_object + scatter_object_list over {self.world} ranks",
-                    why="a sum over the ranks: computed at the job's own size over a sample of them")
-
     def load_plan(self, name: str = "load plan", reads: Callable[[int], Sequence[Item]] | None = None,
-                  sample: RankSample | None = None) -> Step:
+                  sums: RankSums = EVERY_RANK, sample: RankSample | None = None) -> Step:
         """A restart's plan: every rank's load plan (of `reads`, default the job's) gathered to rank 0 (which
         unpickles them all), `create_default_global_load_plan`, the plans pickled back to every rank
         (scatter_object_list). Nothing in it spans ranks (torch's `create_default_global_load_plan` returns the
         plans as they are), so with `sample` it runs over the sampled ranks' plans alone (again, up to
-        `SAMPLE_BYTES`), its CPU scaled by the items the job's ranks hold to theirs (`RankSample.scaled`)."""
+        `SAMPLE_BYTES`), its CPU scaled by the items the job's ranks hold to theirs (`RankSample.scaled`); where
+        `sums` leaves the sums over the ranks to others (`sampled`'s copies), it is not computed."""
+        step = Step(name, "load", "every rank's load plan gathered to rank 0 (gather_object: unpickled there), "
+                    "create_default_global_load_plan, each rank's plan pickled and scattered back "
+                    "(scatter_object_list)", collective=f"gather_object + scatter_object_list over {self.world} ranks")
+        if sums.steps == "others":
+            step.why = "a sum over the ranks: computed at the job's own size over a sample of them"
+            return step
         self.budget.restart()
         reads = reads or self.reads
-        step = self.load_plan_left_out(name)
-        step.why = None
 
         ranks = sample.ranks if sample else range(self.world)
         items: dict[int, int] = {}

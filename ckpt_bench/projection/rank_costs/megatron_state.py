@@ -145,11 +145,13 @@ class MegatronState:
             return self.resident_bytes(rank)
         return self._distribution(rank).written[rank]
 
-    def rank_sample(self, size: int) -> RankSample | None:
+    def rank_sample(self, size: int | None) -> RankSample | None:
         """About `size` ranks, at least two of each class of ranks holding the same model shards
         (`MegatronGPT.class_coordinates`), evenly spread over its data-parallel ranks (its first and last among
         them): what a rank's distributed-optimizer shards (or FSDP2 chunks) add moves with its place. None where
-        that would be every rank."""
+        that would be every rank, or no `size` is asked (`RankSums.ranks`)."""
+        if size is None:
+            return None
         classes: dict[RankCoordinates, list[int]] = {}
         for rank in range(self.world_size):
             classes.setdefault(self.gpt.class_coordinates(self.gpt.coordinates(rank)), []).append(rank)
@@ -160,7 +162,7 @@ class MegatronState:
             chosen = sorted({ranks[round(i * (len(ranks) - 1) / (count - 1))] for i in range(count)}) if count > 1 \
                 else ranks[:1]
             picked.append((tuple(chosen), len(ranks)))
-        sample = RankSample(self.world_size, tuple(picked))
+        sample = RankSample(tuple(picked))
         return sample if len(sample.ranks) < self.world_size else None
 
     @cached_property

@@ -174,15 +174,13 @@ class TorchDistCosts:
         world, threads = self.job.world_size, self.job.thread_count
         dcp = DcpSteps(world, threads, self.budget, self.state.written_items,
                        self.state.written_items)  # a fully parallel load reads about what the rank wrote
-        sample = self.state.rank_sample(sums.ranks) if sums.ranks else None
 
         def held_load_plan() -> Step:
             """A sum over the ranks whose ranks of a class hold about as many items: `sums` says over which. (The
             fully parallel load's plan is one too, but what the distribution gives a rank to read varies from rank
             to rank: it is computed over every rank.)"""
-            if sums.steps == "others":
-                return dcp.load_plan_left_out(HELD_LOAD_PLAN)
-            return dcp.load_plan(HELD_LOAD_PLAN, self.state.held_items_and_objects, sample)
+            return dcp.load_plan(HELD_LOAD_PLAN, self.state.held_items_and_objects, sums,
+                                 self.state.rank_sample(sums.ranks))
 
         if sums.steps == "sums":
             return RankCosts("torch_dist", world, [held_load_plan()])
