@@ -14,7 +14,7 @@ from ckpt_bench.layout.sources import resolve_workload
 from ckpt_bench.projection import JobCheckpoint
 from ckpt_bench.projection.inputs import Figure
 from ckpt_bench.projection.model import _step_term
-from ckpt_bench.projection.rank_costs import Step, rank_costs
+from ckpt_bench.projection.rank_costs import RankCosts, Step, rank_costs
 from ckpt_bench.projection.rank_costs.base import RankSample
 from ckpt_bench.projection.schedule import HELD_LOAD_PLAN
 
@@ -41,6 +41,31 @@ def test_a_count_follows_the_line_through_the_deepest_two_and_its_error_widens_w
     # one span beyond the deepest sample keeps the error; two spans double it; never below the noise
     assert sampled._reach(0.2, [20, 40], 80) == 0.2 and math.isclose(sampled._reach(0.2, [20, 40], 160), 0.4)
     assert sampled._reach(0.01, [20, 40], 80) == sampled.NOISE
+
+
+def test_a_step_whose_own_units_barely_grow_is_fitted_along_rank_0s_shards():
+    """Mixtral 8x7B's global plan at 1,024 ranks as measured here (2, 4, 8 layers; rank 0's shards 37, 61, 112; the
+    job's 415): its items grew 3 % from the first copy to the second while its CPU grew 35 %, which a power law along
+    the items took for an 11th power (a fit's error of 25,400 %). Along rank 0's shards its error is the copies'."""
+    def copy(items: int, cpu: float, validated: int, validation_cpu: float) -> RankCosts:
+        return RankCosts("torch_dist", 1024, [
+            Step("sharding validation", "save", "validate", cpu_s=validation_cpu, units=validated),
+            Step("global plan", "save", "plan", cpu_s=cpu, units=items)])
+
+    computed = {2: copy(6343, 0.1339, 37972, 0.1722), 4: copy(6515, 0.1804, 62626, 0.4304),
+                8: copy(10027, 0.2233, 115102, 0.9351)}
+    shards = {2: 37, 4: 61, 8: 112, 32: 415}
+    fitted = {step.name: step for step in sampled._fitted(_job(1024), computed, shards, 32,
+                                                          RankCosts("torch_dist", 1024, [])).steps}
+    plan = fitted["global plan"]
+    along_shards = sampled.fit_axis([(37, 0.1339), (61, 0.1804), (112, 0.2233)], 415)
+    assert plan.cpu_s == round(along_shards[0], 4) and plan.extrapolated["error"] < 0.5
+    assert plan.extrapolated["error"] == round(sampled._reach(along_shards[1], [37, 61, 112], 415), 3)
+    # the sharding validation's items grow with the copies (1.6x, 1.8x): fitted along them
+    validation = fitted["sharding validation"]
+    along_items = sampled.fit_axis([(37972, 0.1722), (62626, 0.4304), (115102, 0.9351)], validation.units)
+    assert validation.cpu_s == round(along_items[0], 4)
+    assert not sampled._spread([6343, 6515, 10027]) and sampled._spread([37972, 62626, 115102])
 
 
 def _job(world: int = 64, **settings) -> JobCheckpoint:
