@@ -29,7 +29,7 @@ def rank0_units(job: JobCheckpoint) -> int:
     if job.state in ("megatron", "megatron_fsdp2"):
         from ckpt_bench.projection.rank_costs.megatron_state import MegatronState
 
-        return len(MegatronState(Workload(**job.workload), job.world_size).sharded_metadata(0))
+        return sum(map(len, MegatronState(Workload(**job.workload), job.world_size).sharded_metadata(0)))
     from ckpt_bench.layout.dlio_layout import layout
 
     return sum(len(file.tensors) for file in layout(Workload(**job.workload), job.world_size).ranks[0].files)

@@ -81,15 +81,14 @@ class MegatronState:
         model = self.model(rank, replicas)
         return model, self.gpt.optimizer_shards(c, model)
 
-    def sharded_metadata(self, rank: int, tensors_only: bool = False) -> list:
-        """What megatron-core's metadata collectives carry for the rank: its `ShardedTensor`s (model, then
-        optimizer) and, unless `tensors_only`, its `ShardedObject`s, all without data."""
+    def sharded_metadata(self, rank: int) -> tuple[list[ShardedTensor], list[ShardedObject]]:
+        """What megatron-core's metadata collectives carry for the rank, all without data: its `ShardedTensor`s
+        (model, then optimizer; what the fully parallel distribution gathers) and its `ShardedObject`s (the
+        sharding validation gathers both)."""
         model, optimizer = self.shards(rank)
-        local: list = [_sharded_tensor(shard, not self.fsdp2) for shard in model + optimizer]
-        if not tensors_only:
-            local += [ShardedObject(obj.key, None, obj.global_shape, obj.global_offset, obj.replica_id)
-                      for obj in self.gpt.objects(self.gpt.coordinates(rank))]
-        return local
+        return ([_sharded_tensor(shard, not self.fsdp2) for shard in model + optimizer],
+                [ShardedObject(obj.key, None, obj.global_shape, obj.global_offset, obj.replica_id)
+                 for obj in self.gpt.objects(self.gpt.coordinates(rank))])
 
     def _distribution(self, rank: int):
         c = self.gpt.coordinates(rank)
