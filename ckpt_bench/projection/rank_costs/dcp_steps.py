@@ -255,13 +255,13 @@ class DcpSteps:
         payloads = built_or_floor(step, self.budget, build, unpickled)
         if payloads is None:
             return step
-        largest, timed = max(map(len, payloads)), payloads
+        largest, repeats = max(map(len, payloads)), 1
         if sample:
             job_bytes, _ = sample.scaled({rank: len(payload) for rank, payload in zip(ranks, payloads, strict=True)})
-            timed = payloads * max(1, math.ceil(min(job_bytes, SAMPLE_BYTES) / sum(map(len, payloads))))
+            repeats = max(1, math.ceil(min(job_bytes, SAMPLE_BYTES) / sum(map(len, payloads))))
 
         def work() -> None:
-            plans = unpickled(timed, self.budget)
+            plans = unpickled(payloads * repeats, self.budget)
             for plan in create_default_global_load_plan(plans):
                 self.budget.check()
                 pickle.dumps(plan, protocol=pickle.HIGHEST_PROTOCOL)
@@ -270,7 +270,7 @@ class DcpSteps:
         step.units = sum(items.values())
         if sample and step.complete and step.cpu_s:
             total, error = sample.scaled(items)
-            step.cpu_s = round(step.cpu_s * total / (step.units * len(timed) // len(payloads)), 4)
+            step.cpu_s = round(step.cpu_s * total / (step.units * repeats), 4)
             step.units = round(total)
             step.rank_sample = {"ranks": len(payloads), "of": self.world, "error": round(error, 3)}
         step.host_bytes = 2 * gather_bytes(self.world, largest)

@@ -261,8 +261,9 @@ def _fitted(job: JobCheckpoint, computed: dict[int, RankCosts], units: dict[int,
             if figure is not None:
                 setattr(fitted, name, int(round(figure)))
         along = [(pick(computed[d], index, "units"), pick(computed[d], index, "cpu_s")) for d in depths]
-        if fitted.units and all(x for x, _ in along) and _spread([x for x, v in along if v is not None]):
-            points, target = [(x, v) for x, v in along if v is not None], fitted.units
+        timed = [(x, v) for x, v in along if v is not None]
+        if fitted.units and all(x for x, _ in along) and _spread([x for x, _ in timed]):
+            points, target = timed, fitted.units
         else:
             points = [(units[d], v) for d in depths if (v := pick(computed[d], index, "cpu_s")) is not None]
             target = goal

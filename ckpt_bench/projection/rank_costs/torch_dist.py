@@ -81,10 +81,11 @@ class TorchDistCosts:
         self.per_node = job.ranks_per_node
         self._tensor_payloads: dict[int, bytes] = {}  # the distribution's, for the save and the load alike
 
-    def _tensor_payload(self, rank: int) -> bytes:
+    def _tensor_payload(self, rank: int, tensors: list | None = None) -> bytes:
+        """The rank's pickled `ShardedTensor`s (`tensors`, where the caller built them), kept."""
         payload = self._tensor_payloads.get(rank)
         if payload is None:
-            tensors, _ = self.state.sharded_metadata(rank)
+            tensors = self.state.sharded_metadata(rank)[0] if tensors is None else tensors
             payload = self._tensor_payloads[rank] = pickle.dumps(tensors, protocol=pickle.HIGHEST_PROTOCOL)
         return payload
 
@@ -95,8 +96,7 @@ class TorchDistCosts:
         for rank in range(self.job.world_size):
             self.budget.check()
             tensors, objects = self.state.sharded_metadata(rank)
-            if rank not in self._tensor_payloads:
-                self._tensor_payloads[rank] = pickle.dumps(tensors, protocol=pickle.HIGHEST_PROTOCOL)
+            self._tensor_payload(rank, tensors)
             payloads.append(pickle.dumps(tensors + objects, protocol=pickle.HIGHEST_PROTOCOL))
 
     def validation(self, operation: str) -> Step:
