@@ -52,6 +52,8 @@ def imported_modules(path: Path, root: Path = ROOT) -> set[str]:
 def package_of(module: str, depth: int, root: Path = ROOT) -> str | None:
     """The package `module` belongs to, `depth` levels below ckpt_bench (None: a module at a shallower level)."""
     parts = module.split(".")
+    if len(parts) == 1:  # the package's own __init__, run before any of its modules: above every layer
+        return None
     if len(parts) <= depth + 1 and not (root / Path(*parts)).is_dir():
         return None
     return ".".join(parts[:depth + 1])

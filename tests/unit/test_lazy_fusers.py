@@ -1,0 +1,70 @@
+"""megatron-core's `jit_fuser` functions built by torch.compile at their first call (core/lazy_fusers.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ckpt_bench.core.lazy_fusers import deferred
+
+
+def test_a_deferred_function_is_compiled_once_at_its_first_call_with_the_same_options():
+    built = []
+
+    def compile_(model, **options):
+        built.append((model.__name__, options))
+        return lambda *args, **kwargs: ("compiled", model(*args, **kwargs))
+
+    def gelu(x, scale=1):
+        return x * scale
+
+    fused = deferred(compile_)(gelu)
+    assert built == [] and fused.__wrapped__ is gelu and fused.__name__ == "gelu"
+    assert fused(2, scale=3) == ("compiled", 6) and fused(1) == ("compiled", 1)
+    assert built == [("gelu", {})]
+    # As a decorator with options, `@torch.compile(dynamic=True)`: the options reach the real call.
+    fused = deferred(compile_)(dynamic=True)(gelu)
+    assert len(built) == 1 and fused(4) == ("compiled", 4) and built[-1] == ("gelu", {"dynamic": True})
+
+
+def test_a_module_is_built_at_once_as_torch_builds_it():
+    built = []
+
+    class Layer:
+        def __call__(self, x):
+            return x
+
+    layer = Layer()
+    assert deferred(lambda model, **options: built.append(model) or "optimized")(layer) == "optimized"
+    assert built == [layer]
+
+
+def test_megatron_core_imported_after_ckpt_bench_builds_no_compiler_and_its_fusers_compute_the_same():
+    pytest.importorskip("megatron.core")
+    script = """
+import json, sys
+import ckpt_bench
+import torch
+compile_ = torch.compile
+import megatron.core
+from megatron.core import jit
+from megatron.core.fusions import fused_bias_gelu
+imported = "torch._dynamo" in sys.modules
+x, bias = torch.randn(3, 5), torch.randn(5)
+same = torch.equal(fused_bias_gelu.bias_gelu(bias, x), fused_bias_gelu.bias_gelu.__wrapped__(bias, x))
+print(json.dumps({"dynamo_at_import": imported, "restored": torch.compile is compile_,
+                  "jit_fuser": jit.jit_fuser.__name__, "same": same,
+                  "compiled_at_call": "torch._dynamo" in sys.modules}))
+"""
+    # TORCHDYNAMO_DISABLE: torch.compile builds its wrapper as ever, which then runs the function as it is (not
+    # 10 s of inductor's C++ build for one function on this CPU).
+    done = subprocess.run([sys.executable, "-W", "ignore", "-c", script], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "TORCHDYNAMO_DISABLE": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen == {"dynamo_at_import": False, "restored": True, "jit_fuser": "deferred_compile", "same": True,
+                    "compiled_at_call": True}
