@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import runpy
 import sys
 import types
@@ -74,6 +75,12 @@ def install(args: list[str]) -> list[str]:
     if _installed or torch.cuda.is_available():
         return args
     _installed = True
+    # torch.compile's functions run as they are written (read as torch.compile builds a function's wrapper, which
+    # megatron-core's fusers leave to their first call, `core/lazy_fusers.py`): Megatron-LM warms its
+    # fused functions up before training (`set_jit_fusion_options`), and inductor builds each in C++ on a CPU,
+    # 5 s of every rank's start here (time to initialize megatron 6.8 s, 1.5 s without) for kernels a GPU would
+    # build with triton instead; no checkpoint step calls them.
+    os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
     sys.modules.setdefault(BATCH_INVARIANT, _batch_invariant_stand_in())
 
     from ckpt_bench.backends.megatron.training import _define_missing_te_gemm
