@@ -76,7 +76,7 @@ def install(args: list[str]) -> list[str]:
         return args
     _installed = True
     # torch.compile's functions run as they are written (read as torch.compile builds a function's wrapper, which
-    # megatron-core's fusers leave to their first call, `core/lazy_fusers.py`): Megatron-LM warms its
+    # megatron's modules leave to their first call, `core/deferred_compile.py`): Megatron-LM warms its
     # fused functions up before training (`set_jit_fusion_options`), and inductor builds each in C++ on a CPU,
     # 5 s of every rank's start here (time to initialize megatron 6.8 s, 1.5 s without) for kernels a GPU would
     # build with triton instead; no checkpoint step calls them.
