@@ -75,11 +75,11 @@ def install(args: list[str]) -> list[str]:
     if _installed or torch.cuda.is_available():
         return args
     _installed = True
-    # torch.compile's functions run as they are written (read as torch.compile builds a function's wrapper, which
-    # megatron's modules leave to their first call, `core/deferred_compile.py`): Megatron-LM warms its
-    # fused functions up before training (`set_jit_fusion_options`), and inductor builds each in C++ on a CPU,
-    # 5 s of every rank's start here (time to initialize megatron 6.8 s, 1.5 s without) for kernels a GPU would
-    # build with triton instead; no checkpoint step calls them.
+    # Every torch.compile of a CPU rank, and of the processes it starts, hands back the function as it is (dynamo
+    # reads this at each torch.compile call, and megatron's are at their first call, `core/deferred_compile.py`):
+    # Megatron-LM warms its fused functions up before training (`set_jit_fusion_options`), and inductor builds each
+    # in C++ on a CPU, 5 s of every rank's start here (time to initialize megatron 6.8 s, 1.5 s without) for
+    # kernels a GPU would build with triton instead; no checkpoint step calls them.
     os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
     sys.modules.setdefault(BATCH_INVARIANT, _batch_invariant_stand_in())
 
