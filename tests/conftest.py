@@ -15,7 +15,9 @@ processes (torchrun and its ranks) inherit them.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -28,8 +30,11 @@ __all__ = ["S3Endpoint"]
 # Runs and sweeps draw report.html (about half a second of CPU each): off for the suite's hundred runs,
 # on in the tests that check it (tests/unit/test_report_outputs.py, tests/e2e/test_report_outputs_e2e.py).
 os.environ.setdefault("CKPT_BENCH_HTML", "0")
-# The projection's cache of the engines' global steps (docs/projection.md): the suite's own, not the user's.
-os.environ.setdefault("CKPT_BENCH_CACHE", tempfile.mkdtemp(prefix="ckpt-bench-cache-"))
+# The projection's cache of the engines' global steps (docs/projection.md): the suite's own, not the user's, and
+# removed when the process (pytest, or one of its xdist workers) ends; a cache the caller named is left as it is.
+if "CKPT_BENCH_CACHE" not in os.environ:
+    os.environ["CKPT_BENCH_CACHE"] = tempfile.mkdtemp(prefix="ckpt-bench-cache-")
+    atexit.register(shutil.rmtree, os.environ["CKPT_BENCH_CACHE"], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
