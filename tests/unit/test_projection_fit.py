@@ -173,3 +173,29 @@ def test_a_rank_sample_takes_each_class_of_ranks_evenly_from_its_first_to_its_la
     sample = dense.rank_sample(16)
     assert len(sample.classes) == 1 and sample.ranks[0] == 0 and sample.ranks[-1] == 63 and len(sample.ranks) == 16
     assert dense.rank_sample(64) is None  # every rank: no sample
+
+
+def test_the_save_and_load_distributions_share_one_timed_unpickling_of_the_same_payloads(monkeypatch):
+    """torch_dist's fully parallel save and load gather the same ShardedTensors: each group's payloads are unpickled
+    once a timing round, and megatron-core's distribution runs for the save and for the load (ignore_groups) over
+    those same lists; both steps hold that unpickling's time. Where the budget runs out, both are lower bounds."""
+    from ckpt_bench.projection.rank_costs import torch_dist
+    from ckpt_bench.projection.rank_costs.base import Budget
+
+    unpickled_into, distributed = [], []
+    unpickle, distribute = torch_dist._unpickle_into, torch_dist._distribute
+    monkeypatch.setattr(torch_dist, "_unpickle_into",
+                        lambda gathered, *args: (unpickled_into.append(gathered), unpickle(gathered, *args)))
+    monkeypatch.setattr(torch_dist, "_distribute", lambda gathered, ignore_groups: (
+        distributed.append((gathered, ignore_groups)), distribute(gathered, ignore_groups)))
+    save, load = torch_dist.TorchDistCosts(_job(16), Budget(60.0)).distributions()
+    assert (save.operation, load.operation) == ("save", "load") and save.complete and load.complete
+    assert "ignore_groups=True" in load.what and "ignore_groups" not in save.what
+    assert save.cpu_s > 0 and load.cpu_s > 0 and save.host_bytes == load.host_bytes > 0
+    rounds = len(unpickled_into)
+    assert 1 <= rounds <= 3 and len(distributed) == 2 * rounds  # one unpickling, two distributions, a round
+    for index, gathered in enumerate(unpickled_into):
+        assert [(id(got), load) for got, load in distributed[2 * index:2 * index + 2]] == [(id(gathered), False),
+                                                                                          (id(gathered), True)]
+    save, load = torch_dist.TorchDistCosts(_job(16), Budget(1e-6)).distributions()
+    assert not save.complete and not load.complete and "lower bound" in save.why and "lower bound" in load.why

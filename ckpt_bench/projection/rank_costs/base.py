@@ -62,9 +62,10 @@ class Budget:
     def spent(self) -> float:
         return time.thread_time() - self.started
 
-    def restart(self) -> Budget:
-        """A step of its own: the budget is a step's (each global step may spend `seconds`)."""
-        self.started = time.thread_time()
+    def restart(self, spent: float = 0.0) -> Budget:
+        """A step of its own: the budget is a step's (each global step may spend `seconds`), `spent` of it already
+        (a piece of the step timed once for two steps)."""
+        self.started = time.thread_time() - spent
         return self
 
     def check(self) -> None:
@@ -273,6 +274,11 @@ _RETIME_BELOW_S = 2.0
 _TIMINGS = 3
 
 
+def timed_again(timings: list[float]) -> bool:
+    """Whether work timed `timings` so far (CPU seconds each) is timed once more."""
+    return len(timings) < _TIMINGS and max(timings) < _RETIME_BELOW_S
+
+
 def run_step(step: Step, budget: Budget, work, once: bool = False) -> Step:
     """Time `work()` (this thread's CPU) into `step`: the least of up to `_TIMINGS` timings where it is short
     (`once`: one timing, for work standing for more than it holds, whose memory a second timing would find warm); a
@@ -281,8 +287,7 @@ def run_step(step: Step, budget: Budget, work, once: bool = False) -> Step:
     process's model and state there), not the step's."""
     gc.freeze()
     timings: list[float] = []
-    most = 1 if once else _TIMINGS
-    while len(timings) < most and (not timings or max(timings) < _RETIME_BELOW_S):
+    while not timings or (not once and timed_again(timings)):
         started = time.thread_time()
         try:
             with budget.enforced():

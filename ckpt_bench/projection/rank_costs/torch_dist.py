@@ -21,11 +21,13 @@ load   the sharding validation again, every rank reading `.metadata`, the fully 
 
 Steps 1 and 2 run megatron-core's own functions on the job's objects; their all_gather_object is simulated by
 handing each rank's pickled list to megatron's code in place of the collective, unpickled as the collective does.
+The save's and the load's distributions gather the same lists: their unpickling is timed once and is in both.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import pickle
 from collections.abc import Iterator
 
@@ -46,6 +48,7 @@ from ckpt_bench.projection.rank_costs.base import (
     all_gather_bytes,
     built_or_floor,
     run_step,
+    timed_again,
     unpickled,
 )
 from ckpt_bench.projection.rank_costs.dcp_steps import DcpSteps
@@ -72,6 +75,17 @@ def simulated_all_gather(gathered: list, group_size: int) -> Iterator[None]:
         torch.distributed.all_gather_object = real_gather
         for module, real in zip(readers, real_sizes, strict=True):
             module.get_pg_size = real
+
+
+def _unpickle_into(gathered: list, payloads: list[bytes], budget: Budget) -> None:
+    gathered[:] = unpickled(payloads, budget)
+
+
+def _distribute(gathered: list, ignore_groups: bool) -> None:
+    """megatron-core's distribution on a member of the group whose `ShardedTensor`s `gathered` holds."""
+    with simulated_all_gather(gathered, len(gathered)):
+        exchange_utils.determine_main_replica_uniform_distribution(
+            {"local": gathered[0]}, parallelization_group=object(), ignore_groups=ignore_groups)
 
 
 class TorchDistCosts:
@@ -122,17 +136,23 @@ class TorchDistCosts:
 
         return run_step(step, self.budget, work)
 
-    def distribution(self, operation: str) -> Step:
-        """The fully parallel save's (or load's) distribution, per data-parallel group; the busiest group's."""
-        self.budget.restart()
-        load = operation == "load"
+    def distributions(self) -> tuple[Step, Step]:
+        """The fully parallel save's and load's distributions, per data-parallel group; each the busiest group's.
+        Both gather the same `ShardedTensor`s: each group's payloads are unpickled once, timed, and that time is
+        in both steps, beside each one's own `determine_main_replica_uniform_distribution` (the load's with
+        `ignore_groups=True`) over the same unpickled lists (it reads them, never changes them)."""
         groups = self.state.groups
-        step = Step("fully parallel distribution", operation,
-                    f"per data-parallel group ({len(groups)} group(s) of {len(groups[0])} ranks), its ranks' "
-                    "ShardedTensors all-gathered (all_gather_object) and determine_main_replica_uniform_distribution"
-                    f"{'(ignore_groups=True)' if load else ''} on each of its ranks", cached_away=not load,
-                    collective=f"all_gather_object over {len(groups[0])} ranks")
-        slowest, largest, payloads = 0.0, 0, []
+        steps = {operation: Step("fully parallel distribution", operation,
+                                 f"per data-parallel group ({len(groups)} group(s) of {len(groups[0])} ranks), its "
+                                 "ranks' ShardedTensors all-gathered (all_gather_object) and "
+                                 "determine_main_replica_uniform_distribution"
+                                 f"{'(ignore_groups=True)' if operation == 'load' else ''} on each of its ranks",
+                                 cached_away=operation == "save",
+                                 collective=f"all_gather_object over {len(groups[0])} ranks")
+                 for operation in ("save", "load")}
+        slowest = dict.fromkeys(steps, 0.0)
+        largest, payloads = 0, []
+        self.budget.restart()
         try:
             for group in groups:
                 payloads = []
@@ -140,29 +160,42 @@ class TorchDistCosts:
                     self.budget.check()
                     payloads.append(self._tensor_payload(rank))
                 largest = max(largest, *map(len, payloads))
-                one = Step(step.name, operation, step.what)
-
-                def work(payloads=payloads, group=group) -> None:
-                    gathered = unpickled(payloads, self.budget)
-                    with simulated_all_gather(gathered, len(group)):
-                        exchange_utils.determine_main_replica_uniform_distribution(
-                            {"local": gathered[0]}, parallelization_group=object(), ignore_groups=load)
-
-                run_step(one, self.budget, work)
-                slowest = max(slowest, one.cpu_s or 0.0)
-                if not one.complete:
-                    raise OutOfBudget
+                gathered: list = []
+                timings: dict[str, list[float]] = {"unpickling": [], **{operation: [] for operation in steps}}
+                while not timings["unpickling"] or timed_again(  # each round's longer step
+                        [max(unpickling + timings[operation][index] for operation in steps)
+                         for index, unpickling in enumerate(timings["unpickling"])]):
+                    unpickling = run_step(Step("unpickling", "save", ""), self.budget.restart(),
+                                          functools.partial(_unpickle_into, gathered, payloads, self.budget), once=True)
+                    timings["unpickling"].append(unpickling.cpu_s)
+                    for operation in steps:
+                        slowest[operation] = max(slowest[operation], min(timings["unpickling"]))
+                    if not unpickling.complete:
+                        raise OutOfBudget
+                    for operation in steps:
+                        own = run_step(Step(operation, operation, ""), self.budget.restart(spent=unpickling.cpu_s),
+                                       functools.partial(_distribute, gathered, ignore_groups=operation == "load"),
+                                       once=True)
+                        timings[operation].append(own.cpu_s)
+                        if not own.complete:
+                            slowest[operation] = max(slowest[operation], unpickling.cpu_s + own.cpu_s)
+                            raise OutOfBudget
+                for operation in steps:
+                    slowest[operation] = max(slowest[operation], min(timings["unpickling"]) + min(timings[operation]))
+                del gathered[:]
         except OutOfBudget:
-            step.complete = False
-            step.why = "the budget ran out before every group's distribution was computed: a lower bound"
-            if not slowest and payloads:  # not one group done: at least its members' payloads unpickled
-                floor, fresh = Step(step.name, operation, step.what), Budget(self.budget.seconds)
+            for step in steps.values():
+                step.complete = False
+                step.why = "the budget ran out before every group's distribution was computed: a lower bound"
+            if not any(slowest.values()) and payloads:  # not one group done: at least its members' payloads unpickled
+                floor, fresh = Step("unpickling", "save", ""), Budget(self.budget.seconds)
                 run_step(floor, fresh, lambda: unpickled(payloads, fresh))
-                slowest = floor.cpu_s or 0.0
-        step.cpu_s = round(slowest, 4)
-        step.host_bytes = all_gather_bytes(len(groups[0]), largest, self.per_node)
-        step.rank_memory_bytes = len(groups[0]) * largest
-        return step
+                slowest = dict.fromkeys(steps, floor.cpu_s or 0.0)
+        for operation, step in steps.items():
+            step.cpu_s = round(slowest[operation], 4)
+            step.host_bytes = all_gather_bytes(len(groups[0]), largest, self.per_node)
+            step.rank_memory_bytes = len(groups[0]) * largest
+        return steps["save"], steps["load"]
 
     def exchange(self) -> Step:
         """The fully parallel load's exchange: each rank gets the shards it needs that another rank read."""
@@ -191,12 +224,13 @@ class TorchDistCosts:
         if sums.steps == "sums":
             return RankCosts("torch_dist", world, [held_load_plan()])
         save_validation = self.validation("save")
-        steps = [save_validation, self.distribution("save"),
+        save_distribution, load_distribution = self.distributions()
+        steps = [save_validation, save_distribution,
                  dcp.global_plan(MCoreSavePlanner(dedup_replicated_tensors=False, flatten_state_dict=False),
                                  decentralized=True, keep_local_plans=True, cached_away=True),
                  dcp.finalize()]
         load_validation = Step(**{**save_validation.as_dict(), "operation": "load", "cached_away": False})
-        steps += [load_validation, dcp.metadata_read(), self.distribution("load"), dcp.load_plan(),
+        steps += [load_validation, dcp.metadata_read(), load_distribution, dcp.load_plan(),
                   held_load_plan(), self.exchange()]
         return RankCosts("torch_dist", world, steps, metadata_file_bytes=dcp.metadata_bytes,
                          every_rank_reads_metadata=True)
