@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import multiprocessing.util
 import os
 import sys
 import traceback
@@ -159,9 +160,14 @@ def exit_process(code: int) -> NoReturn:
     runs on this loaded 2-core VM; gdb on the core: ProcessGroupGloo::runLoop, ~AsyncBarrierWork, decref,
     take_gil, pthread_exit. A rank that failed exits the usual way: torchrun names the first failure by when it
     sees each rank end (in whole seconds, ties to the lowest rank), and a rank that failed because a peer died
-    must not end before that peer is seen."""
+    must not end before that peer is seen.
+    Before it ends, multiprocessing's exit runs as at a normal exit (`util._exit_function`, which Python's atexit
+    would call: managers shut down, child processes joined, its temporary folder removed): megatron-core keeps a
+    `multiprocessing.Manager` whose server removes its `/tmp/pymp-*` folder only when shut down, and a rank's shared
+    memory arenas have a folder of their own; every run left one or two a rank."""
     if code != 0:
         sys.exit(code)
+    multiprocessing.util._exit_function()
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:

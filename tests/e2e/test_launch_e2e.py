@@ -1,6 +1,8 @@
 """`ckpt_launch.py` end to end, as a user runs it: real torchrun, real megatron-core checkpoints."""
 
 import json
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -21,17 +23,33 @@ PRIMUS_KEYS = {
 }
 
 
-def launch(tmp_path, *args, timeout=420):
+def launch(tmp_path, *args, timeout=420, env=None):
     runs = tmp_path / "runs"
-    result = launch_cli(*args, runs_dir=runs, timeout=timeout, cwd=tmp_path)
+    result = launch_cli(*args, runs_dir=runs, timeout=timeout, cwd=tmp_path, env=env)
     run_dirs = sorted(runs.iterdir()) if runs.is_dir() else []
     return result, run_dirs
 
 
-def test_default_job(tmp_path):
-    """The embedded default: tiny GPT, 2 ranks, torch_dist saves at 2/4/6, a cold verified load."""
+@pytest.fixture
+def scratch():
+    """A temporary folder for a run's processes (their TMPDIR), to see what they leave in it: a short path under the
+    system's, as a multiprocessing socket's path must fit in 108 bytes (a pytest folder's does not)."""
+    folder = Path(tempfile.mkdtemp(prefix="ckpt-bench-tmp-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _left_in(scratch: Path) -> list[str]:
+    """What the run's processes left in their temporary folder, but torch's own cache (torchinductor_USER), which
+    is meant to outlive a run."""
+    return sorted(path.name for path in scratch.iterdir() if not path.name.startswith("torchinductor_"))
+
+
+def test_default_job(tmp_path, scratch):
+    """The embedded default: tiny GPT, 2 ranks, torch_dist saves at 2/4/6, a cold verified load; nothing of the
+    run's left in the temporary folder (megatron-core's multiprocessing Manager left a /tmp/pymp-* folder a rank)."""
     output = tmp_path / "report.json"
-    result, run_dirs = launch(tmp_path, "--output", str(output))
+    result, run_dirs = launch(tmp_path, "--output", str(output), env={"TMPDIR": str(scratch)})
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout)
     assert json.loads(output.read_text()) == report
@@ -59,11 +77,13 @@ def test_default_job(tmp_path):
     assert not (run_dir / "checkpoints").exists()
     assert "torch.distributed.run" in (run_dir / "commands.sh").read_text()
     assert "[save]" in result.stderr and "[load]" in result.stderr  # progress was shown
+    assert _left_in(scratch) == []
 
 
-def test_async_persistent_distributed_optimizer_kept_in_save_dir(tmp_path):
+def test_async_persistent_distributed_optimizer_kept_in_save_dir(tmp_path, scratch):
     """Async saves through megatron-core's persistent writer with the DistributedOptimizer, loaded fully parallel,
-    kept in a --save-dir that holds someone else's file, with --training-impact."""
+    kept in a --save-dir that holds someone else's file, with --training-impact; nothing of the run's left in the
+    temporary folder."""
     save_dir = tmp_path / "fast-storage"
     save_dir.mkdir()
     (save_dir / "someone-elses-file").write_text("never touched")
@@ -71,9 +91,10 @@ def test_async_persistent_distributed_optimizer_kept_in_save_dir(tmp_path):
         tmp_path, "--async-save", "--use-persistent-ckpt-worker", "--use-distributed-optimizer",
         "--fully-parallel-load", "--train-iters", "4", "--save-interval", "2",
         "--save-dir", str(save_dir), "--keep-checkpoints", "--yaml-config-path", str(DEFAULT_EXPERIMENT),
-        "--training-impact",
+        "--training-impact", env={"TMPDIR": str(scratch)},
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    assert _left_in(scratch) == []  # the persistent writer's and the Manager's folders too
     report = json.loads(result.stdout)
     assert report["async_save"] is True and report["data_parallel_size"] == 2
     assert report["use_distributed_optimizer"] is True and report["verified"] is True
