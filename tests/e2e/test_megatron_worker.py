@@ -52,6 +52,7 @@ class Run:
         command = [
             sys.executable, "-W", "ignore", "-m", "torch.distributed.run",
             "--nproc-per-node", "2", "--master-port", str(_free_port()),
+            "--log-dir", str(self.root / f"torchrun-{phase}"),  # else torchrun leaves /tmp/torchelastic_* behind
             "-m", "ckpt_bench.backends.megatron.worker", "--spec", str(self.spec), "--phase", phase,
         ]  # fmt: skip
         env = {**os.environ, "OMP_NUM_THREADS": "1"}

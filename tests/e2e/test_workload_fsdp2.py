@@ -51,7 +51,8 @@ def test_an_empty_chunk_lies_at_the_end_of_its_rows_as_torch_places_it():
 def test_each_rank_holds_and_writes_what_a_real_fsdp2_save_does(tmp_path):
     script = Path(__file__).with_name("fsdp2_save.py")
     result = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(RANKS), str(script),
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(RANKS),
+         "--log-dir", str(tmp_path / "torchrun"), str(script),  # else torchrun leaves /tmp/torchelastic_* behind
          json.dumps(ARGS), str(tmp_path / "ckpt")], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     real = {rank: json.loads((tmp_path / f"rank-{rank}.json").read_text()) for rank in range(RANKS)}
