@@ -122,6 +122,7 @@ def run_bare(case: Case, workdir: Path, spec: Path, nproc: int, step: bool = Fal
     out = workdir / "bare.json"
     target = workdir / "bare"
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--standalone",
+               "--log-dir", str(workdir / "torchrun"),  # else torchrun leaves a /tmp/torchelastic_* folder a run
                str(case.bare_script), "--spec", str(spec), "--save-calls", str(case.save_calls),
                "--save-dir", str(target), "--out", str(out), *(["--step-between-saves"] if step else [])]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

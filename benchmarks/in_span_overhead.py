@@ -115,7 +115,8 @@ def main() -> int:
     work = Path(options.dir or tempfile.mkdtemp(prefix="ckpt-bench-in-span-"))
     work.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-               str(options.nproc_per_node), __file__, "--rank-main", "--model", options.model, "--pairs",
+               str(options.nproc_per_node), "--log-dir", str(work / "torchrun"),
+               __file__, "--rank-main", "--model", options.model, "--pairs",
                str(options.pairs), "--thread-count", str(options.thread_count), "--dir", str(work)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     subprocess.run(command, env=env, check=True, cwd=ROOT)

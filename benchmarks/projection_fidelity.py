@@ -55,7 +55,8 @@ def measured(ranks: int, settings: list[str], folder: Path) -> dict:
     out = folder / "steps.json"
     sets = [arg for text in MODEL + settings for arg in ("--set", text)]
     run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--master-port",
-         str(29500 + ranks), str(ROOT / "benchmarks" / "bare" / "torch_dist_steps.py"), "--workload",
+         str(29500 + ranks), "--log-dir", str(folder / "torchrun"),
+         str(ROOT / "benchmarks" / "bare" / "torch_dist_steps.py"), "--workload",
          str(EXPERIMENT), *sets, "--save-calls", "3", "--save-dir", str(folder / "ckpt"), "--out", str(out)],
         cwd=ROOT, env={**os.environ, "PYTHONWARNINGS": "ignore"})
     return json.loads(out.read_text())

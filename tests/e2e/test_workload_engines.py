@@ -71,7 +71,8 @@ def runs(tmp_path_factory) -> dict:
         (folder / "worker.json").write_text(json.dumps(spec.to_json()))
         planned[(engine, state, job)] = (spec.layout(), folder)
     command = [sys.executable, "-W", "ignore", "-m", "torch.distributed.run", "--nproc-per-node", "2",
-               "--standalone", str(ROOT / "tests" / "workload_runs.py"),
+               "--standalone", "--log-dir", str(root / "torchrun"),  # else torchrun leaves /tmp/torchelastic_*
+               str(ROOT / "tests" / "workload_runs.py"),
                *(str(folder / "worker.json") for _, folder in planned.values())]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     # Under the launcher's guard, as every pass: it stops what the ranks leave running (megatron-core's writer
