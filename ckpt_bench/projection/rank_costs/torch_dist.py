@@ -88,6 +88,11 @@ def _distribute(gathered: list, ignore_groups: bool) -> None:
             {"local": gathered[0]}, parallelization_group=object(), ignore_groups=ignore_groups)
 
 
+def _least(rounds: list[dict[str, float]], operation: str) -> float:
+    """A distribution's CPU from its timing rounds: the least unpickling and the least of its own function."""
+    return min(done["unpickling"] for done in rounds) + min(done[operation] for done in rounds) if rounds else 0.0
+
+
 class TorchDistCosts:
     def __init__(self, job: JobCheckpoint, budget: Budget):
         self.job, self.budget = job, budget
@@ -161,27 +166,25 @@ class TorchDistCosts:
                     payloads.append(self._tensor_payload(rank))
                 largest = max(largest, *map(len, payloads))
                 gathered: list = []
-                timings: dict[str, list[float]] = {"unpickling": [], **{operation: [] for operation in steps}}
-                while not timings["unpickling"] or timed_again(  # each round's longer step
-                        [max(unpickling + timings[operation][index] for operation in steps)
-                         for index, unpickling in enumerate(timings["unpickling"])]):
-                    unpickling = run_step(Step("unpickling", "save", ""), self.budget.restart(),
-                                          functools.partial(_unpickle_into, gathered, payloads, self.budget), once=True)
-                    timings["unpickling"].append(unpickling.cpu_s)
-                    for operation in steps:
-                        slowest[operation] = max(slowest[operation], min(timings["unpickling"]))
-                    if not unpickling.complete:
-                        raise OutOfBudget
-                    for operation in steps:
-                        own = run_step(Step(operation, operation, ""), self.budget.restart(spent=unpickling.cpu_s),
-                                       functools.partial(_distribute, gathered, ignore_groups=operation == "load"),
-                                       once=True)
-                        timings[operation].append(own.cpu_s)
-                        if not own.complete:
-                            slowest[operation] = max(slowest[operation], unpickling.cpu_s + own.cpu_s)
+                pieces = {"unpickling": functools.partial(_unpickle_into, gathered, payloads, self.budget),
+                          **{operation: functools.partial(_distribute, gathered, ignore_groups=operation == "load")
+                             for operation in steps}}
+                rounds: list[dict[str, float]] = []  # each timing round's CPU seconds, piece by piece
+                while not rounds or timed_again([done["unpickling"] + max(done[operation] for operation in steps)
+                                                 for done in rounds]):
+                    timed: dict[str, float] = {}
+                    for piece, work in pieces.items():  # the unpickling first: the others read what it made
+                        spent = timed.get("unpickling", 0.0)
+                        one = run_step(Step(piece, "save", ""), self.budget.restart(spent=spent), work, once=True)
+                        timed[piece] = one.cpu_s
+                        if not one.complete:  # at least what this round spent, or what a whole round took
+                            for operation in steps:
+                                slowest[operation] = max(slowest[operation], timed["unpickling"]
+                                                         + timed.get(operation, 0.0), _least(rounds, operation))
                             raise OutOfBudget
+                    rounds.append(timed)
                 for operation in steps:
-                    slowest[operation] = max(slowest[operation], min(timings["unpickling"]) + min(timings[operation]))
+                    slowest[operation] = max(slowest[operation], _least(rounds, operation))
                 del gathered[:]
         except OutOfBudget:
             for step in steps.values():
