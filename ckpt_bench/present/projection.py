@@ -148,6 +148,8 @@ def step_rows(projection: Projection) -> list[list[str]]:
             cpu += f" (fitted, +-{error:.0%})" if error is not None else " (fitted, error unknown)"
         elif step.rank_sample is not None and step.cpu_s is not None:
             cpu += f" ({step.rank_sample.ranks} of {step.rank_sample.of:,} ranks, +-{step.rank_sample.error:.0%})"
+        if step.pairwise is not None and step.pairwise.check_s is not None and step.cpu_s is not None:
+            cpu += f" ({step.pairwise.checks:,} overlap checks counted)"
         rows.append([step.name, step.operation, cpu, NONE if step.host_bytes is None else gb(step.host_bytes),
                      NONE if step.rank_memory_bytes is None else gb(step.rank_memory_bytes),
                      "constant structure (later saves)" if step.cached_away else ""])

@@ -29,6 +29,7 @@ from ckpt_bench.projection.feasibility import Limits, capacity, feasibility
 from ckpt_bench.projection.inputs import S3_GETS_PER_S, S3_PART_BYTES, S3_PUTS_PER_S, Figure
 from ckpt_bench.projection.job import JobCheckpoint, Traffic
 from ckpt_bench.projection.rank_costs import RankCosts, Step
+from ckpt_bench.projection.rank_costs.base import NOISE
 from ckpt_bench.projection.schedule import load_steps, save_steps
 from ckpt_bench.projection.units import GB, gb, plural
 
@@ -98,7 +99,13 @@ def _cpu_range(step: Step) -> tuple[float, float | None]:
     if estimate:
         error = estimate.get("error")
         return (cpu, None) if error is None else (cpu * max(0.0, 1 - error), cpu * (1 + error))
+    if _checks_counted(step):  # at the job's size, its checks priced at a sample's time a check
+        return cpu * (1 - NOISE), cpu * (1 + NOISE)
     return cpu, cpu
+
+
+def _checks_counted(step: Step) -> bool:
+    return bool(step.pairwise) and step.pairwise.get("check_s") is not None
 
 
 def _step_term(label: str, step: Step, network: Figure) -> Term:
@@ -117,6 +124,11 @@ def _step_term(label: str, step: Step, network: Figure) -> Term:
     elif step.rank_sample:
         how = (f"computed here over {step.rank_sample['ranks']} of its {step.rank_sample['of']:,} ranks' plans and "
                f"scaled, +-{step.rank_sample['error']:.0%}")
+    if _checks_counted(step):
+        pairwise = step.pairwise
+        how += (f"; its validation's {pairwise['checks']:,} pairwise overlap checks counted, "
+                + (f"{pairwise['timed']:,} of them run" if pairwise["timed"] else "those of the copies sampled")
+                + f" at {pairwise['check_s'] * 1e6:.2f} us a check")
     parts = [f"{'at least ' if not step.complete else ''}{step.cpu_s:.3g} s CPU ({how})"
              if step.cpu_s is not None else None,
              f"{gb(step.host_bytes)} on the busiest host's network" if step.host_bytes else None]

@@ -526,6 +526,19 @@ class StepFit:
 
 
 @dataclass
+class PairwiseChecks:
+    """A global plan's validation whose pairwise overlap checks were counted (projection.rank_costs.
+    pairwise_checks): torch's sweep, each check not run priced at the sampled checks' time a check."""
+
+    checks: int = 0
+    """The `_check_box_overlap` calls torch's sweep makes (at the job's depth: on the quadratic through the copies)."""
+    timed: int = 0
+    """How many of them ran and were timed (0 where fitted from copies)."""
+    check_s: float | None = None
+    """CPU seconds a check; None: torch's own validation ran them all."""
+
+
+@dataclass
 class RankSampleFit:
     """How a step that is a sum over the ranks was computed over a sample of them (projection.rank_costs.base.
     RankSample)."""
@@ -559,6 +572,8 @@ class RankCostStep:
     fraction; None: unknown)."""
     rank_sample: RankSampleFit | None = None
     """Where a sum over the ranks was computed at the job's size over a sample of its ranks, scaled."""
+    pairwise: PairwiseChecks | None = None
+    """Where the step's validation had its pairwise overlap checks counted."""
 
 
 @dataclass

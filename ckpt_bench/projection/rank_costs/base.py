@@ -126,6 +126,9 @@ class Step:
     rank_sample: dict[str, Any] | None = None
     """Where a sum over the ranks was computed over a sample of them (`RankSample`): {"ranks": how many, "of": the
     job's, "error": a fraction}; None: over every rank."""
+    pairwise: dict[str, Any] | None = None
+    """A global plan's validation, its pairwise overlap checks counted (`pairwise_checks`): {"checks": how many,
+    "timed": how many ran, "check_s": CPU seconds a check where they were sampled (None: all ran)}."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -279,12 +282,13 @@ def timed_again(timings: list[float]) -> bool:
     return len(timings) < _TIMINGS and max(timings) < _RETIME_BELOW_S
 
 
-def run_step(step: Step, budget: Budget, work, once: bool = False) -> Step:
+def run_step(step: Step, budget: Budget, work, once: bool = False, counted=None) -> Step:
     """Time `work()` (this thread's CPU) into `step`: the least of up to `_TIMINGS` timings where it is short
     (`once`: one timing, for work standing for more than it holds, whose memory a second timing would find warm); a
     budget that runs out leaves a lower bound. What the heap holds so far is frozen out of the collections the
     step may trigger: a collection's cost is the whole heap's (this computation's inputs here, a training
-    process's model and state there), not the step's."""
+    process's model and state there), not the step's. `counted()`, after each complete timing: the seconds it
+    stands for beyond its CPU (work counted and not run, at its measured rate, less the counting's own CPU)."""
     gc.freeze()
     timings: list[float] = []
     while not timings or (not once and timed_again(timings)):
@@ -298,6 +302,6 @@ def run_step(step: Step, budget: Budget, work, once: bool = False) -> Step:
                 step.why = f"stopped when its {budget.seconds:g} s budget ran out: a lower bound"
                 timings.append(time.thread_time() - started)
             break
-        timings.append(time.thread_time() - started)
+        timings.append(time.thread_time() - started + (counted() if counted else 0.0))
     step.cpu_s = round(min(timings), 4)
     return step

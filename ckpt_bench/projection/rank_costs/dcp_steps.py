@@ -47,6 +47,7 @@ from ckpt_bench.projection.rank_costs.base import (
     run_step,
     unpickled,
 )
+from ckpt_bench.projection.rank_costs.pairwise_checks import counted_validation
 
 __all__ = ["DcpSteps", "Item", "load_plan", "save_plan"]
 
@@ -164,13 +165,18 @@ class DcpSteps:
         def work() -> None:
             nonlocal scattered
             local[:] = unpickled(payloads, self.budget)  # what the coordinator's gather_object hands it
-            self.global_plans, self.metadata = planner.create_global_plan(local)
+            with counted_validation() as validation:
+                self.global_plans, self.metadata = planner.create_global_plan(local)
+            checked.append(validation)
             if keep_local_plans:
                 self.metadata.all_local_plans = local
             if not decentralized:
                 scattered = max(map(pickled_size, self.global_plans))
 
-        run_step(step, self.budget, work)
+        checked: list = []
+        run_step(step, self.budget, work, counted=lambda: checked[-1].counted_s())
+        if step.complete and checked and checked[-1].pairwise:
+            step.pairwise = checked[-1].pairwise.as_dict()
         if decentralized:
             self.global_plans = local
         step.units = sum(len(plan.items) for plan in local) or None

@@ -267,7 +267,11 @@ def _fitted(job: JobCheckpoint, computed: dict[int, RankCosts], units: dict[int,
         else:
             points = [(units[d], v) for d in depths if (v := pick(computed[d], index, "cpu_s")) is not None]
             target = goal
-        figure, error = fit(points, target, count=False)
+        counted = [pick(computed[d], index, "pairwise") for d in depths]
+        if all(pairwise and pairwise["check_s"] is not None for pairwise in counted):
+            figure, error, fitted.pairwise = _with_checks(points, target, fit, depths, counted, full_layers)
+        else:
+            figure, error = fit(points, target, count=False)
         if figure is not None:
             fitted.cpu_s = round(figure, 4)
             fitted.extrapolated = {"samples": samples, "error": None if error is None else round(error, 3)}
@@ -295,6 +299,50 @@ def _fitted(job: JobCheckpoint, computed: dict[int, RankCosts], units: dict[int,
                                "hold (marked rank_sample, with its error)"]
                               if (sampled := next((s.rank_sample for s in sums.steps if s.rank_sample), None))
                               else [])])
+
+
+def _with_checks(points: list[tuple[float, float]], target: float, fit, depths: list[int], counted: list[dict],
+                 full_layers: int) -> tuple[float | None, float | None, dict]:
+    """(CPU, error, pairwise) at the job's depth of a global plan whose validation's pairwise checks were counted in
+    each copy (`pairwise_checks`): the rest of the step fitted as any step's CPU (`points` less each copy's checks),
+    the checks on the quadratic in layers through the deepest three copies (each chunk of a layer checked against
+    the others': exact where the layers are alike, Llama 3.1 70B's 8,404,992, 33,669,120 and 134,774,784 at 2, 4
+    and 8 layers and 539,295,744 at 16), each at the deepest copy's time a check. The error weighs each part's:
+    the rest's fit; the checks' the spread of the copies' times a check, and how far a power law in layers through
+    the same counts lands from the quadratic (a pattern of layers not alike), never below `NOISE`."""
+    by_depth = dict(zip(depths, counted, strict=True))
+    rest = [(x, max(0.0, cpu - pairwise["checks"] * pairwise["check_s"]))
+            for (x, cpu), pairwise in zip(points, counted, strict=True)]
+    rest_s, rest_error = fit(rest, target, count=False)
+    deepest = sorted(depths)[-3:]
+    counts = [(depth, by_depth[depth]["checks"]) for depth in deepest]
+    checks = _quadratic(counts, full_layers)
+    power, _, _ = fit_axis(counts, full_layers)
+    times = [by_depth[depth]["check_s"] for depth in deepest]
+    check_s = times[-1]
+    checks_error = max(NOISE, max(times) / min(times) - 1 if min(times) > 0 else 0.0,
+                       abs(power - checks) / checks if checks else 0.0)
+    checks_s = checks * check_s
+    total = (rest_s or 0.0) + checks_s
+    if rest_error is None:
+        error = None
+    else:
+        error = ((rest_s or 0.0) * rest_error + checks_s * checks_error) / total if total else 0.0
+    return total, error, {"checks": int(round(checks)), "timed": 0, "check_s": check_s}
+
+
+def _quadratic(points: list[tuple[float, float]], x: float) -> float:
+    """The quadratic through three points (fewer: the line, or the value) at `x`."""
+    if len(points) < 3:
+        return _line(points, x)[0]
+    total = 0.0
+    for i, (xi, yi) in enumerate(points):
+        term = yi
+        for j, (xj, _) in enumerate(points):
+            if j != i:
+                term *= (x - xj) / (xi - xj)
+        total += term
+    return max(0.0, total)
 
 
 def _spread(xs: list[float]) -> bool:
