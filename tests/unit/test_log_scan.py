@@ -13,7 +13,6 @@ import dataclasses
 import gzip
 import heapq
 import random
-import threading
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,6 @@ from helpers import LOGS
 
 from ckpt_bench.report.engine import build_report
 from ckpt_bench.report.parsers import deepspeed, nemo, primus
-from ckpt_bench.report.parsers import lines as lines_module
 from ckpt_bench.report.parsers.deepspeed import DeepSpeedParser
 from ckpt_bench.report.parsers.iterations import ITERATION_TIME
 from ckpt_bench.report.parsers.lines import (
@@ -344,26 +342,3 @@ def test_primus_ranks_merge_training_runs_as_their_lines_would(tmp_path):
         streams = _primus_ranks(rng, folder)
         fast = flat(text for _, _, text in primus.merged_lines(streams, []))
         assert fast == line_by_line(streams), case
-
-
-def test_blocks_read_ahead_on_a_thread_keep_the_same_lines(tmp_path, monkeypatch):
-    """From `AHEAD_FROM` bytes a block (1 MiB) the next block is read on a thread while this one is gone through:
-    the same lines at every block size, lines longer than the room kept before a block and than `MAX_LINE`
-    included."""
-    monkeypatch.setattr(lines_module, "AHEAD_FROM", 1)
-    path = tmp_path / "long.log"
-    path.write_bytes(b"noise\nsaving checkpoint at iteration 5 to /c " + b"x" * (lines_module.MAX_LINE + 5) + b"\n"
-                     + b"y" * 3000 + b"\n  successfully saved checkpoint from iteration 5 to /c\nnoise")
-    for block in (16, 1000):
-        scan = scan_lines([path], MEGATRON, [], block=block)
-        next(scan)
-        assert "ckpt-bench-read-ahead" in {thread.name for thread in threading.enumerate()}
-        scan.close()
-    assert_same(path, MEGATRON, MegatronParser, blocks=(16, 1000, 1 << 20))
-    rng = random.Random(20261130)
-    for style, (grammar, parser_class) in GRAMMARS.items():
-        for case in range(25):
-            path = tmp_path / f"{style}-{case}.log"
-            path.write_bytes(random_log(rng, style))
-            assert_same(path, grammar, parser_class, blocks=(16, 97, 4096))
-    assert "ckpt-bench-read-ahead" not in {thread.name for thread in threading.enumerate()}

@@ -50,15 +50,12 @@ import errno
 import gzip
 import os
 import re
-import stat
-import threading
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
 from pathlib import Path
-from queue import SimpleQueue
 
 from ahocorasick_rs import BytesAhoCorasick
 
@@ -338,54 +335,53 @@ def scan_lines(files: list[Path], grammar: Grammar, notes: list[str], block: int
 
 
 class _Blocks:
-    """A file's blocks of whole lines: `buf[begin:end]`, the last line without its newline only at the end of the
-    file or when it is cut (`MAX_LINE`). The caller says how far it used each (`keep`, a position in `buf`): the
-    next block starts there; when it used nothing (a record it keeps for the next block fills the block), the
-    next block is at least twice as large, up to `MAX_LINE`."""
+    """A file's blocks of whole lines: `buf[:end]`, the last line without its newline only at the end of the
+    file or when it is cut (`MAX_LINE`). The caller says how far it used each (`keep`): the next block
+    starts there; when it used nothing (a record it keeps for the next block fills the block), the next
+    block is larger, up to `MAX_LINE`."""
 
-    def __init__(self, path: Path, scan: _Scan):
-        self.path, self.scan = path, scan
+    def __init__(self, path: Path, buffer: bytearray):
+        self.path, self.buffer = path, buffer
         self.keep = 0  # where the next block starts, in the block just given
         self.offset = 0  # where the block just given starts in the file (its decompressed bytes)
         self.cut_short: int | None = None  # lines read of a `.gz` cut short
         self.cut = 0  # lines cut to MAX_LINE
 
-    def __iter__(self) -> Iterator[tuple[bytes | bytearray, int, int, bool, bool]]:
-        """(buffer, begin, end, last, whether the block is one line cut to MAX_LINE) per block."""
+    def __iter__(self) -> Iterator[tuple[bytes | bytearray, int, bool, bool]]:
+        """(buffer, end, last, whether the block is one line cut to MAX_LINE) per block."""
         return self._gzip() if str(self.path).endswith(".gz") else self._plain()
 
-    def _plain(self) -> Iterator[tuple[bytes | bytearray, int, int, bool, bool]]:
-        with open(self.path, "rb", buffering=0) as file, _ReadAhead(file, self.scan.block, self.scan.buffers) as ahead:
-            rest: bytes | memoryview = b""  # what the caller did not use of the block before
-            at_least = 0
+    def _plain(self) -> Iterator[tuple[bytearray, int, bool, bool]]:
+        with open(self.path, "rb", buffering=0) as file:
             while True:
-                buf, begin, stop, last = ahead.next(rest, at_least)
-                if stop == begin:
+                buf = self.buffer
+                size = _fill(file, buf)
+                if size == 0:
                     return
-                end = stop if last else buf.rfind(b"\n", begin, stop) + 1
-                cut = not end and stop - begin >= MAX_LINE  # one line longer than MAX_LINE: its start is read
+                last = size < len(buf)
+                end = size if last else buf.rfind(b"\n", 0, size) + 1
+                cut = not end and len(buf) >= MAX_LINE  # one line longer than MAX_LINE: its start is read
                 if cut:
-                    end = begin + MAX_LINE
+                    end = MAX_LINE
+                used = 0
                 if end:
                     self.keep = end
-                    yield buf, begin, end, last, cut
+                    yield buf, end, last, cut
                     if last:
                         return
+                    used = end if cut else self.keep
                 if cut:
                     self.cut += 1
-                    skipped, rest = ahead.skip_line(buf, end, stop)
-                    self.offset += MAX_LINE + skipped
-                    at_least = 0
+                    file.seek(used - size, os.SEEK_CUR)
+                    self.offset += used + _skip_rest(file)
                     continue
-                used = self.keep if end else begin
-                size = stop - begin
-                # a line longer than the block, or a kept record filling it: a larger block
-                at_least = min(2 * size, max(MAX_LINE, size)) if used == begin else 0
-                rest = memoryview(buf)[used:stop]
-                self.offset += used - begin
+                if not used:  # a line longer than the buffer, or a kept record filling it
+                    self.buffer = bytearray(min(2 * len(buf), max(MAX_LINE, len(buf))))
+                file.seek(used - size, os.SEEK_CUR)  # read again what was not used
+                self.offset += used
 
-    def _gzip(self) -> Iterator[tuple[bytes, int, int, bool, bool]]:
-        rest, lines, want = b"", 0, self.scan.block
+    def _gzip(self) -> Iterator[tuple[bytes, int, bool, bool]]:
+        rest, lines, want = b"", 0, len(self.buffer)
         with gzip.open(self.path, "rb") as compressed:
             while True:
                 parts, size, last, cut = [rest], len(rest), False, False
@@ -409,7 +405,7 @@ class _Blocks:
                 used = 0
                 if end:
                     self.keep = end
-                    yield block, 0, end, last, long_line
+                    yield block, end, last, long_line
                     used = end if long_line else self.keep
                 if last:
                     if cut:
@@ -434,111 +430,20 @@ class _Blocks:
                 self.offset += used
 
 
-AHEAD_FROM = 1 << 20  # blocks of at least this many bytes are read ahead on a thread
-
-
-class _ReadAhead:
-    """A plain file read one block ahead, on a thread of its own: the next block's bytes are read while the caller
-    goes through this one. A read from the page cache is the kernel's copy, made without the GIL: about a quarter
-    of a big tree's scan here (`benchmarks/parse_speed.py`'s timers shape). Blocks smaller than `AHEAD_FROM` are
-    read in the caller's thread when asked for (the same steps: a handoff between threads costs more than such a
-    read). Two buffers take turns; each keeps room before its read (`buffers`), where `next` puts back what the
-    caller did not use of the block before (copied, as the other buffer is then read into); more than that (a line
-    longer than the room), and the block is put together in a buffer of its own."""
-
-    def __init__(self, file, block: int, buffers: Callable[[int], tuple[bytearray, bytearray]]):
-        self.file = file
-        self.size = block  # bytes a read asks for; a smaller file's, and one more (its end), at once
-        if stat.S_ISREG((status := os.fstat(file.fileno())).st_mode):
-            self.size = min(block, status.st_size + 1)
-        self.buffers = buffers(self.size)
-        self.room = len(self.buffers[0]) - self.size
-        self._reading: int | None = None  # the buffer being read into
-        self._thread: threading.Thread | None = None
-        if self.size >= AHEAD_FROM:
-            self._requests: SimpleQueue = SimpleQueue()
-            self._results: SimpleQueue = SimpleQueue()
-            self._thread = threading.Thread(target=self._serve, name="ckpt-bench-read-ahead", daemon=True)
-
-    def __enter__(self) -> _ReadAhead:
-        if self._thread is not None:
-            self._thread.start()
-        self._start(0)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self._thread is None:
-            return
-        if self._reading is not None:  # never close the file under a read
-            self._results.get()
-        self._requests.put(None)
-        self._thread.join()
-
-    def _read(self, index: int) -> int | BaseException:
-        try:
-            with memoryview(self.buffers[index]) as view, view[self.room:] as target:
-                return _fill(self.file, target)
-        except BaseException as error:  # noqa: BLE001 - raised again where the bytes are asked for
-            return error
-
-    def _serve(self) -> None:
-        while (index := self._requests.get()) is not None:
-            self._results.put(self._read(index))
-
-    def _start(self, index: int) -> None:
-        self._reading = index
-        if self._thread is not None:
-            self._requests.put(index)
-
-    def _wait(self) -> tuple[int, int]:
-        """The buffer the read in flight went into, and the bytes it read."""
-        index, self._reading = self._reading, None
-        result = self._results.get() if self._thread is not None else self._read(index)
-        if isinstance(result, BaseException):
-            raise result
-        return index, result
-
-    def next(self, rest: bytes | memoryview, at_least: int = 0) -> tuple[bytes | bytearray, int, int, bool]:
-        """The next block: (buffer, begin, stop, last), `rest` in `buf[begin:]` before the bytes read, at least
-        `at_least` bytes unless the file ends first; the next read started unless it has ended."""
-        if self._reading is None:  # the file has ended: what is left
-            block = bytearray(rest)
-            return block, 0, len(block), True
-        index, size = self._wait()
-        buf = self.buffers[index]
-        last = size < self.size
-        room = self.room
-        if len(rest) <= room and (last or len(rest) + size >= at_least):
-            begin = room - len(rest)
-            buf[begin:room] = rest
-            block, stop = buf, room + size
-        else:  # a line longer than the room, or a larger block asked for: read on in this thread
-            block = bytearray(rest)
-            block += memoryview(buf)[room:room + size]
-            while not last and len(block) < at_least:
-                more = self.file.read(at_least - len(block))
-                last = len(more) < at_least - len(block)
-                block += more
-            begin, stop = 0, len(block)
-        if not last:
-            self._start(1 - index if block is buf else index)  # `rest` is out of the other one now
-        return block, begin, stop, last
-
-    def skip_line(self, buf: bytes | bytearray, start: int, stop: int) -> tuple[int, bytes | memoryview]:
-        """Reads past the end of the line at `buf[start:stop]` (a line cut to MAX_LINE): the bytes skipped, and
-        those read after its newline."""
-        skipped = 0
-        while (newline := buf.find(b"\n", start, stop)) < 0:
-            skipped += stop - start
-            if self._reading is None:
-                return skipped, b""
-            buf, start, stop, _ = self.next(b"")  # a line ending where the file does: nothing left
-        return skipped + newline + 1 - start, memoryview(buf)[newline + 1:stop]
+def _skip_rest(file) -> int:
+    """Reads a raw file past the end of the current line (a line cut to MAX_LINE); the bytes skipped."""
+    skipped = 0
+    while chunk := file.read(_BUFFER):
+        newline = chunk.find(b"\n")
+        if newline >= 0:
+            file.seek(newline + 1 - len(chunk), os.SEEK_CUR)
+            return skipped + newline + 1
+        skipped += len(chunk)
+    return skipped
 
 
 def _skip_rest_compressed(compressed: gzip.GzipFile) -> tuple[int, bytes]:
-    """Reads a `.gz` past the end of the current line (a line cut to MAX_LINE): the bytes skipped, and those read
-    after the newline."""
+    """`_skip_rest` for a `.gz`: the bytes skipped, and those read after the newline."""
     skipped = 0
     while chunk := compressed.read1(_BUFFER):
         newline = chunk.find(b"\n")
@@ -548,10 +453,10 @@ def _skip_rest_compressed(compressed: gzip.GzipFile) -> tuple[int, bytes]:
     return skipped, b""
 
 
-def _fill(file, view: memoryview) -> int:
-    """Reads into `view` until it is full or the file ends; the bytes read."""
-    size = 0
-    while size < len(view):
+def _fill(file, buf: bytearray) -> int:
+    """Reads into `buf` until it is full or the file ends; the bytes read."""
+    view, size = memoryview(buf), 0
+    while size < len(buf):
         got = file.readinto(view[size:])
         if not got:
             break
@@ -566,31 +471,22 @@ class _Scan:
         self.grammar = grammar
         self.follow = False  # the last kept line's record may go on
         self.in_arguments = False
-        self.block = block
-        self._buffers = (bytearray(), bytearray())
+        self.buffer = bytearray(block)
         self.long_lines = 0  # kept lines of the file being read cut to MAX_TEXT (not cut to MAX_LINE)
 
-    def buffers(self, size: int) -> tuple[bytearray, bytearray]:
-        """Two buffers to read `size` bytes at a time into in turns, each with room before them for what a block
-        leaves to the next (a line cut by its end, a timer block that may still be kept: at most _MAX_CARRY
-        unless a line is longer); those of the stream's files before when large enough."""
-        want = min(size, _MAX_CARRY) + size
-        if len(self._buffers[0]) < want:
-            self._buffers = (bytearray(want), bytearray(want))
-        return self._buffers
-
     def file(self, path: Path, index: int, notes: list[str]) -> Iterator[tuple[Position, str]]:
-        blocks = _Blocks(path, self)
-        for raw, begin, end, last, cut in blocks:
-            buf, start, stripped = raw, begin, False
-            if raw.find(b"\x1b", begin, end) >= 0:  # ANSI colours: removed before anything is searched
-                buf, start, stripped = ANSI.sub(b"", raw[begin:end]), 0, True
-            block = _Block(self, buf, start, len(buf) if stripped else end, last, index, blocks.offset, stripped, cut)
+        blocks = _Blocks(path, self.buffer)
+        for raw, end, last, cut in blocks:
+            buf, stripped = raw, False
+            if raw.find(b"\x1b", 0, end) >= 0:  # ANSI colours: removed before anything is searched
+                buf, stripped = ANSI.sub(b"", raw[:end]), True
+            block = _Block(self, buf, len(buf) if stripped else end, last, index, blocks.offset, stripped, cut)
             yield from block.lines()
             keep = block.keep
             if stripped:  # back to a position in the file's bytes
-                keep = end if keep >= block.end else _nth_line_start(raw, begin, buf.count(b"\n", 0, keep))
+                keep = end if keep >= block.end else _nth_line_start(raw, buf.count(b"\n", 0, keep))
             blocks.keep = keep
+        self.buffer = blocks.buffer
         if blocks.cut_short is not None:
             notes.append(_cut_note(path, blocks.cut_short))
         long_lines, self.long_lines = blocks.cut + self.long_lines, 0
@@ -599,47 +495,46 @@ class _Scan:
                          f"{'were' if long_lines > 1 else 'was'} read up to {MAX_TEXT >> 10} KiB, the rest skipped")
 
 
-def _nth_line_start(raw: bytes | bytearray, begin: int, lines: int) -> int:
-    """Where line `lines` (counted from 0) of `raw[begin:]` starts."""
-    position = begin
+def _nth_line_start(raw: bytes | bytearray, lines: int) -> int:
+    """Where line `lines` (counted from 0) of `raw` starts."""
+    position = 0
     for _ in range(lines):
         position = raw.index(b"\n", position) + 1
     return position
 
 
 class _Block:
-    """One block of a stream, `buf[begin:end]`: finds its kept lines (positions are in `buf`)."""
+    """One block of a stream: finds its kept lines (positions are in `buf`)."""
 
-    def __init__(self, scan: _Scan, buf: bytes | bytearray, begin: int, end: int, last: bool, file: int,
-                 offset: int, stripped: bool, cut: bool):
-        self.scan, self.buf, self.begin, self.end, self.last, self.cut = scan, buf, begin, end, last, cut
+    def __init__(self, scan: _Scan, buf: bytes | bytearray, end: int, last: bool, file: int, offset: int,
+                 stripped: bool, cut: bool):
+        self.scan, self.buf, self.end, self.last, self.cut = scan, buf, end, last, cut
         self.grammar = scan.grammar
-        self.file, self.offset, self.stripped = file, offset, stripped  # offset: of `begin` in the file
+        self.file, self.offset, self.stripped = file, offset, stripped
         self.keep = end
-        self._counted, self._lines = begin, 0  # in a stripped block: lines before position `_counted`
-        self._done = begin  # end of the last line handed over
-        self._gap = begin  # where the lines not handed over since the last one handed over start
+        self._counted = self._lines = 0  # in a stripped block: lines before position `_counted`
+        self._done = 0  # end of the last line handed over
+        self._gap = 0  # where the lines not handed over since the last one handed over start
         self.hits = self._hits()
         self._hit = 0  # index of the first hit not behind us
 
     def _hits(self) -> list[int]:
         """Where the block's keywords are (each keyword's occurrences that do not overlap, as a `find` loop
         gives them), in order."""
-        begin = self.begin
-        with memoryview(self.buf) as view, view[begin:self.end] as block:
-            return sorted(begin + start for keyword in self.grammar.keywords
+        with memoryview(self.buf) as view, view[:self.end] as block:
+            return sorted(start for keyword in self.grammar.keywords
                           for _, start, _ in searcher(keyword).find_matches_as_indexes(block))
 
     # -- positions ------------------------------------------------------------------------------
 
     def where(self, start: int) -> Position:
         if not self.stripped:
-            return Position(self.file, self.offset + start - self.begin)
+            return Position(self.file, self.offset + start)
         self._lines += self.buf.count(b"\n", self._counted, start)
         self._counted = start
         return Position(self.file, self.offset, self._lines)
 
-    def line_start(self, position: int, floor: int) -> int:
+    def line_start(self, position: int, floor: int = 0) -> int:
         return self.buf.rfind(b"\n", floor, position) + 1 or floor
 
     def line_end(self, position: int) -> int:
@@ -676,7 +571,7 @@ class _Block:
 
     def lines(self) -> Iterator[tuple[Position, str]]:
         scan, grammar, end = self.scan, self.grammar, self.end
-        position = self.begin
+        position = 0
         while position < end:
             if scan.in_arguments:
                 found = self.buf.find(ARGUMENTS_END, position, end)
