@@ -12,6 +12,7 @@ import pytest
 import torch
 from test_projection_fit import _job
 from torch.distributed.checkpoint import default_planner
+from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
 from torch.distributed.checkpoint.metadata import (
     ChunkStorageMetadata,
     Metadata,
@@ -23,13 +24,15 @@ from torch.distributed.checkpoint.planner import SavePlan
 from ckpt_bench.projection.inputs import Figure
 from ckpt_bench.projection.model import _step_term
 from ckpt_bench.projection.rank_costs import RankCosts, Step, pairwise_checks
+from ckpt_bench.projection.rank_costs.base import Budget
+from ckpt_bench.projection.rank_costs.dcp_steps import DcpSteps, Item
 
 sampled = importlib.import_module("ckpt_bench.projection.rank_costs.sampled")
 
 
 def _metadata(rng: random.Random, keys: int = 6) -> Metadata:
     """Tensors of 1-3 dimensions cut into random chunks: on a grid, spanning a dimension, empty (an FSDP2 rank past
-    the rows), the same start twice, now and then out of bounds or overlapping."""
+    the rows), the same start twice, now and then out of bounds, overlapping or of a negative size."""
     tensors = {}
     for key in range(keys):
         size = [rng.choice([1, 3, 8, 40]) for _ in range(rng.randint(1, 3))]
@@ -38,6 +41,8 @@ def _metadata(rng: random.Random, keys: int = 6) -> Metadata:
             offsets = [rng.randrange(0, extent + 1) for extent in size]
             sizes = [rng.randint(0, max(0, extent - offset) + (rng.random() < 0.05)) for offset, extent
                      in zip(offsets, size, strict=True)]
+            if rng.random() < 0.03:  # a negative size, which torch's bounds check refuses
+                sizes[rng.randrange(len(size))] = -rng.randint(1, 3)
             if rng.random() < 0.2:  # spans its largest dimension
                 largest = max(range(len(size)), key=lambda d: size[d])
                 offsets[largest], sizes[largest] = 0, size[largest]
@@ -141,3 +146,22 @@ def test_a_counted_global_plan_is_fitted_as_its_rest_and_its_checks_on_the_quadr
     term = _step_term("global plan", plan, Figure(None, "not given"))
     assert "pairwise overlap checks counted, those of the copies sampled at 0.50 us a check" in term.what
     assert math.isclose(term.high, plan.cpu_s * (1 + plan.extrapolated["error"]), rel_tol=1e-9)
+
+
+def test_a_global_plan_step_of_many_checks_says_what_it_counted_and_prices_them(monkeypatch):
+    """`DcpSteps.global_plan` over 64 ranks' FSDP2 chunks of two stacked layers' weights spanning their columns:
+    every chunk against every other, 128 x 127 / 2 a key; counted (the threshold lowered), the step says so and its
+    seconds hold every check at the sampled time a check."""
+    monkeypatch.setattr(pairwise_checks, "COUNTED_FROM", 1)
+    monkeypatch.setattr(pairwise_checks, "SAMPLE", 2_000)
+
+    def plans(rank: int) -> list[Item]:
+        return [Item(f"layers.fc{key}.weight", (layer, rank, 0), (1, 1, 512), (2, 64, 512), "bf16", 1024)
+                for key in (1, 2) for layer in range(2)]
+
+    steps = DcpSteps(64, 2, Budget(60), plans, plans)
+    step = steps.global_plan(DefaultSavePlanner(), decentralized=False)
+    assert step.complete and step.pairwise["checks"] == 2 * 128 * 127 // 2
+    assert 0 < step.pairwise["timed"] < step.pairwise["checks"] and step.pairwise["check_s"] > 0
+    assert step.cpu_s >= step.pairwise["checks"] * step.pairwise["check_s"] * 0.5
+    assert steps.metadata is not None and default_planner._validate_global_plan is pairwise_checks._ORIGINAL

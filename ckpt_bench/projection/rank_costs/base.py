@@ -287,8 +287,9 @@ def run_step(step: Step, budget: Budget, work, once: bool = False, counted=None)
     (`once`: one timing, for work standing for more than it holds, whose memory a second timing would find warm); a
     budget that runs out leaves a lower bound. What the heap holds so far is frozen out of the collections the
     step may trigger: a collection's cost is the whole heap's (this computation's inputs here, a training
-    process's model and state there), not the step's. `counted()`, after each complete timing: the seconds it
-    stands for beyond its CPU (work counted and not run, at its measured rate, less the counting's own CPU)."""
+    process's model and state there), not the step's. `counted()`, after each timing: the seconds it stands for
+    beyond its CPU (work counted and not run, at its measured rate, less the counting's own CPU), 0 where none was
+    counted in it."""
     gc.freeze()
     timings: list[float] = []
     while not timings or (not once and timed_again(timings)):
@@ -300,7 +301,7 @@ def run_step(step: Step, budget: Budget, work, once: bool = False, counted=None)
             if not timings:
                 step.complete = False
                 step.why = f"stopped when its {budget.seconds:g} s budget ran out: a lower bound"
-                timings.append(time.thread_time() - started)
+                timings.append(time.thread_time() - started + (counted() if counted else 0.0))
             break
         timings.append(time.thread_time() - started + (counted() if counted else 0.0))
     step.cpu_s = round(min(timings), 4)

@@ -164,6 +164,7 @@ class DcpSteps:
 
         def work() -> None:
             nonlocal scattered
+            checked.clear()
             local[:] = unpickled(payloads, self.budget)  # what the coordinator's gather_object hands it
             with counted_validation() as validation:
                 self.global_plans, self.metadata = planner.create_global_plan(local)
@@ -174,7 +175,7 @@ class DcpSteps:
                 scattered = max(map(pickled_size, self.global_plans))
 
         checked: list = []
-        run_step(step, self.budget, work, counted=lambda: checked[-1].counted_s())
+        run_step(step, self.budget, work, counted=lambda: checked[-1].counted_s() if checked else 0.0)
         if step.complete and checked and checked[-1].pairwise:
             step.pairwise = checked[-1].pairwise.as_dict()
         if decentralized:

@@ -17,10 +17,13 @@ own `_check_box_overlap` in torch's loop, each such chunk's whole, where its che
 the sweep's count (about `SAMPLE` in all), twice: untimed, then timed (in torch's sweep the chunk before went
 through about the same open chunks just before). A chunk with more checks is likelier timed, and a check costs
 more in a long list of open chunks (which outgrows the CPU's caches) than in a short one, so each timed chunk's CPU
-counts over the chance it had (Horvitz-Thompson). The step's CPU is what ran but the sampled checks, plus every
-check at the estimated time a check; the step says how many it counted (`Pairwise`). Below `COUNTED_FROM` torch's
-own function runs (its checks still counted). `checks` counts a plan's checks without the sweep (numpy over the
-offsets sorted as torch sorts them): the same number as torch's calls (tests/unit/test_pairwise_checks.py).
+counts over the chance it had (Horvitz-Thompson, the stride's multiples offset at random). The step's CPU is what
+ran but the sampled checks, plus every check at the estimated time a check; the step says how many it counted
+(`Pairwise`). What it cannot do: find an overlap among the checks it does not run (a plan torch would refuse for an
+overlap alone, its fill and bounds right, passes); the plans here are the layout's, whose fill is checked. Below
+`COUNTED_FROM` torch's own function runs (its checks still counted). `checks` counts a plan's checks without the
+sweep (numpy over the offsets sorted as torch sorts them): the same number as torch's calls
+(tests/unit/test_pairwise_checks.py).
 
 Measured on Llama 3.1 70B under FSDP2 at 1,024 ranks, torch's own validation against this one (the step's CPU):
 22.7 s against 23.0 and 24.2 s at 4 layers; at 8 layers torch's took 100 s in one process and 161 s in another
@@ -31,6 +34,7 @@ where torch's took 161 s, torch's loop timed chunk by chunk in place gave 1.21 u
 from __future__ import annotations
 
 import math
+import random
 import sys
 import time
 from bisect import bisect_right, insort
@@ -48,6 +52,8 @@ __all__ = ["COUNTED_FROM", "SAMPLE", "Pairwise", "checks", "counted_validation",
 COUNTED_FROM = 4_000_000
 #: About how many of a counted plan's checks run and are timed, at most (about 0.3 s here, and as long again warming).
 SAMPLE = 500_000
+#: About how many chunks' checks are timed, at least (where each has tens of thousands, more checks than SAMPLE).
+TIMED_CHUNKS = 64
 
 
 @dataclass(frozen=True)
@@ -68,7 +74,8 @@ def key_checks(size: Sequence[int], offsets: np.ndarray, sizes: np.ndarray) -> n
     row a chunk, in the metadata's order), in the sweep's order. Sorted as torch sorts them (the offset along the
     largest dimension, then every offset, then their order), a chunk is checked against those before it that end
     after its start: all before it, less those that end at or before its start, which are any that do (a later
-    chunk starts no earlier) but empty chunks starting where it starts and sorted after it."""
+    chunk starts no earlier) but empty chunks starting where it starts and sorted after it. A key with a chunk of a
+    negative size (which torch's bounds check refuses) is swept as torch sweeps it."""
     count = len(offsets)
     if count < 2:
         return np.zeros(count, dtype=np.int64)
@@ -77,10 +84,23 @@ def key_checks(size: Sequence[int], offsets: np.ndarray, sizes: np.ndarray) -> n
     order = np.lexsort((np.arange(count), *(offsets[:, d] for d in reversed(range(dims))), offsets[:, sweep]))
     starts = offsets[order, sweep]
     ends = starts + sizes[order, sweep]
+    if (ends < starts).any():
+        return _swept(starts.tolist(), ends.tolist())
     ended = np.searchsorted(np.sort(ends), starts, side="right")  # chunks ending at or before each start
     empties = np.concatenate(([0], np.cumsum(ends == starts)))
     later_empties = empties[np.searchsorted(starts, starts, side="right")] - empties[:-1]
     return np.arange(count) - ended + later_empties
+
+
+def _swept(starts: list[int], ends: list[int]) -> np.ndarray:
+    """Each chunk's checks as torch's sweep makes them (its open chunks, without checking them)."""
+    active: list[tuple[int, int]] = []
+    counts = []
+    for index, (start, end) in enumerate(zip(starts, ends, strict=True)):
+        del active[:bisect_right(active, (start, sys.maxsize))]
+        counts.append(len(active))
+        insort(active, (end, index))
+    return np.array(counts, dtype=np.int64)
 
 
 def _chunk_arrays(chunks) -> tuple[np.ndarray, np.ndarray]:
@@ -95,7 +115,8 @@ def _tensor_keys(metadata) -> Iterator[tuple[str, object]]:
 
 
 def checks(metadata) -> tuple[int, int]:
-    """The pairwise checks torch's validation makes over a global plan's metadata, and the most one chunk makes."""
+    """The pairwise checks torch's validation makes over a global plan's metadata, and the most one chunk makes
+    (`OverflowError` for offsets beyond 64 bits)."""
     counts = [key_checks(value.size, *_chunk_arrays(value.chunks)) for _, value in _tensor_keys(metadata)]
     return sum(int(c.sum()) for c in counts), max((int(c.max()) for c in counts if len(c)), default=0)
 
@@ -112,13 +133,14 @@ class _Sweep:
     estimated_s: float = 0.0  # each timed chunk's CPU over the chance it had of being timed (Horvitz-Thompson)
 
 
-def _counted(global_plan: list, metadata, stride: int) -> tuple[list[str], _Sweep]:
+def _counted(global_plan: list, metadata, stride: int, phase: int = 0) -> tuple[list[str], _Sweep]:
     """torch's `_validate_global_plan` but its pairwise checks: its errors, and the sweep's count of its checks; the
     checks of each chunk whose checks hold a multiple of `stride` in that count run as torch's loop runs them, twice:
     first untimed, as in torch's sweep the chunk before went through about the same open chunks just before (and
     left them in the CPU's caches, or not: a key's chunks may outgrow them), then timed. A chunk with more checks
     is likelier timed (its checks over the stride), and a check costs more in a long list of open chunks (outside
-    the caches) than in a short one: each timed chunk's CPU counts over that chance."""
+    the caches) than in a short one: each timed chunk's CPU counts over that chance (the multiples offset by
+    `phase`, drawn at random: the chance is then the chunk's checks over the stride, or 1)."""
     errors: list[str] = []
     done = _Sweep()
     overlap = default_planner._check_box_overlap
@@ -140,7 +162,7 @@ def _counted(global_plan: list, metadata, stride: int) -> tuple[list[str], _Swee
                 cutoff = bisect_right(active, (start, sys.maxsize))
                 if cutoff:
                     del active[:cutoff]
-                if (done.made + len(active)) // stride > done.made // stride:
+                if (done.made + phase + len(active)) // stride > (done.made + phase) // stride:
                     for timed in (False, True):
                         started = time.thread_time()
                         for _, other_index in active:
@@ -171,14 +193,19 @@ class _Validation:
 
     def __call__(self, global_plan: list, metadata) -> list[str]:
         started = time.thread_time()
-        total, most = checks(metadata)
+        try:
+            total, most = checks(metadata)
+        except OverflowError:  # offsets beyond 64 bits: torch's own
+            total = most = None
         self.counting_s = time.thread_time() - started
-        if total < COUNTED_FROM:
-            self.pairwise = Pairwise(total, total)
+        if total is None or total < COUNTED_FROM:
+            self.pairwise = None if total is None else Pairwise(total, total)
             return _ORIGINAL(global_plan, metadata)
         # A chunk's checks are timed whole, as torch's loop runs them, where they hold a multiple of the stride: each
-        # with a chance of its checks over the stride, about SAMPLE checks in all at most, at least one chunk's.
-        errors, sweep = _counted(global_plan, metadata, max(1, min(total, total * most // SAMPLE)))
+        # with a chance of its checks over the stride, about SAMPLE checks in all at most, and at least about
+        # TIMED_CHUNKS chunks' (at 80 layers a chunk may have 80,000 checks).
+        stride = max(1, min(total // TIMED_CHUNKS, total * most // SAMPLE))
+        errors, sweep = _counted(global_plan, metadata, stride, random.Random(total).randrange(stride))
         if sweep.made != total:
             raise AssertionError(f"the sweep made {sweep.made} checks where {total} were counted")
         self.left_out_s = sweep.warming_s + sweep.timed_s
