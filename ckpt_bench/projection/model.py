@@ -29,7 +29,7 @@ from ckpt_bench.projection.feasibility import Limits, capacity, feasibility
 from ckpt_bench.projection.inputs import S3_GETS_PER_S, S3_PART_BYTES, S3_PUTS_PER_S, Figure
 from ckpt_bench.projection.job import JobCheckpoint, Traffic
 from ckpt_bench.projection.rank_costs import RankCosts, Step
-from ckpt_bench.projection.rank_costs.base import NOISE
+from ckpt_bench.projection.rank_costs.base import CHECK_SPREAD
 from ckpt_bench.projection.schedule import load_steps, save_steps
 from ckpt_bench.projection.units import GB, gb, plural
 
@@ -100,7 +100,7 @@ def _cpu_range(step: Step) -> tuple[float, float | None]:
         error = estimate.get("error")
         return (cpu, None) if error is None else (cpu * max(0.0, 1 - error), cpu * (1 + error))
     if _checks_counted(step):  # at the job's size, its checks priced at a sample's time a check
-        return cpu * (1 - NOISE), cpu * (1 + NOISE)
+        return cpu * (1 - CHECK_SPREAD), cpu * (1 + CHECK_SPREAD)
     return cpu, cpu
 
 

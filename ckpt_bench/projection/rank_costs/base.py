@@ -39,6 +39,10 @@ NOISE = 0.1
 #: process timing it (DeepSeek-V3's load plan of every held shard, 16 of 1,024 ranks timed four times in one
 #: worker: 471, 563, 580, 620 s; 483 s in a fresh one).
 SAMPLE_NOISE = 0.15
+#: The least error of a validation's pairwise checks priced at a sampled time a check (`pairwise_checks`): what torch's
+#: own validation of the same plan moves between processes (Llama 3.1 70B FSDP2's 134,774,784 checks at 8 layers x
+#: 1,024 ranks: 100 s in one process, 161 s in another, where its chunks lie in memory).
+CHECK_SPREAD = 0.3
 #: Payload bytes a sum over a sample of the ranks goes through at least (the sample's payloads again, where it
 #: holds fewer; the job's own bytes where those are fewer): its time an item grows with what the coordinator holds
 #: until about this (DeepSeek-V3's held load plans here: 48 us an item over 27 MB, 65 us over 53, 106 and 213 MB;
