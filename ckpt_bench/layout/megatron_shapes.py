@@ -263,6 +263,7 @@ class MegatronGPT:
         self.job = training_job(workload)
         self.arch = self.job.architecture
         self._modules: dict[tuple[int, int], list[_Module]] = {}
+        self._extra_state_names: dict[tuple[int, int], list[tuple[str, tuple[int, ...], tuple[int, ...], bool]]] = {}
         try:
             self.parallel: Parallelism = self.job.parallelism(world_size)
         except ParallelError as error:
@@ -431,8 +432,18 @@ class MegatronGPT:
 
     def _extra_states(self, c: RankCoordinates) -> list[ObjectShard]:
         """Every linear module's `_extra_state` object (None on the local spec)."""
+        replicas = ((0, c.tp_rank, c.dp_rank), (0, c.etp_rank, c.edp_rank))
+        key = (c.pp_rank, c.ep_rank)
+        if key not in self._extra_state_names:  # the same on every rank of a stage and expert-parallel rank
+            self._extra_state_names[key] = self._extra_state_keys(*key)
+        return [ObjectShard(name, shape, offset, replicas[expert])
+                for name, shape, offset, expert in self._extra_state_names[key]]
+
+    def _extra_state_keys(self, pp_rank: int, ep_rank: int) -> list[tuple[str, tuple[int, ...], tuple[int, ...], bool]]:
+        """The `_extra_state` objects of a pipeline stage's modules (a routed expert's on the expert-parallel rank
+        holding it): (key, global shape, global offset, whether an expert's)."""
         objects, arch, par = [], self.arch, self.parallel
-        for module in self._stage_modules(c.pp_rank):
+        for module in self._stage_modules(pp_rank):
             prefix, layer = module.prefix, module.layer
             for param in module.params:
                 linear = param.name.endswith(".weight") and len(param.shape) == 2 and "router" not in param.name
@@ -442,14 +453,14 @@ class MegatronGPT:
                 lead = [(layer, arch.num_layers)] if layer is not None else []
                 if param.expert:
                     local = arch.moe.num_experts // par.ep
-                    for expert in range(c.ep_rank * local, (c.ep_rank + 1) * local):
+                    for expert in range(ep_rank * local, (ep_rank + 1) * local):
                         axes = [*lead, (expert, arch.moe.num_experts)]
-                        objects.append(ObjectShard(f"{name}._extra_state", tuple(s for _, s in axes),
-                                                   tuple(i for i, _ in axes), (0, c.etp_rank, c.edp_rank)))
+                        objects.append((f"{name}._extra_state", tuple(s for _, s in axes), tuple(i for i, _ in axes),
+                                        True))
                 else:
                     axes = lead or [(0, 1)]
-                    objects.append(ObjectShard(f"{name}._extra_state", tuple(s for _, s in axes),
-                                               tuple(i for i, _ in axes), (0, c.tp_rank, c.dp_rank)))
+                    objects.append((f"{name}._extra_state", tuple(s for _, s in axes), tuple(i for i, _ in axes),
+                                    False))
         return objects
 
     # ---- the optimizer ----------------------------------------------------------------------------------------

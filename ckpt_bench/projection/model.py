@@ -129,6 +129,9 @@ def _step_term(label: str, step: Step, network: Figure) -> Term:
         how += (f"; its validation's {pairwise['checks']:,} pairwise overlap checks counted, "
                 + (f"{pairwise['timed']:,} of them run" if pairwise["timed"] else "those of the copies sampled")
                 + f" at {pairwise['check_s'] * 1e6:.2f} us a check")
+    if step.assignment:
+        how += (f"; its greedy assignment timed over {step.assignment['timed']:,} of its {step.assignment['shards']:,} "
+                "shards and scaled")
     parts = [f"{'at least ' if not step.complete else ''}{step.cpu_s:.3g} s CPU ({how})"
              if step.cpu_s is not None else None,
              f"{gb(step.host_bytes)} on the busiest host's network" if step.host_bytes else None]

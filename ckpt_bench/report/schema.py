@@ -539,6 +539,18 @@ class PairwiseChecks:
 
 
 @dataclass
+class AssignmentSample:
+    """A fully parallel distribution whose greedy assignment (megatron-core's `distribute_shards_to_ranks`) ran over
+    every stride-th of its shards in order of coverage, its CPU scaled to all of them
+    (projection.rank_costs.sampled_assignment)."""
+
+    shards: int = 0
+    """The group's shards."""
+    timed: int = 0
+    """How many of them ran and were timed."""
+
+
+@dataclass
 class RankSampleFit:
     """How a step that is a sum over the ranks was computed over a sample of them (projection.rank_costs.base.
     RankSample)."""
@@ -574,6 +586,8 @@ class RankCostStep:
     """Where a sum over the ranks was computed at the job's size over a sample of its ranks, scaled."""
     pairwise: PairwiseChecks | None = None
     """Where the step's validation had its pairwise overlap checks counted."""
+    assignment: AssignmentSample | None = None
+    """Where the step's greedy assignment of shards to ranks was timed over a sample of its shards."""
 
 
 @dataclass

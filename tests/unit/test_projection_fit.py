@@ -186,8 +186,8 @@ def test_the_save_and_load_distributions_share_one_timed_unpickling_of_the_same_
     unpickle, distribute = torch_dist._unpickle_into, torch_dist._distribute
     monkeypatch.setattr(torch_dist, "_unpickle_into",
                         lambda gathered, *args: (unpickled_into.append(gathered), unpickle(gathered, *args)))
-    monkeypatch.setattr(torch_dist, "_distribute", lambda gathered, ignore_groups: (
-        distributed.append((gathered, ignore_groups)), distribute(gathered, ignore_groups)))
+    monkeypatch.setattr(torch_dist, "_distribute", lambda gathered, ignore_groups, assignment: (
+        distributed.append((gathered, ignore_groups)), distribute(gathered, ignore_groups, assignment)))
     save, load = torch_dist.TorchDistCosts(_job(16), Budget(60.0)).distributions()
     assert (save.operation, load.operation) == ("save", "load") and save.complete and load.complete
     assert "ignore_groups=True" in load.what and "ignore_groups" not in save.what

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 __all__ = ["EVERY_RANK", "Budget", "OutOfBudget", "RankCosts", "RankSample", "RankSums", "Step", "all_gather_bytes",
-           "built_or_floor", "gather_bytes", "pickled_size", "unpickled"]
+           "built_or_floor", "collector_paused", "gather_bytes", "pickled_size", "unpickled"]
 
 #: The least error a figure timed here carries: how much the same step's CPU moves between runs on this machine
 #: (megatron-core's sharding validation at 1,024 ranks: 5.35-5.97 s).
@@ -133,6 +133,9 @@ class Step:
     pairwise: dict[str, Any] | None = None
     """A global plan's validation, its pairwise overlap checks counted (`pairwise_checks`): {"checks": how many,
     "timed": how many ran, "check_s": CPU seconds a check where they were sampled (None: all ran)}."""
+    assignment: dict[str, Any] | None = None
+    """A fully parallel distribution whose greedy assignment was timed over a sample of its shards and scaled
+    (`sampled_assignment`): {"shards": the group's, "timed": how many ran}."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -244,6 +247,20 @@ def unpickled(payloads: list[bytes], budget: Budget) -> list:
     return gathered
 
 
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """No garbage collection while inside: a thousand ranks' inputs built outside the timing make millions of objects
+    (none in a cycle), and the collections they trigger go through every one kept so far, again and again (half of
+    building DeepSeek-V3's 1,024 ranks' metadata at 8 layers: 7.0 s, 3.6 s without)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def built_or_floor(step: Step, budget: Budget, build, floor_work) -> list | None:
     """Build a step's inputs with `build(kept)` (each rank's payload appended to `kept`, outside the timing: a
     rank's own payload is not a rank-count cost); where the budget runs out first, the step is a lower bound at
@@ -253,7 +270,8 @@ def built_or_floor(step: Step, budget: Budget, build, floor_work) -> list | None
     kept: list = []
     ran_out = False
     try:
-        build(kept)
+        with collector_paused():
+            build(kept)
     except OutOfBudget:
         ran_out = True
     if kept:
@@ -261,7 +279,7 @@ def built_or_floor(step: Step, budget: Budget, build, floor_work) -> list | None
     if not ran_out:
         return kept
     fresh = Budget(budget.seconds)
-    gc.freeze()
+    settled_heap()
     started = time.thread_time()
     try:
         with fresh.enforced():
@@ -286,15 +304,27 @@ def timed_again(timings: list[float]) -> bool:
     return len(timings) < _TIMINGS and max(timings) < _RETIME_BELOW_S
 
 
+def settled_heap() -> None:
+    """The collector's state a timing starts from, the same whatever ran before in the process: everything held so
+    far collected once and frozen out of later collections. A full collection runs when the objects that survived
+    younger ones reach a quarter of those the last full one kept: unpickling a thousand ranks' metadata triggers
+    few where the process's last full collection kept many, and more (each over what was unpickled so far) where it
+    kept few; with only `gc.freeze`, what ran before decided (DeepSeek-V3's 2-layer sharding validation at 1,024
+    ranks: 1.0 s after a large step in the same process, 2.0 s in a fresh one)."""
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
+
+
 def run_step(step: Step, budget: Budget, work, once: bool = False, counted=None) -> Step:
     """Time `work()` (this thread's CPU) into `step`: the least of up to `_TIMINGS` timings where it is short
     (`once`: one timing, for work standing for more than it holds, whose memory a second timing would find warm); a
-    budget that runs out leaves a lower bound. What the heap holds so far is frozen out of the collections the
-    step may trigger: a collection's cost is the whole heap's (this computation's inputs here, a training
-    process's model and state there), not the step's. `counted()`, after each timing: the seconds it stands for
-    beyond its CPU (work counted and not run, at its measured rate, less the counting's own CPU), 0 where none was
-    counted in it."""
-    gc.freeze()
+    budget that runs out leaves a lower bound. What the heap holds so far is collected once and frozen out of the
+    collections the step may trigger (`settled_heap`): a collection's cost is the whole heap's (this computation's
+    inputs here, a training process's model and state there), not the step's. `counted()`, after each timing: the
+    seconds it stands for beyond its CPU (work counted and not run, at its measured rate, less the counting's own
+    CPU), 0 where none was counted in it."""
+    settled_heap()
     timings: list[float] = []
     while not timings or (not once and timed_again(timings)):
         started = time.thread_time()

@@ -30,6 +30,15 @@ def _sharded_tensor(shard: Shard, regular: bool = True) -> ShardedTensor:
                          shard.prepend_axis_num)
 
 
+def _replicated(tensor: ShardedTensor, replica_id: tuple[int, ...]) -> ShardedTensor:
+    """`tensor` with another replica id, as megatron-core's constructor makes it (its attributes in its order, pickled
+    to the same bytes) without checking again what its class's template was checked for."""
+    copy = object.__new__(ShardedTensor)
+    copy.__dict__.update(tensor.__dict__)
+    copy.replica_id = replica_id
+    return copy
+
+
 def item(shard: Shard) -> Item:
     """The shard as DCP plans it: its chunk of the global tensor (prepended axes of size 1)."""
     sizes = (1,) * shard.prepend_axis_num + shard.local_shape
@@ -45,6 +54,7 @@ class MegatronState:
         self.gpt = MegatronGPT(workload, world_size)
         self.fsdp2 = workload.state == "megatron_fsdp2"
         self._models: dict[RankCoordinates, list] = {}
+        self._model_tensors: dict[RankCoordinates, list[tuple[ShardedTensor, bool]]] = {}
         self._distributions: dict[tuple[int, int], object] = {}
         self._written: dict[int, list[Item]] = {}
 
@@ -85,10 +95,22 @@ class MegatronState:
         """What megatron-core's metadata collectives carry for the rank, all without data: its `ShardedTensor`s
         (model, then optimizer; what the fully parallel distribution gathers) and its `ShardedObject`s (the
         sharding validation gathers both)."""
-        model, optimizer = self.shards(rank)
-        return ([_sharded_tensor(shard, not self.fsdp2) for shard in model + optimizer],
-                [ShardedObject(obj.key, None, obj.global_shape, obj.global_offset, obj.replica_id)
-                 for obj in self.gpt.objects(self.gpt.coordinates(rank))])
+        c = self.gpt.coordinates(rank)
+        objects = [ShardedObject(obj.key, None, obj.global_shape, obj.global_offset, obj.replica_id)
+                   for obj in self.gpt.objects(c)]
+        if self.fsdp2 or not self.gpt.job.distributed_optimizer:  # the optimizer's shards mirror the model's
+            model, optimizer = self.shards(rank)
+            return [_sharded_tensor(shard, not self.fsdp2) for shard in model + optimizer], objects
+        # A class's model shards built once as megatron-core's objects, each rank's given its replica ids (what
+        # `model` gives its shards): a thousand ranks' metadata in seconds, not tens of them.
+        probe = self.gpt.class_coordinates(c)
+        templates = self._model_tensors.get(probe)
+        if templates is None:
+            templates = self._model_tensors[probe] = [(_sharded_tensor(shard), shard.expert)
+                                                       for shard in self.model(rank, replicas=False)]
+        tensors = [_replicated(tensor, (*tensor.replica_id[:2], c.edp_rank if expert else c.dp_rank))
+                   for tensor, expert in templates]
+        return tensors + [_sharded_tensor(shard) for shard in self.gpt.optimizer_shards(c)], objects
 
     def _distribution(self, rank: int):
         c = self.gpt.coordinates(rank)

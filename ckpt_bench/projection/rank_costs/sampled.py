@@ -254,7 +254,8 @@ def _fitted(job: JobCheckpoint, computed: dict[int, RankCosts], units: dict[int,
         if (step.operation, step.name) in at_size:
             steps.append(at_size[step.operation, step.name])
             continue
-        fitted = Step(**{**step.as_dict(), **dict.fromkeys(_FIELDS), "why": step.why if step.cpu_s is None else None})
+        fitted = Step(**{**step.as_dict(), **dict.fromkeys(_FIELDS), "assignment": None,
+                         "why": step.why if step.cpu_s is None else None})
         for name in ("units", "host_bytes", "rank_memory_bytes"):
             figure, _ = fit([(units[d], v) for d in depths if (v := pick(computed[d], index, name)) is not None],
                             goal, count=name == "units")
@@ -298,6 +299,11 @@ def _fitted(job: JobCheckpoint, computed: dict[int, RankCosts], units: dict[int,
                                "class of ranks holding the same model shards), scaled by the items the job's ranks "
                                "hold (marked rank_sample, with its error)"]
                               if (sampled := next((s.rank_sample for s in sums.steps if s.rank_sample), None))
+                              else []),
+                            *([f"in the copies, the fully parallel distribution's greedy assignment was timed over a "
+                               f"sample of its shards and scaled ({assigned['timed']:,} of {assigned['shards']:,} at "
+                               f"{depths[-1]} layers)"]
+                              if (assigned := next((s.assignment for s in template.steps if s.assignment), None))
                               else [])])
 
 

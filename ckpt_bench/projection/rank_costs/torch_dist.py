@@ -53,6 +53,7 @@ from ckpt_bench.projection.rank_costs.base import (
 )
 from ckpt_bench.projection.rank_costs.dcp_steps import DcpSteps
 from ckpt_bench.projection.rank_costs.megatron_state import MegatronState
+from ckpt_bench.projection.rank_costs.sampled_assignment import SampledAssignment
 from ckpt_bench.projection.schedule import HELD_LOAD_PLAN
 
 
@@ -81,9 +82,10 @@ def _unpickle_into(gathered: list, payloads: list[bytes], budget: Budget) -> Non
     gathered[:] = unpickled(payloads, budget)
 
 
-def _distribute(gathered: list, ignore_groups: bool) -> None:
-    """megatron-core's distribution on a member of the group whose `ShardedTensor`s `gathered` holds."""
-    with simulated_all_gather(gathered, len(gathered)):
+def _distribute(gathered: list, ignore_groups: bool, assignment: SampledAssignment) -> None:
+    """megatron-core's distribution on a member of the group whose `ShardedTensor`s `gathered` holds, its greedy
+    assignment timed over a sample of the shards where long (`assignment`)."""
+    with simulated_all_gather(gathered, len(gathered)), assignment.standing_in():
         exchange_utils.determine_main_replica_uniform_distribution(
             {"local": gathered[0]}, parallelization_group=object(), ignore_groups=ignore_groups)
 
@@ -158,6 +160,7 @@ class TorchDistCosts:
         slowest = dict.fromkeys(steps, 0.0)
         largest, payloads = 0, []
         self.budget.restart()
+        assignment = SampledAssignment()
         try:
             for group in groups:
                 payloads = []
@@ -167,7 +170,7 @@ class TorchDistCosts:
                 largest = max(largest, *map(len, payloads))
                 gathered: list = []
                 pieces = {"unpickling": functools.partial(_unpickle_into, gathered, payloads, self.budget),
-                          **{operation: functools.partial(_distribute, gathered, ignore_groups=operation == "load")
+                          **{operation: functools.partial(_distribute, gathered, operation == "load", assignment)
                              for operation in steps}}
                 rounds: list[dict[str, float]] = []  # each timing round's CPU seconds, piece by piece
                 while not rounds or timed_again([done["unpickling"] + max(done[operation] for operation in steps)
@@ -175,7 +178,8 @@ class TorchDistCosts:
                     timed: dict[str, float] = {}
                     for piece, work in pieces.items():  # the unpickling first: the others read what it made
                         spent = timed.get("unpickling", 0.0)
-                        one = run_step(Step(piece, "save", ""), self.budget.restart(spent=spent), work, once=True)
+                        one = run_step(Step(piece, "save", ""), self.budget.restart(spent=spent), work, once=True,
+                                       counted=None if piece == "unpickling" else assignment.counted_s)
                         timed[piece] = one.cpu_s
                         if not one.complete:  # at least what this round spent, or what a whole round took
                             for operation in steps:
@@ -196,6 +200,8 @@ class TorchDistCosts:
                 slowest = dict.fromkeys(steps, floor.cpu_s or 0.0)
         for operation, step in steps.items():
             step.cpu_s = round(slowest[operation], 4)
+            if assignment.assignment:
+                step.assignment = assignment.assignment.as_dict()
             step.host_bytes = all_gather_bytes(len(groups[0]), largest, self.per_node)
             step.rank_memory_bytes = len(groups[0]) * largest
         return steps["save"], steps["load"]
