@@ -24,6 +24,8 @@ def _shards(ranks: int = 64) -> tuple[dict, dict]:
         to_ranks[("expert", index)] = list(range(index % 8, ranks, 8))
     for index in range(20):
         to_ranks[("dense", index)] = list(range(ranks))
+    for index in range(5):  # fewer than FEWEST_A_COVERAGE of a coverage: all of them
+        to_ranks[("norm", index)] = list(range(0, ranks, 2))
     for shard in to_ranks:
         sizes[shard] = 1_000 + hash(shard) % 1_000
     return to_ranks, sizes
@@ -47,16 +49,16 @@ def test_a_long_call_runs_megatrons_function_on_each_coverage_apart_and_counts_t
         assigned = exchange_utils.distribute_shards_to_ranks(to_ranks, sizes, 64, set())
     assert exchange_utils.distribute_shards_to_ranks is sampled_assignment._ORIGINAL
     # one call a coverage, each of its own shards alone, at least FEWEST_A_COVERAGE of each (the 20 dense ones all)
-    assert [len({len(to_ranks[shard]) for shard in call}) for call in calls] == [1, 1, 1]
-    dense, experts, fragments = sorted(len(call) for call in calls)  # a stride of 6 (3,420 shards x 64 / 20,000)
-    assert (dense, fragments) == (20, 500) and experts in (66, 67)
+    assert [len({len(to_ranks[shard]) for shard in call}) for call in calls] == [1, 1, 1, 1]
+    norms, dense, experts, fragments = sorted(len(call) for call in calls)  # a stride of 6 (3,425 x 64 / 20,000)
+    assert (norms, dense, fragments) == (5, 20, 500) and experts in (66, 67)
     # every sampled shard given to one of its holders, by megatron-core's own function
     assert set(assigned) == {shard for call in calls for shard in call}
     assert all(assigned[shard] in to_ranks[shard] for shard in assigned)
     # a shard's CPU alike within a coverage: the CPU run and the CPU counted stand for every shard
     assert clock[0] + sampled.counted_s() == len(to_ranks)
     assert sampled.counted_s() == 0.0  # read once: a timing's
-    assert sampled.assignment.as_dict() == {"shards": 3_420, "timed": dense + experts + fragments}
+    assert sampled.assignment.as_dict() == {"shards": 3_425, "timed": norms + dense + experts + fragments}
 
 
 def test_a_short_call_runs_whole(monkeypatch):

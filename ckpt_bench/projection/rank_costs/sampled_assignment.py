@@ -87,8 +87,11 @@ class SampledAssignment:
         assigned, timed = {}, 0
         for stratum in strata.values():
             count = len(stratum)
-            sample = stratum if count <= FEWEST_A_COVERAGE else stratum[phase.randrange(stride)::stride]
-            sample = sample if len(sample) >= FEWEST_A_COVERAGE else stratum[::count // FEWEST_A_COVERAGE]
+            sample = stratum
+            if count > FEWEST_A_COVERAGE:
+                sample = stratum[phase.randrange(stride)::stride]
+                if len(sample) < FEWEST_A_COVERAGE:
+                    sample = stratum[::count // FEWEST_A_COVERAGE]
             started = time.thread_time()
             assigned.update(_ORIGINAL({shard: shard_to_ranks[shard] for shard in sample}, shard_to_size, num_ranks,
                                       cross_parallelization_group_loads))
