@@ -52,7 +52,8 @@ TODAY_TESTS := tests/e2e/test_launch_e2e.py tests/e2e/test_megatron_worker.py te
     tests/unit/test_megatron_layout.py tests/unit/test_pipeline_layout.py tests/unit/test_global_checksums.py \
     tests/unit/test_workload_precision_aware_optimizer.py tests/unit/test_megatron_lm_framework.py \
     tests/unit/test_megatron_release.py tests/unit/test_newcomer_values.py tests/unit/test_primus_checkout.py \
-    tests/unit/test_projection_settings.py tests/unit/test_deferred_compile.py
+    tests/unit/test_projection_settings.py tests/unit/test_deferred_compile.py tests/unit/test_sampled_assignment.py \
+    tests/unit/test_megatron_state.py
 test-today:
 	@tools/today_stack.sh build
 	tools/today_stack.sh run python tools/calibration.py

@@ -278,8 +278,8 @@ def built_or_floor(step: Step, budget: Budget, build, floor_work) -> list | None
         pickle.loads(kept[0])  # once untimed: the classes it names imported, as in a training process
     if not ran_out:
         return kept
-    fresh = Budget(budget.seconds)
     settled_heap()
+    fresh = Budget(budget.seconds)
     started = time.thread_time()
     try:
         with fresh.enforced():
@@ -324,7 +324,9 @@ def run_step(step: Step, budget: Budget, work, once: bool = False, counted=None)
     inputs here, a training process's model and state there), not the step's. `counted()`, after each timing: the
     seconds it stands for beyond its CPU (work counted and not run, at its measured rate, less the counting's own
     CPU), 0 where none was counted in it."""
+    spent = budget.spent
     settled_heap()
+    budget.restart(spent=spent)  # the collection is not the step's
     timings: list[float] = []
     while not timings or (not once and timed_again(timings)):
         started = time.thread_time()
