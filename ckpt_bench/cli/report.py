@@ -17,14 +17,13 @@ counted in the report's notes.
 
 from __future__ import annotations
 
-import gc
 import json
-from contextlib import contextmanager
 from pathlib import Path
 
 import click
 
 from ckpt_bench.cli.common import click_option, entry_point, fail, given_options, wants_table
+from ckpt_bench.core.collector import collector_paused
 from ckpt_bench.core.errors import ConfigError, ReportError, SchemaError
 from ckpt_bench.core.rundir import sweep_results_file
 from ckpt_bench.projection.inputs import ProjectionOptions
@@ -90,22 +89,8 @@ def report(paths, primus_log_dir, ckpt_dir, output, output_format, html_file, co
         fail(str(error), getattr(error, "exit_code", 2))
 
 
-@contextmanager
-def _without_cyclic_gc():
-    """The log scan allocates a tuple per training line (10^5 in a long log), and the report's JSON a copy of
-    the report, none in a cycle: the cyclic collector would walk them again and again (2-3 % of the command's
-    time), for nothing; reference counting frees them."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def _report(paths, ckpt_dir, html_file, advice, figures, output, output_format) -> None:
-    with _without_cyclic_gc():
+    with collector_paused():
         data, operations = log_report_and_operations(paths, ckpt_dir=ckpt_dir)
         runs = data.get("runs")  # logs of several runs: a report of each (report.schema.LogRuns)
         if runs is not None and html_file:

@@ -29,8 +29,10 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ckpt_bench.core.collector import collector_paused
+
 __all__ = ["EVERY_RANK", "Budget", "OutOfBudget", "RankCosts", "RankSample", "RankSums", "Step", "all_gather_bytes",
-           "built_or_floor", "collector_paused", "gather_bytes", "pickled_size", "unpickled"]
+           "built_or_floor", "gather_bytes", "pickled_size", "unpickled"]
 
 #: The least error a figure timed here carries: how much the same step's CPU moves between runs on this machine
 #: (megatron-core's sharding validation at 1,024 ranks: 5.35-5.97 s).
@@ -245,20 +247,6 @@ def unpickled(payloads: list[bytes], budget: Budget) -> list:
         budget.check()
         gathered.append(pickle.loads(payload))
     return gathered
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """No garbage collection while inside: a thousand ranks' inputs built outside the timing make millions of objects
-    (none in a cycle), and the collections they trigger go through every one kept so far, again and again (half of
-    building DeepSeek-V3's 1,024 ranks' metadata at 8 layers: 7.0 s, 3.6 s without)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def built_or_floor(step: Step, budget: Budget, build, floor_work) -> list | None:

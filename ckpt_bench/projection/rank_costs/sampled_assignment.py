@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from megatron.core.dist_checkpointing import exchange_utils
 
-from ckpt_bench.projection.rank_costs.base import collector_paused
+from ckpt_bench.core.collector import collector_paused
 
 __all__ = ["FEWEST_A_COVERAGE", "FEWEST_SHARDS", "SAMPLE", "SAMPLED_FROM", "Assignment", "SampledAssignment"]
 
