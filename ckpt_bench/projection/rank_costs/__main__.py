@@ -19,7 +19,13 @@ from pathlib import Path
 
 from ckpt_bench.projection.job import JobCheckpoint
 from ckpt_bench.projection.rank_costs import ENGINES, _versions
-from ckpt_bench.projection.rank_costs.base import EVERY_RANK, Budget, RankCosts, RankSums
+from ckpt_bench.projection.rank_costs.base import (
+    EVERY_RANK,
+    Budget,
+    RankCosts,
+    RankSums,
+    settled_heap,
+)
 
 
 def rank0_units(job: JobCheckpoint) -> int:
@@ -36,6 +42,7 @@ def rank0_units(job: JobCheckpoint) -> int:
 
 
 def computed(job: JobCheckpoint, seconds: float, sums: RankSums = EVERY_RANK) -> RankCosts:
+    settled_heap()  # whatever this process computed before
     budget = Budget(seconds)
     started = time.thread_time()
     costs = importlib.import_module(ENGINES[job.engine]).compute(job, budget, sums)

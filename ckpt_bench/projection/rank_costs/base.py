@@ -266,7 +266,7 @@ def built_or_floor(step: Step, budget: Budget, build, floor_work) -> list | None
         pickle.loads(kept[0])  # once untimed: the classes it names imported, as in a training process
     if not ran_out:
         return kept
-    settled_heap()
+    gc.freeze()
     fresh = Budget(budget.seconds)
     started = time.thread_time()
     try:
@@ -293,12 +293,13 @@ def timed_again(timings: list[float]) -> bool:
 
 
 def settled_heap() -> None:
-    """The collector's state a timing starts from, the same whatever ran before in the process: everything held so
-    far collected once and frozen out of later collections. A full collection runs when the objects that survived
-    younger ones reach a quarter of those the last full one kept: unpickling a thousand ranks' metadata triggers
-    few where the process's last full collection kept many, and more (each over what was unpickled so far) where it
-    kept few; with only `gc.freeze`, what ran before decided (DeepSeek-V3's 2-layer sharding validation at 1,024
-    ranks: 1.0 s after a large step in the same process, 2.0 s in a fresh one)."""
+    """The collector's state a computation (a copy of the job, a sum over the ranks) starts from, the same whatever
+    ran before in the process: everything held so far collected once and frozen out of later collections (its
+    steps then freeze what they built, in the same order every time). A full collection runs when the objects that
+    survived younger ones reach a quarter of those the last full one kept: unpickling a thousand ranks' metadata
+    triggers few where the process's last full collection kept many, and more (each over what was unpickled so far)
+    where it kept few; with only `gc.freeze`, what ran before decided (DeepSeek-V3's 2-layer sharding validation at
+    1,024 ranks: 1.0 s after a large step in the same process, 2.0 s in a fresh one)."""
     gc.unfreeze()
     gc.collect()
     gc.freeze()
@@ -307,14 +308,12 @@ def settled_heap() -> None:
 def run_step(step: Step, budget: Budget, work, once: bool = False, counted=None) -> Step:
     """Time `work()` (this thread's CPU) into `step`: the least of up to `_TIMINGS` timings where it is short
     (`once`: one timing, for work standing for more than it holds, whose memory a second timing would find warm); a
-    budget that runs out leaves a lower bound. What the heap holds so far is collected once and frozen out of the
-    collections the step may trigger (`settled_heap`): a collection's cost is the whole heap's (this computation's
-    inputs here, a training process's model and state there), not the step's. `counted()`, after each timing: the
-    seconds it stands for beyond its CPU (work counted and not run, at its measured rate, less the counting's own
-    CPU), 0 where none was counted in it."""
-    spent = budget.spent
-    settled_heap()
-    budget.restart(spent=spent)  # the collection is not the step's
+    budget that runs out leaves a lower bound. What the heap holds so far is frozen out of the collections the step
+    may trigger (the computation started from `settled_heap`): a collection's cost is the whole heap's (this
+    computation's inputs here, a training process's model and state there), not the step's. `counted()`, after each
+    timing: the seconds it stands for beyond its CPU (work counted and not run, at its measured rate, less the
+    counting's own CPU), 0 where none was counted in it."""
+    gc.freeze()
     timings: list[float] = []
     while not timings or (not once and timed_again(timings)):
         started = time.thread_time()

@@ -180,7 +180,7 @@ def sampled_rank_costs(job: JobCheckpoint, time_s: float, step_budget_s: float) 
     first three always (a fit needs three to know its error), more while about `time_s` CPU seconds hold (the sum
     over a sample of the ranks included), each step at most `step_budget_s`; one after another, in one worker
     process. Two at a time, one a core, the copies measured each other: DeepSeek-V3's 4-layer copy beside its 8-layer
-    one, each timing from a settled collector (`base.settled_heap`), took 14 % more for its sharding validation,
+    one, each from a settled collector (`base.settled_heap`), took 14 % more for its sharding validation,
     20-22 % for its distributions, 8-18 % for its global plan and finalize (the two cores share caches and memory)."""
     full_layers = _layers(job)
     depths = depth_sizes(job)
