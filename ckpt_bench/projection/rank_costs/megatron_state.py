@@ -30,6 +30,12 @@ def _sharded_tensor(shard: Shard, regular: bool = True) -> ShardedTensor:
                          shard.prepend_axis_num)
 
 
+def _replica_id(class_replica_id: tuple[int, ...], expert: bool, c: RankCoordinates) -> tuple[int, ...]:
+    """The replica id of a class's shard on the rank at `c`: its data-parallel rank (an expert's: its expert
+    data-parallel rank) in place of data-parallel rank 0's."""
+    return (*class_replica_id[:2], c.edp_rank if expert else c.dp_rank)
+
+
 def _replicated(tensor: ShardedTensor, replica_id: tuple[int, ...]) -> ShardedTensor:
     """`tensor` with another replica id, as megatron-core's constructor makes it (its attributes in its order, pickled
     to the same bytes) without checking again what its class's template was checked for."""
@@ -74,8 +80,8 @@ class MegatronState:
             template = self._models[probe] = self.gpt.model_shards(probe)
         if not replicas:
             return template
-        return [dataclasses.replace(shard, replica_id=(*shard.replica_id[:2], c.edp_rank if shard.expert
-                                                       else c.dp_rank)) for shard in template]
+        return [dataclasses.replace(shard, replica_id=_replica_id(shard.replica_id, shard.expert, c))
+                for shard in template]
 
     def shards(self, rank: int, replicas: bool = True) -> tuple[list[Shard], list[Shard]]:
         """(model, optimizer) shards of the rank (`replicas`: as `model`'s)."""
@@ -108,8 +114,7 @@ class MegatronState:
         if templates is None:
             templates = self._model_tensors[probe] = [(_sharded_tensor(shard), shard.expert)
                                                        for shard in self.model(rank, replicas=False)]
-        tensors = [_replicated(tensor, (*tensor.replica_id[:2], c.edp_rank if expert else c.dp_rank))
-                   for tensor, expert in templates]
+        tensors = [_replicated(tensor, _replica_id(tensor.replica_id, expert, c)) for tensor, expert in templates]
         return tensors + [_sharded_tensor(shard) for shard in self.gpt.optimizer_shards(c)], objects
 
     def _distribution(self, rank: int):
