@@ -282,8 +282,12 @@ def built_or_floor(step: Step, budget: Budget, build, floor_work) -> list | None
 
 #: A step whose work takes less than this many CPU seconds is timed again (up to `_TIMINGS` times) and its least
 #: time kept: short timings move with the cache and the collector's state (the sharding validation of a small job
-#: moved 30 % between runs).
-_RETIME_BELOW_S = 2.0
+#: moved 30 % between runs). Longer ones are timed once: DeepSeek-V3's 2- and 4-layer copies at 1,024 ranks, three
+#: processes each, moved as much with their 0.6-2 s steps timed three times (1-19 % between runs) as timed once
+#: (2-16 %), and the retimes took a quarter of each copy (23-26 s against 16-19 s at 2 layers; 46-50 s against
+#: 34-39 s at 4). Timed once, every step of a 1,024-rank copy is timed alike, the shallow copies' as the deep ones'
+#: (over 2 s, timed once before too), so the fit through them does not take a least-of-three for their growth.
+_RETIME_BELOW_S = 0.5
 _TIMINGS = 3
 
 
