@@ -5,7 +5,7 @@ report.html. Sizes in GB (10^9 bytes), rates in GB/s, times in seconds, each ran
 from __future__ import annotations
 
 from ckpt_bench.present.rows import NONE, duration, gbps_words
-from ckpt_bench.projection.model import gb, plural
+from ckpt_bench.projection.model import fit_span, gb, plural
 from ckpt_bench.report.schema import ChangeSide, ProjectedTime, Projection, ProjectionFigure, Traffic
 
 __all__ = ["CHANGE_COLUMNS", "PURCHASE_COLUMNS", "SETTING_COLUMNS", "STEP_COLUMNS", "TERM_COLUMNS", "change_rows",
@@ -145,7 +145,7 @@ def step_rows(projection: Projection) -> list[list[str]]:
         cpu = NONE if step.cpu_s is None else f"{'at least ' if not step.complete else ''}{step.cpu_s:,.3g}"
         if step.extrapolated is not None and step.cpu_s is not None:
             error = step.extrapolated.error
-            cpu += f" (fitted, +-{error:.0%})" if error is not None else " (fitted, error unknown)"
+            cpu += f" (fitted, {fit_span(error)})" if error is not None else " (fitted, error unknown)"
         elif step.rank_sample is not None and step.cpu_s is not None:
             cpu += f" ({step.rank_sample.ranks} of {step.rank_sample.of:,} ranks, +-{step.rank_sample.error:.0%})"
         if step.pairwise is not None and step.pairwise.check_s is not None and step.cpu_s is not None:

@@ -33,7 +33,7 @@ from ckpt_bench.projection.rank_costs.base import CHECK_SPREAD
 from ckpt_bench.projection.schedule import load_steps, save_steps
 from ckpt_bench.projection.units import GB, gb, plural
 
-__all__ = ["TIMES", "Inputs", "Term", "gb", "page_cached_reads", "plural", "project", "times"]
+__all__ = ["TIMES", "Inputs", "Term", "fit_span", "gb", "page_cached_reads", "plural", "project", "times"]
 
 
 @dataclass(frozen=True)
@@ -90,18 +90,26 @@ def _over(amount: float, figure: Figure, unit: float = GB) -> tuple[float | None
 
 def _cpu_range(step: Step) -> tuple[float, float | None]:
     """(low, high) CPU seconds of a step: a point where computed over every rank at the job's size, the fit's
-    range where extrapolated (open above where its error is unknown), the sample's where computed over a sample of
+    range where extrapolated (a factor either way: CPU / (1 + error) to CPU x (1 + error); open above where its error
+    is unknown), the sample's (CPU x (1 +- error)) where computed over a sample of
     the ranks, at least the CPU spent where cut short."""
     cpu = step.cpu_s or 0.0
     if not step.complete:
         return cpu, None
-    estimate = step.extrapolated or step.rank_sample
-    if estimate:
-        error = estimate.get("error")
-        return (cpu, None) if error is None else (cpu * max(0.0, 1 - error), cpu * (1 + error))
+    if step.extrapolated:  # a power law's error is a factor, either way
+        error = step.extrapolated.get("error")
+        return (cpu, None) if error is None else (cpu / (1 + error), cpu * (1 + error))
+    if step.rank_sample:
+        error = step.rank_sample["error"]
+        return cpu * max(0.0, 1 - error), cpu * (1 + error)
     if _checks_counted(step):  # at the job's size, its checks priced at a sample's time a check
         return cpu * (1 - CHECK_SPREAD), cpu * (1 + CHECK_SPREAD)
     return cpu, cpu
+
+
+def fit_span(error: float) -> str:
+    """A fit's error as the range it gives a figure: "-44 %/+80 %" for a factor of 1.8 either way."""
+    return f"-{error / (1 + error):.0%}/+{error:.0%}"
 
 
 def _checks_counted(step: Step) -> bool:
@@ -120,7 +128,7 @@ def _step_term(label: str, step: Step, network: Figure) -> Term:
     if step.extrapolated:
         error = step.extrapolated.get("error")
         how = ("extrapolated from copies of the job with fewer layers, "
-               + (f"fit error {error:.0%}" if error is not None else "fit error unknown"))
+               + (f"fit error {fit_span(error)}" if error is not None else "fit error unknown"))
     elif step.rank_sample:
         how = (f"computed here over {step.rank_sample['ranks']} of its {step.rank_sample['of']:,} ranks' plans and "
                f"scaled, +-{step.rank_sample['error']:.0%}")

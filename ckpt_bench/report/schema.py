@@ -522,7 +522,8 @@ class StepFit:
     samples: list[list[int]] = field(default_factory=list)
     """The copies of the job it was computed on: [ranks, layers]."""
     error: float | None = None
-    """The fit's error at the job's depth, a fraction; None: unknown."""
+    """The fit's error at the job's depth, a factor's excess: the step's CPU lies within cpu_s / (1 + error) and
+    cpu_s x (1 + error); None: unknown."""
 
 
 @dataclass

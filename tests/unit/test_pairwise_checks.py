@@ -140,11 +140,12 @@ def test_a_counted_global_plan_is_fitted_as_its_rest_and_its_checks_on_the_quadr
     assert plan.pairwise == {"checks": round(checks), "timed": 0, "check_s": 5.0e-7}
     rest = sampled.fit_axis([(30_720 * d, r) for d, r in ((2, 3.0), (4, 6.0), (8, 12.0))], plan.units)[0]
     assert plan.cpu_s == round(rest + checks * 5.0e-7, 4)
-    # the rest on a line: its fit's error the noise; the checks' at the least of the copies' times a check, their
-    # error what torch's own validation moves between processes (the power law through the counts lands on the
-    # quadratic), however far apart the copies' times a check lie
+    # the rest on a line: its fit's error the band of its copies' timing spread; the checks' at the least of the
+    # copies' times a check, their error what torch's own validation moves between processes (the power law through
+    # the counts lands on the quadratic), however far apart the copies' times a check lie
+    rest_error = sampled.fit_error([(30_720 * d, r) for d, r in ((2, 3.0), (4, 6.0), (8, 12.0))], plan.units)
     assert plan.extrapolated["error"] == pytest.approx(
-        (rest * sampled.NOISE + checks * 5.0e-7 * sampled.CHECK_SPREAD) / plan.cpu_s, abs=1e-3)
+        (rest * rest_error + checks * 5.0e-7 * sampled.CHECK_SPREAD) / plan.cpu_s, abs=1e-3)
     term = _step_term("global plan", plan, Figure(None, "not given"))
     assert "pairwise overlap checks counted, those of the copies sampled at 0.50 us a check" in term.what
     assert math.isclose(term.high, plan.cpu_s * (1 + plan.extrapolated["error"]), rel_tol=1e-9)

@@ -31,8 +31,8 @@ from typing import Any
 
 from ckpt_bench.core.collector import collector_paused
 
-__all__ = ["EVERY_RANK", "Budget", "OutOfBudget", "RankCosts", "RankSample", "RankSums", "Step", "all_gather_bytes",
-           "built_or_floor", "gather_bytes", "pickled_size", "unpickled"]
+__all__ = ["EVERY_RANK", "TIMING_SPREAD", "Budget", "OutOfBudget", "RankCosts", "RankSample", "RankSums", "Step",
+           "all_gather_bytes", "built_or_floor", "gather_bytes", "pickled_size", "unpickled"]
 
 #: The least error a figure timed here carries: how much the same step's CPU moves between runs on this machine
 #: (megatron-core's sharding validation at 1,024 ranks: 5.35-5.97 s).
@@ -41,6 +41,11 @@ NOISE = 0.1
 #: process timing it (DeepSeek-V3's load plan of every held shard, 16 of 1,024 ranks timed four times in one
 #: worker: 471, 563, 580, 620 s; 483 s in a fresh one).
 SAMPLE_NOISE = 0.15
+#: How far one step's CPU moves between processes timing it, in log scale (a standard deviation): the spread the fit
+#: of copies of the job carries to the model's depth (`sampled`). Pooled over DeepSeek-V3's copies at 1,024 ranks
+#: (2, 4, 8 layers; its seven steps in five processes at 2 and 4 layers, two at 8; each step timed once): 0.114 over
+#: 63 degrees of freedom, 2026-11-30.
+TIMING_SPREAD = 0.12
 #: The least error of a validation's pairwise checks priced at a sampled time a check (`pairwise_checks`): what torch's
 #: own validation of the same plan moves between processes (Llama 3.1 70B FSDP2's 134,774,784 checks at 8 layers x
 #: 1,024 ranks: 100 s in one process, 161 s in another, where its chunks lie in memory).
@@ -128,7 +133,8 @@ class Step:
     """Why `cpu_s` is None or a bound."""
     extrapolated: dict[str, Any] | None = None
     """Where the figures were fitted from shallower copies of the job (`sampled`): the samples [ranks, layers] and
-    the fit's error (a fraction; None: unknown); None: computed at the job's size."""
+    the fit's error (a factor's excess: the CPU lies within cpu_s / (1 + error) and cpu_s x (1 + error); None:
+    unknown); None: computed at the job's size."""
     rank_sample: dict[str, Any] | None = None
     """Where a sum over the ranks was computed over a sample of them (`RankSample`): {"ranks": how many, "of": the
     job's, "error": a fraction}; None: over every rank."""

@@ -18,8 +18,11 @@ not fitted: it is computed at the job's own size and depth over a sample of its 
 Counts of shards and items follow a line through the deepest two samples (each layer adds its own); bytes (the
 busiest host's, a rank's buffer, `.metadata`'s size: pickled plans whose largest changes with the layout) and CPU a
 power law over the deepest three, CPU in what the step goes through where that grows from copy to copy (else in
-rank 0's shards). A fit's error is how far it misses its deepest sample when fitted without it, times how many of
-its last spans the model's depth lies beyond (never below the run-to-run noise, `NOISE`). Each figure is marked
+rank 0's shards). A CPU fit's error (`fit_error`) is the band the copies' timing spread (`TIMING_SPREAD`) gives the
+power law at the model's depth, two standard deviations wide, the same from run to run for the same copies; where the
+deepest copy lies further from the line through the two before than that spread explains (the growth is not a power
+law), it is at least how far it misses, times how many of its last spans the model's depth lies beyond. The figure
+lies within CPU / (1 + error) and CPU x (1 + error) (a power law's error is a factor). Each figure is marked
 `extrapolated` with that error; `--rank-costs-exact` computes the job itself (minutes; cached).
 
 Which samples run is decided on CPU seconds (each predicted from the one before it), not wall time, so a busy
@@ -39,9 +42,9 @@ import time
 
 from ckpt_bench.core import progress
 from ckpt_bench.projection.job import JobCheckpoint
-from ckpt_bench.projection.rank_costs.base import CHECK_SPREAD, NOISE, RankCosts, Step
+from ckpt_bench.projection.rank_costs.base import CHECK_SPREAD, NOISE, TIMING_SPREAD, RankCosts, Step
 
-__all__ = ["DEFAULT_TIME_S", "at_depth", "depth_sizes", "fit_axis", "sampled_rank_costs"]
+__all__ = ["DEFAULT_TIME_S", "at_depth", "depth_sizes", "fit_axis", "fit_error", "sampled_rank_costs"]
 
 #: CPU seconds the samples may take by default (`--rank-costs-time`): with the worker's start and the rest of
 #: `--plan`, a first plan in about a minute where the three first copies fit in it.
@@ -145,6 +148,40 @@ def fit_axis(points: list[tuple[float, float]], target: float) -> tuple[float, f
     return math.exp(intercept + slope * math.log(target)), error, slope
 
 
+#: How many of the timings' standard deviations a fit's error spans (about 95 % of the fits of copies timed again).
+_BAND = 2.0
+
+
+def fit_error(points: list[tuple[float, float]], target: float) -> float | None:
+    """The error at `target` of `fit_axis`'s power law through `points` (x, CPU seconds), a factor's excess: the
+    figure lies within its value / (1 + error) and its value x (1 + error). 0 where `target` was sampled; None with
+    fewer than three points. Else the band (`_BAND` standard deviations) that copies timed with `TIMING_SPREAD` give
+    a least-squares line in log-log at `target`: a property of where the copies lie, not of their noise, so the same
+    copies give the same error every run (the deepest copy's miss, which it used alone, moved DeepSeek-V3's global
+    plan's error from 0.3 to 2.0 between runs and flipped Mixtral 8x7B's binding limit). Where the deepest copy
+    misses the line through the two before by more than the band of that miss, the growth is not a power law: the
+    error is then at least that miss (a factor) carried over as many of the last spans as `target` lies beyond the
+    deepest copy (as `_reach` carries a count's)."""
+    if any(x == target for x, _ in points):
+        return 0.0
+    usable = sorted((x, value) for x, value in points if value > 0 and x > 0)[-3:]
+    if len(usable) < 3:
+        return None
+    xs, ys = [math.log(x) for x, _ in usable], [math.log(value) for _, value in usable]
+    mean = sum(xs) / len(xs)
+    spread = sum((x - mean) ** 2 for x in xs)
+    if not spread or xs[1] == xs[0]:
+        return None
+    band = _BAND * TIMING_SPREAD * math.sqrt(1 / len(xs) + (math.log(target) - mean) ** 2 / spread)
+    error = max(NOISE, math.exp(band) - 1)
+    reach = (xs[2] - xs[1]) / (xs[1] - xs[0])  # the deepest copy's distance from the two before, in their span
+    missed = abs(ys[2] - (ys[1] + (ys[1] - ys[0]) * reach))
+    if missed > _BAND * TIMING_SPREAD * math.sqrt(1 + (1 + reach) ** 2 + reach**2):
+        spans = max(1.0, (math.log(target) - xs[2]) / (xs[2] - xs[1]))
+        error = max(error, math.exp(missed * spans) - 1)
+    return error
+
+
 class _Worker:
     """A worker process computing the samples one after another: it imports torch and megatron-core once."""
 
@@ -241,7 +278,9 @@ def _fitted(job: JobCheckpoint, computed: dict[int, RankCosts], units: dict[int,
     def fit(points: list[tuple[float, float]], target: float, count: bool) -> tuple[float | None, float | None]:
         if not points:
             return None, None
-        figure, error = _line(points, target) if count else fit_axis(points, target)[:2]
+        if not count:
+            return fit_axis(points, target)[0], fit_error(points, target)
+        figure, error = _line(points, target)
         return figure, None if error is None else _reach(error, [x for x, _ in points], target)
 
     def pick(costs: RankCosts, index: int, name: str):
