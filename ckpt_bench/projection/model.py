@@ -103,7 +103,7 @@ def _cpu_range(step: Step) -> tuple[float, float | None]:
         error = step.rank_sample["error"]
         return cpu * max(0.0, 1 - error), cpu * (1 + error)
     if _checks_counted(step):  # at the job's size, its checks priced at a sample's time a check
-        return cpu * (1 - CHECK_SPREAD), cpu * (1 + CHECK_SPREAD)
+        return cpu / (1 + CHECK_SPREAD), cpu * (1 + CHECK_SPREAD)
     return cpu, cpu
 
 

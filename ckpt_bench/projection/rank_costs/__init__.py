@@ -47,7 +47,7 @@ ENGINES = {"torch_dist": f"{_PACKAGE}.torch_dist", "dcp": f"{_PACKAGE}.dcp", "to
 RUNS_ENGINE_CODE = ("torch_dist", "dcp", "torch_dcp")
 
 #: The computation's own version: a cached result of another is computed again.
-COMPUTATION_VERSION = 18
+COMPUTATION_VERSION = 19
 #: Jobs up to this many ranks are computed at their own size (seconds); larger ones are extrapolated unless asked.
 EXACT_UP_TO = 64
 
