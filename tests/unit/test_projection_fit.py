@@ -53,6 +53,9 @@ def test_a_cpu_fits_error_is_where_its_copies_lie_not_their_noise():
     spans = (math.log(target) - ln[2]) / (ln[2] - ln[1])
     assert math.isclose(sampled.fit_error(bent, target), math.exp(missed * spans) - 1) and spans > 2
     assert sampled.fit_error(runs[0], 569) == 0.0 and sampled.fit_error(runs[0][1:], target) is None
+    twice = [(207, 1.0), (569, 2.0), (569, 9.0)]  # two copies at one place: the band alone, no miss to measure
+    assert sampled.fit_error(twice, target) >= sampled.NOISE
+    assert sampled.fit_error([(569, 1.0), (569, 2.0), (569, 3.0)], target) is None
 
 
 def test_a_count_follows_the_line_through_the_deepest_two_and_its_error_widens_with_the_reach():

@@ -170,10 +170,12 @@ def fit_error(points: list[tuple[float, float]], target: float) -> float | None:
     xs, ys = [math.log(x) for x, _ in usable], [math.log(value) for _, value in usable]
     mean = sum(xs) / len(xs)
     spread = sum((x - mean) ** 2 for x in xs)
-    if not spread or xs[1] == xs[0]:
+    if not spread:
         return None
     band = _BAND * TIMING_SPREAD * math.sqrt(1 / len(xs) + (math.log(target) - mean) ** 2 / spread)
     error = max(NOISE, math.exp(band) - 1)
+    if xs[1] == xs[0] or xs[2] == xs[1]:  # two copies at one place: no line through two to miss
+        return error
     reach = (xs[2] - xs[1]) / (xs[1] - xs[0])  # the deepest copy's distance from the two before, in their span
     missed = abs(ys[2] - (ys[1] + (ys[1] - ys[0]) * reach))
     if missed > _BAND * TIMING_SPREAD * math.sqrt(1 + (1 + reach) ** 2 + reach**2):
