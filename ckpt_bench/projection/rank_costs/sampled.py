@@ -126,7 +126,7 @@ def fit_axis(points: list[tuple[float, float]], target: float) -> tuple[float, f
     exact = [value for x, value in points if x == target]
     if exact:
         return exact[0], 0.0, None
-    usable = sorted((x, value) for x, value in points if value > 0 and x > 0)[-3:]
+    usable = _deepest_three(points)
     if not usable:
         return 0.0, 0.0, None
     if len(usable) == 1:
@@ -148,6 +148,17 @@ def fit_axis(points: list[tuple[float, float]], target: float) -> tuple[float, f
     return math.exp(intercept + slope * math.log(target)), error, slope
 
 
+def _deepest_three(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The three points a power law goes through: the largest x's, with positive values, ascending."""
+    return sorted((x, value) for x, value in points if value > 0 and x > 0)[-3:]
+
+
+def _spans(xs: list[float], target: float) -> float:
+    """How many spans between the two largest of `xs` (ascending, apart) `target` lies beyond the largest, in log
+    scale: 1 where it lies as far beyond as the largest beyond the one before."""
+    return math.log(target / xs[-1]) / math.log(xs[-1] / xs[-2])
+
+
 #: How many of the timings' standard deviations a fit's error spans (about 95 % of the fits of copies timed again).
 _BAND = 2.0
 
@@ -164,23 +175,23 @@ def fit_error(points: list[tuple[float, float]], target: float) -> float | None:
     deepest copy (as `_reach` carries a count's)."""
     if any(x == target for x, _ in points):
         return 0.0
-    usable = sorted((x, value) for x, value in points if value > 0 and x > 0)[-3:]
+    usable = _deepest_three(points)
     if len(usable) < 3:
         return None
-    xs, ys = [math.log(x) for x, _ in usable], [math.log(value) for _, value in usable]
+    lengths = [x for x, _ in usable]
+    xs, ys = [math.log(x) for x in lengths], [math.log(value) for _, value in usable]
     mean = sum(xs) / len(xs)
     spread = sum((x - mean) ** 2 for x in xs)
     if not spread:
         return None
     band = _BAND * TIMING_SPREAD * math.sqrt(1 / len(xs) + (math.log(target) - mean) ** 2 / spread)
     error = max(NOISE, math.exp(band) - 1)
-    if xs[1] == xs[0] or xs[2] == xs[1]:  # two copies at one place: no line through two to miss
+    if lengths[1] == lengths[0] or lengths[2] == lengths[1]:  # two copies at one place: no line through two to miss
         return error
-    reach = (xs[2] - xs[1]) / (xs[1] - xs[0])  # the deepest copy's distance from the two before, in their span
+    reach = _spans(lengths[:2], lengths[2])  # the deepest copy's distance from the two before, in their span
     missed = abs(ys[2] - (ys[1] + (ys[1] - ys[0]) * reach))
     if missed > _BAND * TIMING_SPREAD * math.sqrt(1 + (1 + reach) ** 2 + reach**2):
-        spans = max(1.0, (math.log(target) - xs[2]) / (xs[2] - xs[1]))
-        error = max(error, math.exp(missed * spans) - 1)
+        error = max(error, math.exp(missed * max(1.0, _spans(lengths, target))) - 1)
     return error
 
 
@@ -260,8 +271,7 @@ def _reach(error: float, xs: list[float], target: float) -> float:
     xs = sorted(set(xs))
     if len(xs) < 2 or target <= xs[-1]:
         return max(error, NOISE) if error else 0.0
-    spans = math.log(target / xs[-1]) / math.log(xs[-1] / xs[-2])
-    return max(NOISE, error * max(1.0, spans))
+    return max(NOISE, error * max(1.0, _spans(xs, target)))
 
 
 def _fitted(job: JobCheckpoint, computed: dict[int, RankCosts], units: dict[int, int],
