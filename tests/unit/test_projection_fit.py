@@ -56,6 +56,9 @@ def test_a_cpu_fits_error_is_where_its_copies_lie_not_their_noise():
     twice = [(207, 1.0), (569, 2.0), (569, 9.0)]  # two copies at one place: the band alone, no miss to measure
     assert sampled.fit_error(twice, target) >= sampled.NOISE
     assert sampled.fit_error([(569, 1.0), (569, 2.0), (569, 3.0)], target) is None
+    # a band or a miss past any float (copies close together, a target far beyond): unknown, not an overflow
+    assert sampled.fit_error([(4000, 1.0), (4001, 0.01), (4003, 40.0)], 90000) is None
+    assert sampled.fit_error([(100, 1.0), (200, 200.0), (400, 1e-6)], 1e15) is None  # its band 7.2: the miss
 
 
 def test_a_count_follows_the_line_through_the_deepest_two_and_its_error_widens_with_the_reach():

@@ -161,6 +161,8 @@ def _spans(xs: list[float], target: float) -> float:
 
 #: How many of the timings' standard deviations a fit's error spans (about 95 % of the fits of copies timed again).
 _BAND = 2.0
+#: The largest x whose exp(x) a float holds.
+_LARGEST_EXPONENT = math.log(sys.float_info.max)
 
 
 def fit_error(points: list[tuple[float, float]], target: float) -> float | None:
@@ -172,7 +174,7 @@ def fit_error(points: list[tuple[float, float]], target: float) -> float | None:
     plan's error from 0.3 to 2.0 between runs and flipped Mixtral 8x7B's binding limit). Where the deepest copy
     misses the line through the two before by more than the band of that miss, the growth is not a power law: the
     error is then at least that miss (a factor) carried over as many of the last spans as `target` lies beyond the
-    deepest copy (as `_reach` carries a count's)."""
+    deepest copy (as `_reach` carries a count's). None (unknown) where either factor is past any float."""
     if any(x == target for x, _ in points):
         return 0.0
     usable = _deepest_three(points)
@@ -185,13 +187,18 @@ def fit_error(points: list[tuple[float, float]], target: float) -> float | None:
     if not spread:
         return None
     band = _BAND * TIMING_SPREAD * math.sqrt(1 / len(xs) + (math.log(target) - mean) ** 2 / spread)
+    if band >= _LARGEST_EXPONENT:  # copies too close together for so far a target: the fit says nothing
+        return None
     error = max(NOISE, math.exp(band) - 1)
     if lengths[1] == lengths[0] or lengths[2] == lengths[1]:  # two copies at one place: no line through two to miss
         return error
     reach = _spans(lengths[:2], lengths[2])  # the deepest copy's distance from the two before, in their span
     missed = abs(ys[2] - (ys[1] + (ys[1] - ys[0]) * reach))
     if missed > _BAND * TIMING_SPREAD * math.sqrt(1 + (1 + reach) ** 2 + reach**2):
-        error = max(error, math.exp(missed * max(1.0, _spans(lengths, target))) - 1)
+        carried = missed * max(1.0, _spans(lengths, target))
+        if carried >= _LARGEST_EXPONENT:  # a factor past any float: the fit says nothing of the figure's size
+            return None
+        error = max(error, math.exp(carried) - 1)
     return error
 
 
