@@ -28,7 +28,7 @@ from local_s3 import MOTO_SERVER, S3Endpoint, moto_server
 __all__ = ["S3Endpoint"]
 
 # Runs and sweeps draw report.html (about half a second of CPU each): off for the suite's hundred runs,
-# on in the tests that check it (tests/unit/test_report_outputs.py, tests/e2e/test_report_outputs_e2e.py).
+# on in the tests that check it (tests/unit/test_report_outputs.py, the run on disk of tests/e2e/test_dcp.py).
 os.environ.setdefault("CKPT_BENCH_HTML", "0")
 # The projection's cache of the engines' global steps (docs/projection.md): the suite's own, not the user's, and
 # removed when the process (pytest, or one of its xdist workers) ends; a cache the caller named is left as it is.

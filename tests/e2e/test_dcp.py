@@ -1,11 +1,13 @@
 """The DCP backend end to end: real torchrun (2 ranks, gloo), a real S3 endpoint (moto) reached through
-s3torchconnector, the report from the shared engine."""
+s3torchconnector, the report from the shared engine. The run on disk also asks for the interval advice, the summary
+on stdout (--format table), the JSON report in --output and in the run directory, and report.html beside it."""
 
 import json
 from pathlib import Path
 
 import pytest
 from helpers import launch as launch_cli
+from html_page import Page
 
 from ckpt_bench.backends.dcp import models
 from ckpt_bench.core.events import event_files, read_event_files
@@ -13,8 +15,8 @@ from ckpt_bench.present.rows import as_report, headline_rows, phase_table
 from ckpt_bench.report.engine import pair
 
 
-def launch(*args, runs_dir):
-    return launch_cli("--backend", "dcp", *args, runs_dir=runs_dir, timeout=240)
+def launch(*args, runs_dir, env=None):
+    return launch_cli("--backend", "dcp", *args, runs_dir=runs_dir, timeout=240, env=env)
 
 
 # Async on S3 only: the async machinery (the future's callback, the wait before the next save) is the
@@ -31,11 +33,12 @@ def test_save_then_load(tmp_path, s3_endpoint, storage, async_save):
         bucket = s3_endpoint.create_bucket()
         args += ["--save-dir", f"s3://{bucket}/bench", *s3_endpoint.options()]
         args += ["--keep-checkpoints"] if keep else []
-    else:
-        args += ["--save-dir", str(tmp_path / "ckpts")]
-    result = launch(*args, runs_dir=tmp_path / "runs")
+    else:  # with the advice, the summary on stdout, the report in --output and report.html
+        args += ["--save-dir", str(tmp_path / "ckpts"), "--mtbf-hours", "10", "--format", "table",
+                 "--output", str(tmp_path / "report.json")]
+    result = launch(*args, runs_dir=tmp_path / "runs", env={"CKPT_BENCH_HTML": "1"} if storage == "disk" else None)
     assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout)
+    report = json.loads((tmp_path / "report.json").read_text() if storage == "disk" else result.stdout)
 
     assert report["ckpt_format"] == "torch_dcp" and report["world_size"] == 2
     assert report["async_save"] is async_save
@@ -85,6 +88,24 @@ def test_save_then_load(tmp_path, s3_endpoint, storage, async_save):
         assert s3_endpoint.object_keys(bucket) == []
     else:
         assert list((tmp_path / "ckpts").iterdir()) == []
+        check_advice_summary_and_page(report, result.stdout)
+
+
+def check_advice_summary_and_page(report: dict, stdout: str) -> None:
+    """The advice at --mtbf-hours 10 from the run's own saves and load, in --output and the run directory alike;
+    report.html beside it, self-contained, with the timeline and the advice; the summary, not JSON, on stdout."""
+    advice = report["advice"]
+    assert advice["mtbf_s"] == 36000.0 and advice["checkpoint_cost_s"] > 0
+    assert advice["checkpoint_cost_from"].startswith("save total time")
+    assert advice["restart_cost_s"] == round(report["load_time"] + 300.0, 3)
+    assert 0 < advice["goodput_at_optimum"] < 1 and advice["daly_interval_s"] > 0
+    run_dir = Path(report["run"]["dir"])
+    assert json.loads((run_dir / "report.json").read_text())["advice"] == advice
+    page = Page((run_dir / "report.html").read_text())
+    assert page.external == [] and page.sections["timeline"]["svg"] == 2 and "advice" in page.sections
+    assert not stdout.lstrip().startswith("{")
+    for needle in ("slowest rank", "Daly interval", "goodput", str(run_dir / "report.html")):
+        assert needle in stdout, needle
 
 
 def check_phases(report: dict) -> None:

@@ -57,7 +57,7 @@ def test_two_hosts_measure_the_storage_from_one_then_both_at_once(tmp_path):
     agents = [subprocess.Popen(
         [sys.executable, str(ROOT / "ckpt_launch.py"), "--workload", str(tiny), "--nnodes", "2", "--nproc-per-node",
          "1", "--node-rank", str(rank), "--master-addr", "127.0.0.1", "--master-port", str(port), "--run-id", "job-2",
-         "--runs-dir", str(runs), "--save-calls", "1", "--load-calls", "1", "--time-between-checkpoints", "0",
+         "--runs-dir", str(runs), "--save-calls", "1", "--load-calls", "0", "--time-between-checkpoints", "0",
          "--storage-baseline", "--network-gbps", "1", "--format", "json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT) for rank in (1, 0)]
     (out1, err1), (out0, err0) = (agent.communicate(timeout=300) for agent in agents)

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, launch_ok
+from helpers import ROOT
 from test_workload_torch_dist import tensor_bytes_by_rank
 
 from ckpt_bench.benchmark import registry
@@ -110,22 +110,3 @@ def _check_run(runs, tmp_path, engine, state, job):
 
         assert sum(_tensor_bytes(torch.load(path, weights_only=False)) for path in saved.rglob("*.pt")) == \
             layout.run_bytes, name
-
-
-def test_mlperf_checkpoint_size_of_a_subset_is_what_its_ranks_wrote(tmp_path):
-    """The issue-38 command: ranks 0 and 1 of a 4-rank dense job through torch_dist. MLPerf's
-    checkpoint_size_GB (report.json, DLIO's summary.json) is the tensor bytes those ranks wrote, as the
-    checkpoint's own index counts them -- not the state they hold (each holds the whole replicated model)."""
-    report = launch_ok("--workload", TINY_GPT, "--job-ranks", "4", "--subset", "--nproc-per-node", "2",
-                       "--save-calls", "1", "--load-calls", "1", "--time-between-checkpoints", "0",
-                       "--save-dir", tmp_path / "ckpt", "--keep-checkpoints", "--format", "json",
-                       runs_dir=tmp_path / "runs")
-    run = Path(report["run"]["dir"])
-    written = sum(tensor_bytes_by_rank(tmp_path / "ckpt" / run.name / "iter_0000001").values())
-    held = sum(share.resident_bytes for share in _plan("torch_dist", "dense", "subset", tmp_path).spec.layout().ranks)
-    assert report["verified"] is True and report["ckpt_format"] == "torch_dist" and written < held
-    size = report["mlperf"]["dlio"]["checkpoint_size_GB"]
-    assert report["config"]["mlperf_checkpoint_bytes"] == written and size == round(written / 2**30, 6)
-    assert json.loads((run / "summary.json").read_text())["metric"]["checkpoint_size_GB"] == size
-    (save,) = report["saves"]
-    assert written <= save["bytes"] < written * 1.01  # on disk: the tensors and megatron's few small files

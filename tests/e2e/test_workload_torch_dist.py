@@ -5,6 +5,7 @@ read back from the checkpoint's own index (`.metadata`)."""
 
 from __future__ import annotations
 
+import json
 import math
 import pickle
 from collections import Counter
@@ -49,7 +50,9 @@ def moe_plan(engine: str, job_ranks: int = 4):
 def test_an_async_moe_subset_writes_its_ranks_shares(tmp_path):
     """Ranks 0 and 1 of the 4-rank MoE job save asynchronously through torch_dist (the fully parallel save spreads
     the replicated dense state over the expert-data-parallel ranks), with Megatron-LM's 2 writer threads a rank:
-    every rank's tensor bytes and files are the plan's, to the byte."""
+    every rank's tensor bytes and files are the plan's, to the byte. MLPerf's checkpoint_size_GB (report.json,
+    DLIO's summary.json) is the tensor bytes those ranks wrote, as the checkpoint's own index counts them, not the
+    state they hold (each holds the replicated dense state whole)."""
     report = launch_ok(*MOE, "--engine", "torch_dist", "--subset", "--nproc-per-node", "2", "--save-calls", "1",
                        "--load-calls", "1", "--time-between-checkpoints", "0", "--async-save",
                        "--save-dir", tmp_path / "ckpt", "--keep-checkpoints", "--format", "json",
@@ -72,6 +75,12 @@ def test_an_async_moe_subset_writes_its_ranks_shares(tmp_path):
     files |= {f"__{rank}_{thread}.distcp" for rank in (0, 1) for thread in (0, 1)}
     assert {path.name for path in folder.iterdir()} == files
     assert report["config"]["largest_rank"] == expected.spread.largest_rank
+    written = sum(tensor_bytes_by_rank(folder).values())
+    assert written < sum(share.resident_bytes for share in expected.ranks)
+    size = report["mlperf"]["dlio"]["checkpoint_size_GB"]
+    assert report["config"]["mlperf_checkpoint_bytes"] == written and size == round(written / 2**30, 6)
+    assert json.loads((Path(report["run"]["dir"]) / "summary.json").read_text())["metric"]["checkpoint_size_GB"] == size
+    assert written <= save["bytes"] < written * 1.01  # on disk: the tensors and megatron's few small files
 
 
 def test_a_moe_subset_in_megatrons_legacy_torch_format(tmp_path):
