@@ -138,7 +138,7 @@ def test_a_counted_global_plan_is_fitted_as_its_rest_and_its_checks_on_the_quadr
     plan = sampled._fitted(_job(1024), computed, shards, 80, RankCosts("torch_dist", 1024, [])).steps[0]
     checks = sampled._quadratic([(d, LLAMA_CHECKS[d]) for d in (2, 4, 8)], 80)
     assert plan.pairwise == {"checks": round(checks), "timed": 0, "check_s": 5.0e-7}
-    rest = sampled.fit_axis([(30_720 * d, r) for d, r in ((2, 3.0), (4, 6.0), (8, 12.0))], plan.units)[0]
+    rest = sampled.fit_axis([(30_720 * d, r) for d, r in ((2, 3.0), (4, 6.0), (8, 12.0))], plan.units)
     assert plan.cpu_s == round(rest + checks * 5.0e-7, 4)
     # the rest on a line: its fit's error the band of its copies' timing spread; the checks' at the least of the
     # copies' times a check, their error what torch's own validation moves between processes (the power law through

@@ -23,14 +23,13 @@ sampled = importlib.import_module("ckpt_bench.projection.rank_costs.sampled")
 TINY = str(ROOT / "ckpt_bench" / "configs" / "tiny_gpt.yaml")
 
 
-def test_a_power_law_is_recovered_and_its_error_is_what_the_others_miss_the_largest_by():
+def test_a_power_law_is_recovered_through_the_three_deepest_points():
     points = [(x, 3 * x**1.5) for x in (2, 4, 8)]
-    value, error, exponent = sampled.fit_axis(points, 64)
-    assert math.isclose(value, 3 * 64**1.5, rel_tol=1e-9) and error < 1e-9 and math.isclose(exponent, 1.5)
-    assert sampled.fit_axis(points, 4)[:2] == (24.0, 0.0)  # a sampled point is itself
-    bent = [(2, 1.0), (4, 2.0), (8, 8.0)]  # the line through the first two misses the third by half
-    assert math.isclose(sampled.fit_axis(bent, 16)[1], 0.5)
-    assert sampled.fit_axis(bent[:2], 16)[1] is None  # two points: no error known
+    assert math.isclose(sampled.fit_axis(points, 64), 3 * 64**1.5, rel_tol=1e-9)
+    assert math.isclose(sampled.fit_axis([(1, 100.0), *points], 64), 3 * 64**1.5, rel_tol=1e-9)  # the deepest three
+    assert sampled.fit_axis(points, 4) == 24.0  # a sampled point is itself
+    bent = [(2, 1.0), (4, 2.0), (8, 8.0)]  # least squares through all three: exponent 1.5, not the last span's 2
+    assert math.isclose(sampled.fit_axis(bent, 16), 2 ** (13 / 3), rel_tol=1e-9)  # log2: 4/3 + 1.5 x (4 - 2)
 
 
 def test_a_cpu_fits_error_is_where_its_copies_lie_not_their_noise():
@@ -87,13 +86,13 @@ def test_a_step_whose_own_units_barely_grow_is_fitted_along_rank_0s_shards():
                                                           RankCosts("torch_dist", 1024, [])).steps}
     plan = fitted["global plan"]
     along_shards = sampled.fit_axis([(37, 0.1339), (61, 0.1804), (112, 0.2233)], 415)
-    assert plan.cpu_s == round(along_shards[0], 4)
+    assert plan.cpu_s == round(along_shards, 4)
     assert plan.extrapolated["error"] == round(sampled.fit_error([(37, 0.1339), (61, 0.1804), (112, 0.2233)], 415), 3)
     assert plan.extrapolated["error"] < 1  # a factor under 2 either way (along its items: 25,400 %)
     # the sharding validation's items grow with the copies (1.6x, 1.8x): fitted along them
     validation = fitted["sharding validation"]
     along_items = sampled.fit_axis([(37972, 0.1722), (62626, 0.4304), (115102, 0.9351)], validation.units)
-    assert validation.cpu_s == round(along_items[0], 4)
+    assert validation.cpu_s == round(along_items, 4)
     assert not sampled._spread([6343, 6515, 10027]) and sampled._spread([37972, 62626, 115102])
 
 

@@ -119,33 +119,22 @@ def depth_sizes(job: JobCheckpoint) -> list[int]:
     return _doublings(smallest, full)
 
 
-def fit_axis(points: list[tuple[float, float]], target: float) -> tuple[float, float | None, float | None]:
-    """(value at `target`, the fit's error, its exponent) from `points` (x, value) along one axis: the value
-    itself where `target` was sampled; else a power law through the largest three points (least squares in
-    log-log), its error how far the fit of the others misses the largest (None with fewer than three)."""
+def fit_axis(points: list[tuple[float, float]], target: float) -> float:
+    """The value at `target` from `points` (x, value) along one axis: the value itself where `target` was sampled;
+    else a power law through the largest three points (least squares in log-log; its error is `fit_error`'s)."""
     exact = [value for x, value in points if x == target]
     if exact:
-        return exact[0], 0.0, None
+        return exact[0]
     usable = _deepest_three(points)
     if not usable:
-        return 0.0, 0.0, None
+        return 0.0
     if len(usable) == 1:
-        return usable[0][1], None, None
-
-    def law(pairs):
-        xs, ys = [math.log(x) for x, _ in pairs], [math.log(v) for _, v in pairs]
-        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-        spread = sum((x - mx) ** 2 for x in xs)
-        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / spread if spread else 0.0
-        return slope, my - slope * mx
-
-    slope, intercept = law(usable)
-    error = None
-    if len(usable) >= 3:
-        held_slope, held_intercept = law(usable[:-1])
-        x, value = usable[-1]
-        error = abs(math.exp(held_intercept + held_slope * math.log(x)) - value) / value
-    return math.exp(intercept + slope * math.log(target)), error, slope
+        return usable[0][1]
+    xs, ys = [math.log(x) for x, _ in usable], [math.log(v) for _, v in usable]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    spread = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / spread if spread else 0.0
+    return math.exp(my + slope * (math.log(target) - mx))
 
 
 def _deepest_three(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -298,7 +287,7 @@ def _fitted(job: JobCheckpoint, computed: dict[int, RankCosts], units: dict[int,
         if not points:
             return None, None
         if not count:
-            return fit_axis(points, target)[0], fit_error(points, target)
+            return fit_axis(points, target), fit_error(points, target)
         figure, error = _line(points, target)
         return figure, None if error is None else _reach(error, [x for x, _ in points], target)
 
@@ -381,7 +370,7 @@ def _with_checks(points: list[tuple[float, float]], target: float, fit, depths: 
     deepest = sorted(depths)[-3:]
     counts = [(depth, by_depth[depth]["checks"]) for depth in deepest]
     checks = _quadratic(counts, full_layers)
-    power, _, _ = fit_axis(counts, full_layers)
+    power = fit_axis(counts, full_layers)
     # The least of the copies' times a check, as the least of a step's timings: the one other work disturbed least (a
     # check costs no more at the model's depth: Llama 3.1 70B's linear_fc2 alone, 0.69, 0.64 and 0.42 us at 2, 8 and
     # 80 layers); its error what torch's own validation moves between processes.
