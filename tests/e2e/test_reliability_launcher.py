@@ -19,8 +19,8 @@ from test_faults import LONG_DCP, Launch, survivors
 
 from ckpt_bench.launcher.torchrun import free_port
 
-SHORT_DCP = ["--backend", "dcp", "--model", "tiny", "--dist-backend", "gloo", "--nproc-per-node", "2",
-             "--save-calls", "1", "--thread-count", "1"]
+SHORT_DCP = ["--backend", "dcp", "--model", "tiny", "--dist-backend", "gloo", "--save-calls", "1",
+             "--thread-count", "1"]
 
 
 def wait_for_no_survivors(run_dir: Path, seconds: float = 5.0) -> list[str]:
@@ -87,9 +87,10 @@ def test_sigkill_of_each_node_launcher_leaves_no_process(tmp_path):
     assert not left, left
 
 
-def _corrupt_between_passes(tmp_path: Path, corrupt) -> tuple[int, dict, str]:
-    """A run whose checkpoint is changed after its save pass, before its load pass starts."""
-    run = Launch(tmp_path, *SHORT_DCP, "--save-dir", str(tmp_path / "ckpt"), "--keep-checkpoints")
+def _corrupt_between_passes(tmp_path: Path, corrupt, ranks: int = 2) -> tuple[int, dict, str]:
+    """A run of `ranks` ranks whose checkpoint is changed after its save pass, before its load pass starts."""
+    run = Launch(tmp_path, *SHORT_DCP, "--nproc-per-node", str(ranks), "--save-dir", str(tmp_path / "ckpt"),
+                 "--keep-checkpoints")
     run.wait_for("saved checkpoint 1/1")
     while not (run.run_dir() / "logs" / "load").exists():
         time.sleep(0.05)  # the save pass ended: torchrun is starting the load pass's ranks (seconds)
@@ -107,7 +108,7 @@ def test_a_corrupted_checkpoint_exits_3(tmp_path):
             handle.seek(path.stat().st_size // 2)
             handle.write(bytes(b ^ 0xFF for b in data))
 
-    returncode, report, stderr = _corrupt_between_passes(tmp_path, flip)
+    returncode, report, stderr = _corrupt_between_passes(tmp_path, flip, ranks=1)  # one rank reads it: its verdict
     assert returncode == 3, stderr[-3000:]
     assert report["run"]["status"] == "verification-failed" and report["verification"]["mismatched"] > 0
 
@@ -143,7 +144,7 @@ def mount(tmp_path):
 def test_a_read_only_runs_dir_is_one_line(tmp_path, mount):
     read_only = mount("ro", "size=1m,ro")
     for runs in (read_only, read_only / "runs"):
-        result = launch(*SHORT_DCP, runs_dir=runs)
+        result = launch(*SHORT_DCP, "--nproc-per-node", "2", runs_dir=runs)
         assert_one_line_error(result, "cannot create a run directory there (Read-only file system)")
 
 
@@ -157,7 +158,8 @@ def _readable(path: Path) -> bool:
 
 def test_a_runs_dir_that_fills_after_the_load_never_crashes_the_launcher(tmp_path, mount):
     runs = mount("small", "size=2m")
-    run = Launch(tmp_path, *SHORT_DCP, "--save-dir", str(tmp_path / "ckpt"), runs=runs / "runs")
+    run = Launch(tmp_path, *SHORT_DCP, "--nproc-per-node", "2", "--save-dir", str(tmp_path / "ckpt"),
+                 runs=runs / "runs")
     run.wait_for("loaded checkpoint 1/1")
     # The ranks write their verdicts right after that line; the disk fills once they have, as the pass ends.
     verdicts = run.run_dir() / "integrity"
