@@ -57,7 +57,8 @@ def test_an_async_moe_subset_writes_its_ranks_shares(tmp_path):
                        "--load-calls", "1", "--time-between-checkpoints", "0", "--async-save",
                        "--save-dir", tmp_path / "ckpt", "--keep-checkpoints", "--format", "json",
                        runs_dir=tmp_path / "runs")
-    folder = tmp_path / "ckpt" / report["run"]["dir"].rsplit("/", 1)[1] / "iter_0000001"
+    run_dir = Path(report["run"]["dir"])
+    folder = tmp_path / "ckpt" / run_dir.name / "iter_0000001"
     expected = moe_plan("torch_dist")
     assert report["verified"] is True and report["config"]["model"] == "MoE"
     assert report["async_save"] is True and report["config"]["subset"] == 2
@@ -79,7 +80,7 @@ def test_an_async_moe_subset_writes_its_ranks_shares(tmp_path):
     assert written < sum(share.resident_bytes for share in expected.ranks)
     size = report["mlperf"]["dlio"]["checkpoint_size_GB"]
     assert report["config"]["mlperf_checkpoint_bytes"] == written and size == round(written / 2**30, 6)
-    assert json.loads((Path(report["run"]["dir"]) / "summary.json").read_text())["metric"]["checkpoint_size_GB"] == size
+    assert json.loads((run_dir / "summary.json").read_text())["metric"]["checkpoint_size_GB"] == size
     assert written <= save["bytes"] < written * 1.01  # on disk: the tensors and megatron's few small files
 
 

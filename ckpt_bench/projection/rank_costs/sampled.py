@@ -130,9 +130,8 @@ def fit_axis(points: list[tuple[float, float]], target: float) -> float:
         return 0.0
     if len(usable) == 1:
         return usable[0][1]
-    xs, ys = [math.log(x) for x, _ in usable], [math.log(v) for _, v in usable]
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    spread = sum((x - mx) ** 2 for x in xs)
+    xs, ys, mx, spread = _log_log(usable)
+    my = sum(ys) / len(ys)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / spread if spread else 0.0
     return math.exp(my + slope * (math.log(target) - mx))
 
@@ -140,6 +139,14 @@ def fit_axis(points: list[tuple[float, float]], target: float) -> float:
 def _deepest_three(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
     """The three points a power law goes through: the largest x's, with positive values, ascending."""
     return sorted((x, value) for x, value in points if value > 0 and x > 0)[-3:]
+
+
+def _log_log(points: list[tuple[float, float]]) -> tuple[list[float], list[float], float, float]:
+    """The points (x, value) in log-log: the logs of the x's and of the values, the mean of the x's logs and their
+    spread about it (the sum of squares), which a least-squares line through them and its band are made of."""
+    xs, ys = [math.log(x) for x, _ in points], [math.log(value) for _, value in points]
+    mean = sum(xs) / len(xs)
+    return xs, ys, mean, sum((x - mean) ** 2 for x in xs)
 
 
 def _spans(xs: list[float], target: float) -> float:
@@ -170,9 +177,7 @@ def fit_error(points: list[tuple[float, float]], target: float) -> float | None:
     if len(usable) < 3:
         return None
     lengths = [x for x, _ in usable]
-    xs, ys = [math.log(x) for x in lengths], [math.log(value) for _, value in usable]
-    mean = sum(xs) / len(xs)
-    spread = sum((x - mean) ** 2 for x in xs)
+    xs, ys, mean, spread = _log_log(usable)
     if not spread:
         return None
     band = _BAND * TIMING_SPREAD * math.sqrt(1 / len(xs) + (math.log(target) - mean) ** 2 / spread)
