@@ -197,3 +197,16 @@ def test_a_set_argument_the_checkout_lacks_is_refused_naming_its_version(tmp_pat
     with pytest.raises(ConfigError, match=r"^--set async_strategy=nvrx: not an argument of the Megatron-LM checkout "
                                           r".* \(megatron-core 0\.16\.1\); a Megatron-LM that defines it takes it$"):
         megatron_lm.check_given_arguments({"async_strategy": "nvrx"}, parser, tmp_path)
+
+
+def test_a_parser_that_cannot_import_a_requirement_names_the_module_and_its_install(tmp_path):
+    """The H200's image had megatron-core 0.19.2 and no pydantic, which core_v0.16.1's megatron.training imports
+    (through megatron.rl): the line names the module and its install, not the checkout's age."""
+    missing = megatron_lm.parser_failure(tmp_path, "ModuleNotFoundError: No module named 'pydantic'")
+    assert str(missing) == (f"--megatron-path {tmp_path}: its megatron.training imports pydantic, which "
+                            f"{sys.executable} lacks: install it (pip install pydantic); the checkout's ranks need "
+                            "Megatron-LM's own requirements")
+    # A checkout without megatron.training's parser is the checkout's fault, not a requirement's.
+    for last in ("ModuleNotFoundError: No module named 'megatron.training'",
+                 "ImportError: cannot import name 'add_megatron_arguments' from 'megatron.training.arguments'"):
+        assert "give a Megatron-LM checkout of 2025 or later" in str(megatron_lm.parser_failure(tmp_path, last))

@@ -145,11 +145,23 @@ def parser_flags(root: Path) -> ParserFlags:
                             env={**os.environ, **_rank_env(root)}, capture_output=True, text=True, check=False)
     lines = result.stdout.strip().splitlines()
     if result.returncode or not lines:
-        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ConfigError(f"--megatron-path {root}: its argument parser could not be built ({last}); give a "
-                          "Megatron-LM checkout of 2025 or later (megatron/training/arguments.py with "
-                          "add_megatron_arguments)")
+        raise parser_failure(root, (result.stderr.strip().splitlines() or ["no output"])[-1])
     return ParserFlags.of(json.loads(lines[-1]))
+
+
+def parser_failure(root: Path, last: str) -> ConfigError:
+    """Why the checkout's parser could not be built, from the last line its process printed: a module one of
+    Megatron-LM's own requirements provides, which megatron-core does not bring (core_v0.16.1's
+    megatron/training/training.py:67 imports megatron.rl, whose __init__ imports pydantic: seen on the GPU machine's
+    image), or else a checkout too old to have the parser."""
+    missing = re.fullmatch(r"ModuleNotFoundError: No module named '([\w.]+)'", last)
+    if missing and missing[1].split(".")[0] != "megatron":
+        return ConfigError(f"--megatron-path {root}: its megatron.training imports {missing[1]}, which "
+                           f"{sys.executable} lacks: install it (pip install {missing[1].split('.')[0]}); the "
+                           "checkout's ranks need Megatron-LM's own requirements")
+    return ConfigError(f"--megatron-path {root}: its argument parser could not be built ({last}); give a "
+                       "Megatron-LM checkout of 2025 or later (megatron/training/arguments.py with "
+                       "add_megatron_arguments)")
 
 
 def check_dataset_helpers(root: Path) -> None:
