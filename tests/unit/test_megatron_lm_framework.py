@@ -1,6 +1,9 @@
 """--framework megatron-lm without a launch: the flags written from a checkout's parser, Megatron-LM's stdout out of
 torchrun's interleaved console, the saved iterations against the checkpoint folder, the bootstrap on a GPU host."""
 
+import json
+import os
+import subprocess
 import sys
 
 import pytest
@@ -210,3 +213,37 @@ def test_a_parser_that_cannot_import_a_requirement_names_the_module_and_its_inst
     for last in ("ModuleNotFoundError: No module named 'megatron.training'",
                  "ImportError: cannot import name 'add_megatron_arguments' from 'megatron.training.arguments'"):
         assert "give a Megatron-LM checkout of 2025 or later" in str(megatron_lm.parser_failure(tmp_path, last))
+
+
+def test_the_checkout_parser_is_built_once_and_again_after_an_edit(tmp_path, monkeypatch):
+    """The parser's description is cached (6 s a launch here): built again where the checkout's sources or the
+    environment it is built in change, and a failure is not kept."""
+    root = tmp_path / "Megatron-LM"
+    arguments = root / "megatron" / "training" / "arguments.py"
+    arguments.parent.mkdir(parents=True)
+    arguments.write_text("def add_megatron_arguments(parser): ...\n")
+    monkeypatch.setenv("CKPT_BENCH_CACHE", str(tmp_path / "cache"))
+    built, fails = [], []
+
+    def describe(argv, **kwargs):  # the bootstrap's subprocess: what it prints for a checkout
+        built.append(argv)
+        if fails:
+            return subprocess.CompletedProcess(argv, 1, "", "ModuleNotFoundError: No module named 'pydantic'\n")
+        return subprocess.CompletedProcess(argv, 0, json.dumps(DESCRIBED) + "\n", "")
+
+    monkeypatch.setattr(megatron_lm.subprocess, "run", describe)
+    first = megatron_lm.parser_flags(root)
+    assert megatron_lm.parser_flags(root).value_flag == first.value_flag == ParserFlags.of(DESCRIBED).value_flag
+    assert len(built) == 1
+    later = arguments.stat().st_mtime_ns + 10**9
+    os.utime(arguments, ns=(later, later))  # an edit
+    megatron_lm.parser_flags(root)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # another environment
+    megatron_lm.parser_flags(root)
+    assert len(built) == 3
+    fails.append(True)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "elsewhere"))
+    for _ in range(2):
+        with pytest.raises(ConfigError, match="pip install pydantic"):
+            megatron_lm.parser_flags(root)
+    assert len(built) == 5

@@ -9,6 +9,7 @@ says were saved are checked against the checkpoint folder."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -31,8 +32,9 @@ from ckpt_bench.backends.frameworks.common import (
 from ckpt_bench.backends.megatron import rules
 from ckpt_bench.backends.megatron.launcher import checkpoint_parent, msc_note, preview
 from ckpt_bench.core import megatron_release
+from ckpt_bench.core.cache import cache_dir, key_of, read_json, write_json
 from ckpt_bench.core.checkpoint_dir import latest_iteration
-from ckpt_bench.core.environment import gpu_count, megatron_core_version
+from ckpt_bench.core.environment import gpu_count, gpu_stack, megatron_core_version, package_versions
 from ckpt_bench.core.errors import ConfigError
 from ckpt_bench.core.events import EventKind, event_files, read_event_files
 from ckpt_bench.core.options import Flag
@@ -140,13 +142,35 @@ class ParserFlags:
 def parser_flags(root: Path) -> ParserFlags:
     """The checkout's own argument parser. Megatron-LM generates many of its arguments from megatron-core's
     config dataclasses, so no scan of its source finds them all: the parser is built in a subprocess with the
-    checkout first on the path, the CPU layer installed where CUDA is absent."""
-    result = subprocess.run([sys.executable, "-m", BOOTSTRAP, "--describe-parser"],
-                            env={**os.environ, **_rank_env(root)}, capture_output=True, text=True, check=False)
-    lines = result.stdout.strip().splitlines()
-    if result.returncode or not lines:
-        raise parser_failure(root, (result.stderr.strip().splitlines() or ["no output"])[-1])
-    return ParserFlags.of(json.loads(lines[-1]))
+    checkout first on the path, the CPU layer installed where CUDA is absent. That takes seconds (torch and
+    megatron.training imported: 6 s here, 11 s on the GPU machine), so what it gives is cached, keyed by
+    `_parser_facts`."""
+    path = cache_dir("megatron-lm-parsers") / f"{key_of(_parser_facts(root))}.json"
+    described = read_json(path)
+    if not isinstance(described, list):
+        result = subprocess.run([sys.executable, "-m", BOOTSTRAP, "--describe-parser"],
+                                env={**os.environ, **_rank_env(root)}, capture_output=True, text=True, check=False)
+        lines = result.stdout.strip().splitlines()
+        if result.returncode or not lines:
+            raise parser_failure(root, (result.stderr.strip().splitlines() or ["no output"])[-1])
+        described = json.loads(lines[-1])
+        write_json(path, described)
+    return ParserFlags.of(described)
+
+
+def _parser_facts(root: Path) -> dict:
+    """What the checkout's parser depends on: the checkout's `megatron` sources (each file's path, size and
+    modification time: an edit or a checkout of another commit changes them), the bootstrap that describes it,
+    the Python and packages it is built with, and whether the CPU layer is installed (no GPU)."""
+    sources = hashlib.sha256()
+    for path in sorted((root / "megatron").rglob("*.py")):
+        stat = path.stat()
+        sources.update(f"{path.relative_to(root)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    bootstrap = Path(__file__).with_name("megatron_lm_bootstrap.py").read_bytes()
+    return {"checkout": str(root.resolve()), "sources": sources.hexdigest(),
+            "bootstrap": hashlib.sha256(bootstrap).hexdigest(), "python": [sys.executable, sys.version],
+            "packages": {**package_versions(("torch",)), **gpu_stack()}, "gpu": gpu_count() > 0,
+            "path": os.environ.get("PYTHONPATH", "")}
 
 
 def parser_failure(root: Path, last: str) -> ConfigError:

@@ -18,10 +18,8 @@ result is used wherever one is cached. A result the budget cut short is computed
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import json
-import os
 import platform
 import subprocess
 import sys
@@ -29,6 +27,7 @@ import tempfile
 from pathlib import Path
 
 from ckpt_bench.core import progress
+from ckpt_bench.core.cache import cache_dir, key_of, read_json, write_json
 from ckpt_bench.core.environment import megatron_core_version, package_versions
 from ckpt_bench.projection.job import JobCheckpoint
 from ckpt_bench.projection.rank_costs.base import Budget, RankCosts, Step
@@ -57,10 +56,7 @@ DEFAULT_BUDGET_S = 300.0
 
 
 def _cache_dir() -> Path:
-    if os.environ.get("CKPT_BENCH_CACHE"):
-        return Path(os.environ["CKPT_BENCH_CACHE"]) / "rank-costs"
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "ckpt-bench" / "rank-costs"
+    return cache_dir("rank-costs")
 
 
 def _versions() -> dict[str, str]:
@@ -81,22 +77,18 @@ def _key(job: JobCheckpoint) -> str:
     facts = {"engine": job.engine, "world_size": job.world_size, "ranks_per_node": job.ranks_per_node,
              "thread_count": job.thread_count, "state": job.state, "workload": workload, "versions": _versions(),
              "computation": COMPUTATION_VERSION}
-    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:32]
+    return key_of(facts)
 
 
 def _read(path: Path) -> RankCosts | None:
     try:
-        return RankCosts.from_dict(json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError, KeyError):
+        return RankCosts.from_dict(read_json(path))
+    except (ValueError, TypeError, KeyError):
         return None
 
 
 def _write(path: Path, costs: RankCosts) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(costs.as_dict()))
-    except OSError:
-        pass  # no cache: computed again next time
+    write_json(path, costs.as_dict())
 
 
 def cached_rank_costs(job: JobCheckpoint) -> RankCosts | None:
