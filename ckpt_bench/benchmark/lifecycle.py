@@ -400,8 +400,9 @@ def _print_failure(result: PassResult) -> None:
     if result.cause:
         print(f"[{result.name}] {result.cause}", file=sys.stderr, flush=True)
     if not result.failures:
-        print(f"[{result.name}] pass failed with exit code {result.exit_code}; logs in {result.log_dir}",
-              file=sys.stderr, flush=True)
+        tail = result.console_tail().rstrip()
+        print(f"[{result.name}] pass failed with exit code {result.exit_code}; logs in {result.log_dir}"
+              + (f"; last lines of its console:\n{tail}" if tail else ""), file=sys.stderr, flush=True)
     for failure in result.failures:
         tail = failure.log_tail.rstrip() or "(its log is empty)"
         print(f"[{result.name}] {failure.describe()}; last lines of its log:\n{tail}", file=sys.stderr, flush=True)

@@ -166,6 +166,11 @@ class PassResult:
     def ok(self) -> bool:
         return self.exit_code == 0
 
+    def console_tail(self, lines: int = 8) -> str:
+        """The last lines the pass printed (its console.log): what says why a pass failed where no rank did (a
+        framework's launcher script that stopped before its ranks started)."""
+        return _tail(self.log_dir / "console.log", lines)
+
     def summary(self) -> PassSummary:
         return PassSummary(
             name=self.name, exit_code=self.exit_code, ok=self.ok, cause=self.cause,

@@ -143,3 +143,27 @@ def test_primus_needs_an_experiment_primus_can_read(tmp_path, upstream_primus):
     result = subprocess.run([sys.executable, str(ROOT / "ckpt_launch.py"), "--framework", "primus", "--primus-path",
                              str(upstream_primus), "--plan"], capture_output=True, text=True, cwd=tmp_path)
     assert result.returncode == 2 and "names ckpt-bench's own presets" in result.stderr
+
+
+def test_a_primus_launcher_that_stops_before_training_says_why(tmp_path, upstream_primus):
+    """The Primus snapshot's run_pretrain.sh stops at its missing examples/scripts/prepare_experiment.py (seen on
+    the GPU machine too): its own last lines on stderr, and a report that says the framework wrote no log."""
+    primus = tmp_path / "Primus"
+    shutil.copytree(upstream_primus / "primus" / "configs", primus / "primus" / "configs")
+    (primus / "examples").mkdir(parents=True)
+    (primus / "examples" / "run_pretrain.sh").write_text(
+        'echo "[NODE-0(vm)] [ERROR] $(dirname "$0")/scripts/prepare_experiment.py failed, aborting."\nexit 1\n')
+    experiment = tmp_path / "tiny_llama.yaml"
+    experiment.write_text(TINY_PRIMUS_EXPERIMENT)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "ckpt_launch.py"), "--nproc-per-node", "1", "--runs-dir", str(tmp_path / "runs"),
+         "--framework", "primus", "--primus-path", str(primus), "--config", str(experiment), "--format", "json"],
+        capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert result.returncode == 1
+    assert "[save] pass failed with exit code 1; logs in " in result.stderr
+    assert (f"last lines of its console:\n[NODE-0(vm)] [ERROR] {primus}/examples/scripts/prepare_experiment.py "
+            "failed, aborting.") in result.stderr
+    report = json.loads(result.stdout)
+    assert report["run"]["status"] == "failed"
+    assert report["notes"][0] == ("the framework wrote no log: it stopped before training began (see "
+                                  "logs/<pass>/console.log)")

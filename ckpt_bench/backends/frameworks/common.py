@@ -118,5 +118,8 @@ def record_events(run: RunDir, paths: list[Path]) -> list[str]:
     for rank, lines in by_rank.items():
         (run.events_dir / f"rank-{rank}.jsonl").write_text("\n".join(lines) + "\n")
     found = ", ".join(str(p.relative_to(run.path)) for p in paths)
-    return [f"events parsed from the framework's logs: {found}" if by_rank
-            else f"no checkpoint event found in the framework's logs ({found})"]
+    if by_rank:
+        return [f"events parsed from the framework's logs: {found}"]
+    if not paths:  # its launcher stopped before the trainer wrote a line (the pass's console says why)
+        return ["the framework wrote no log: it stopped before training began (see logs/<pass>/console.log)"]
+    return [f"no checkpoint event found in the framework's logs ({found})"]
