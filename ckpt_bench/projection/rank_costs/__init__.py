@@ -120,9 +120,11 @@ def rank_costs(job: JobCheckpoint, budget_s: float = DEFAULT_BUDGET_S, exact: bo
         known = _read(fitted)
         if _enough(known, budget_s):
             return known
+        depths = depth_sizes(job)
         progress.show(f"computing the {job.engine} engine's global steps on smaller copies of the "
-                      f"{job.world_size:,}-rank job with its own code, their growth fitted (about {time_s:g} s of "
-                      "CPU; --rank-costs-exact computes the job itself; cached for the next run)")
+                      f"{job.world_size:,}-rank job with its own code ({', '.join(map(str, depths[:3]))} of its "
+                      f"{depths[-1]} layers at least, deeper ones while about {time_s:g} s of CPU hold), their "
+                      "growth fitted; --rank-costs-exact computes the job itself; cached for the next run")
         costs = sampled_rank_costs(job, time_s, budget_s)
         # Where the budget reached the model's own depth the result is the exact one (a sum over a sample of the
         # ranks aside): cached as such.

@@ -250,17 +250,26 @@ def sampled_rank_costs(job: JobCheckpoint, time_s: float, step_budget_s: float) 
                       f"layers computed over a sample of its ranks ({sums.spent_s:.1f} s CPU, "
                       f"{time.monotonic() - started:.0f} s elapsed)")
         spent = sums.spent_s or 0.0
-        for depth in depths:
+
+        def guess(depth: int) -> float:  # the next copy's CPU, from the last one's
             last = max(computed, default=None)
-            guess = _predicted(computed[last].spent_s or 0.0, units[depth] / units[last]) if last else 0.0
-            if len(computed) >= 3 and spent + guess > time_s:
+            return _predicted(computed[last].spent_s or 0.0, units[depth] / units[last]) if last else 0.0
+
+        def runs(depth: int) -> bool:
+            return len(computed) < 3 or spent + guess(depth) <= time_s
+
+        for index, depth in enumerate(depths):
+            if not runs(depth):
                 break
             costs = computed[depth] = RankCosts.from_dict(worker.ask({"job": sized[depth], "budget": step_budget_s,
                                                                       "sums": {"steps": "others"}}))
             spent += costs.spent_s or 0.0
+            following = depths[index + 1] if index + 1 < len(depths) else None
+            then = (f"; next {following} layers, about {guess(following):.0f} s CPU" if following and runs(following)
+                    else "")
             progress.show(f"rank-count steps: {job.world_size:,} ranks x {depth} layers computed "
                           f"({costs.spent_s:.1f} s CPU; {len(computed)} of at most {len(depths)}, "
-                          f"{time.monotonic() - started:.0f} s elapsed)")
+                          f"{time.monotonic() - started:.0f} s elapsed{then})")
     finally:
         worker.close()
     return _fitted(job, computed, units, full_layers, sums)
