@@ -33,11 +33,18 @@ def read_json(path: Path):
 
 
 def write_json(path: Path, value) -> None:
-    """Write the entry whole (a reader beside never sees half of it); where it cannot be written, nothing."""
+    """Write the entry whole (a reader beside never sees half of it), readable by all as a plain file would be
+    (a cache folder may be shared); where it cannot be written, nothing, and no half-written file left."""
+    written = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as file:
+            written = Path(file.name)
             json.dump(value, file)
-        os.replace(file.name, path)
+        written.chmod(0o644)
+        os.replace(written, path)
     except OSError:
         pass  # no cache: computed again next time
+    finally:
+        if written is not None:
+            written.unlink(missing_ok=True)  # gone once replaced; else the half-written file

@@ -147,7 +147,7 @@ def test_primus_needs_an_experiment_primus_can_read(tmp_path, upstream_primus):
 
 def test_a_primus_launcher_that_stops_before_training_says_why(tmp_path, upstream_primus):
     """The Primus snapshot's run_pretrain.sh stops at its missing examples/scripts/prepare_experiment.py (seen on
-    the GPU machine too): its own last lines on stderr, and a report that says the framework wrote no log."""
+    the GPU machine too): its own last lines on stderr, and a report that says no log of Primus's was found."""
     primus = tmp_path / "Primus"
     shutil.copytree(upstream_primus / "primus" / "configs", primus / "primus" / "configs")
     (primus / "examples").mkdir(parents=True)
@@ -165,5 +165,5 @@ def test_a_primus_launcher_that_stops_before_training_says_why(tmp_path, upstrea
             "failed, aborting.") in result.stderr
     report = json.loads(result.stdout)
     assert report["run"]["status"] == "failed"
-    assert report["notes"][0] == ("the framework wrote no log: it stopped before training began (see "
-                                  "logs/<pass>/console.log)")
+    assert (f"no log of the framework's found to read checkpoint events from: each pass's console.log under "
+            f"{report['run']['dir']}/logs holds what it printed") in report["notes"]

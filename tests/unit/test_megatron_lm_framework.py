@@ -206,9 +206,11 @@ def test_a_parser_that_cannot_import_a_requirement_names_the_module_and_its_inst
     """The H200's image had megatron-core 0.19.2 and no pydantic, which core_v0.16.1's megatron.training imports
     (through megatron.rl): the line names the module and its install, not the checkout's age."""
     missing = megatron_lm.parser_failure(tmp_path, "ModuleNotFoundError: No module named 'pydantic'")
-    assert str(missing) == (f"--megatron-path {tmp_path}: its megatron.training imports pydantic, which "
-                            f"{sys.executable} lacks: install it (pip install pydantic); the checkout's ranks need "
-                            "Megatron-LM's own requirements")
+    assert str(missing) == (f"--megatron-path {tmp_path}: building its argument parser imports pydantic, which "
+                            f"{sys.executable} lacks: install the package that provides it (pip install pydantic), "
+                            "as Megatron-LM's own requirements must be there")
+    assert "(pip install pyyaml)" in str(megatron_lm.parser_failure(tmp_path, "ModuleNotFoundError: No module "
+                                                                              "named 'yaml'"))
     # A checkout without megatron.training's parser is the checkout's fault, not a requirement's.
     for last in ("ModuleNotFoundError: No module named 'megatron.training'",
                  "ImportError: cannot import name 'add_megatron_arguments' from 'megatron.training.arguments'"):
@@ -226,6 +228,7 @@ def test_the_checkout_parser_is_built_once_and_again_after_an_edit(tmp_path, mon
     built, fails = [], []
 
     def describe(argv, **kwargs):  # the bootstrap's subprocess: what it prints for a checkout
+        assert kwargs["cwd"] == root  # its megatron first, not one in the folder the launch is run from
         built.append(argv)
         if fails:
             return subprocess.CompletedProcess(argv, 1, "", "ModuleNotFoundError: No module named 'pydantic'\n")
@@ -233,17 +236,23 @@ def test_the_checkout_parser_is_built_once_and_again_after_an_edit(tmp_path, mon
 
     monkeypatch.setattr(megatron_lm.subprocess, "run", describe)
     first = megatron_lm.parser_flags(root)
-    assert megatron_lm.parser_flags(root).value_flag == first.value_flag == ParserFlags.of(DESCRIBED).value_flag
+    assert megatron_lm.parser_flags(root) == first == ParserFlags.of(DESCRIBED)
     assert len(built) == 1
+    entry, = (tmp_path / "cache" / "megatron-lm-parsers").iterdir()
+    entry.write_text('[{"dest": "num_layers"}]')  # an entry of another shape is described again
+    assert megatron_lm.parser_flags(root) == first and len(built) == 2
     later = arguments.stat().st_mtime_ns + 10**9
-    os.utime(arguments, ns=(later, later))  # an edit
+    os.utime(arguments, ns=(later, later))  # touched
+    megatron_lm.parser_flags(root)
+    assert len(built) == 2  # the same content: the same entry
+    arguments.write_text("def add_megatron_arguments(parser): return parser\n")  # an edit
     megatron_lm.parser_flags(root)
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # another environment
     megatron_lm.parser_flags(root)
-    assert len(built) == 3
+    assert len(built) == 4
     fails.append(True)
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "elsewhere"))
     for _ in range(2):
         with pytest.raises(ConfigError, match="pip install pydantic"):
             megatron_lm.parser_flags(root)
-    assert len(built) == 5
+    assert len(built) == 6

@@ -120,6 +120,7 @@ def record_events(run: RunDir, paths: list[Path]) -> list[str]:
     found = ", ".join(str(p.relative_to(run.path)) for p in paths)
     if by_rank:
         return [f"events parsed from the framework's logs: {found}"]
-    if not paths:  # its launcher stopped before the trainer wrote a line (the pass's console says why)
-        return ["the framework wrote no log: it stopped before training began (see logs/<pass>/console.log)"]
+    if not paths:  # e.g. its launcher script stopped before the trainer started
+        return ["no log of the framework's found to read checkpoint events from: each pass's console.log under "
+                f"{run.path / 'logs'} holds what it printed"]
     return [f"no checkpoint event found in the framework's logs ({found})"]

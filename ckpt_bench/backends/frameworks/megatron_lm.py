@@ -141,48 +141,62 @@ class ParserFlags:
 
 def parser_flags(root: Path) -> ParserFlags:
     """The checkout's own argument parser. Megatron-LM generates many of its arguments from megatron-core's
-    config dataclasses, so no scan of its source finds them all: the parser is built in a subprocess with the
-    checkout first on the path, the CPU layer installed where CUDA is absent. That takes seconds (torch and
-    megatron.training imported: 6 s here, 11 s on the GPU machine), so what it gives is cached, keyed by
-    `_parser_facts`."""
+    config dataclasses, so no scan of its source finds them all: the parser is built in a subprocess run in the
+    checkout (its `megatron` first on the path, whatever folder the launch is run from), the CPU layer installed
+    where CUDA is absent. That takes seconds (torch and megatron.training imported: 6 s here, 11 s on the GPU
+    machine), so what it gives is cached, keyed by `_parser_facts`."""
     path = cache_dir("megatron-lm-parsers") / f"{key_of(_parser_facts(root))}.json"
-    described = read_json(path)
-    if not isinstance(described, list):
-        result = subprocess.run([sys.executable, "-m", BOOTSTRAP, "--describe-parser"],
-                                env={**os.environ, **_rank_env(root)}, capture_output=True, text=True, check=False)
-        lines = result.stdout.strip().splitlines()
-        if result.returncode or not lines:
-            raise parser_failure(root, (result.stderr.strip().splitlines() or ["no output"])[-1])
-        described = json.loads(lines[-1])
-        write_json(path, described)
+    try:
+        return ParserFlags.of(read_json(path))
+    except (TypeError, KeyError, IndexError, ValueError):  # none cached yet, or an entry not of this shape
+        pass
+    result = subprocess.run([sys.executable, "-m", BOOTSTRAP, "--describe-parser"], cwd=root,
+                            env={**os.environ, **_rank_env(root)}, capture_output=True, text=True, check=False)
+    lines = result.stdout.strip().splitlines()
+    if result.returncode or not lines:
+        raise parser_failure(root, (result.stderr.strip().splitlines() or ["no output"])[-1])
+    described = json.loads(lines[-1])
+    write_json(path, described)
     return ParserFlags.of(described)
 
 
+#: ckpt-bench's files the parser's description runs: the bootstrap and the CPU layer it installs.
+_DESCRIBING_FILES = ("backends/frameworks/megatron_lm_bootstrap.py", "worker/cpu_compat.py",
+                     "backends/megatron/training.py")
+
+
 def _parser_facts(root: Path) -> dict:
-    """What the checkout's parser depends on: the checkout's `megatron` sources (each file's path, size and
-    modification time: an edit or a checkout of another commit changes them), the bootstrap that describes it,
-    the Python and packages it is built with, and whether the CPU layer is installed (no GPU)."""
+    """What the checkout's parser depends on: the content of the checkout's `megatron` sources and of our files
+    that describe it, the Python and packages it is built with, and whether the CPU layer is installed (no GPU)."""
+    package = Path(__file__).resolve().parents[2]  # ckpt_bench/
     sources = hashlib.sha256()
-    for path in sorted((root / "megatron").rglob("*.py")):
-        stat = path.stat()
-        sources.update(f"{path.relative_to(root)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
-    bootstrap = Path(__file__).with_name("megatron_lm_bootstrap.py").read_bytes()
-    return {"checkout": str(root.resolve()), "sources": sources.hexdigest(),
-            "bootstrap": hashlib.sha256(bootstrap).hexdigest(), "python": [sys.executable, sys.version],
+    files = [*sorted((root / "megatron").rglob("*.py")), *(package / name for name in _DESCRIBING_FILES)]
+    for path in files:
+        try:
+            content = path.read_bytes()
+        except OSError as error:  # a broken link, a file removed meanwhile: its absence is the fact
+            content = type(error).__name__.encode()
+        sources.update(f"{path}\0{len(content)}\0".encode() + hashlib.sha256(content).digest())
+    return {"checkout": str(root.resolve()), "sources": sources.hexdigest(), "python": [sys.executable, sys.version],
             "packages": {**package_versions(("torch",)), **gpu_stack()}, "gpu": gpu_count() > 0,
             "path": os.environ.get("PYTHONPATH", "")}
 
 
+#: Import names whose package is named otherwise, among what Megatron-LM's training imports.
+_PACKAGE_OF_MODULE = {"yaml": "pyyaml"}
+
+
 def parser_failure(root: Path, last: str) -> ConfigError:
-    """Why the checkout's parser could not be built, from the last line its process printed: a module one of
-    Megatron-LM's own requirements provides, which megatron-core does not bring (core_v0.16.1's
+    """Why the checkout's parser could not be built, from the last line its process printed: a module this Python
+    lacks, such as one of Megatron-LM's own requirements that megatron-core does not bring (core_v0.16.1's
     megatron/training/training.py:67 imports megatron.rl, whose __init__ imports pydantic: seen on the GPU machine's
     image), or else a checkout too old to have the parser."""
     missing = re.fullmatch(r"ModuleNotFoundError: No module named '([\w.]+)'", last)
     if missing and missing[1].split(".")[0] != "megatron":
-        return ConfigError(f"--megatron-path {root}: its megatron.training imports {missing[1]}, which "
-                           f"{sys.executable} lacks: install it (pip install {missing[1].split('.')[0]}); the "
-                           "checkout's ranks need Megatron-LM's own requirements")
+        top = missing[1].split(".")[0]
+        return ConfigError(f"--megatron-path {root}: building its argument parser imports {missing[1]}, which "
+                           f"{sys.executable} lacks: install the package that provides it (pip install "
+                           f"{_PACKAGE_OF_MODULE.get(top, top)}), as Megatron-LM's own requirements must be there")
     return ConfigError(f"--megatron-path {root}: its argument parser could not be built ({last}); give a "
                        "Megatron-LM checkout of 2025 or later (megatron/training/arguments.py with "
                        "add_megatron_arguments)")

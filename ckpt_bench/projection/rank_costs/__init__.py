@@ -81,14 +81,13 @@ def _key(job: JobCheckpoint) -> str:
 
 
 def _read(path: Path) -> RankCosts | None:
-    try:
-        return RankCosts.from_dict(read_json(path))
-    except (ValueError, TypeError, KeyError):
+    data = read_json(path)
+    if data is None:
         return None
-
-
-def _write(path: Path, costs: RankCosts) -> None:
-    write_json(path, costs.as_dict())
+    try:
+        return RankCosts.from_dict(data)
+    except (ValueError, TypeError, KeyError):  # an entry of another shape: computed again
+        return None
 
 
 def cached_rank_costs(job: JobCheckpoint) -> RankCosts | None:
@@ -123,13 +122,14 @@ def rank_costs(job: JobCheckpoint, budget_s: float = DEFAULT_BUDGET_S, exact: bo
         depths = depth_sizes(job)
         progress.show(f"computing the {job.engine} engine's global steps on smaller copies of the "
                       f"{job.world_size:,}-rank job with its own code ({', '.join(map(str, depths[:3]))} of its "
-                      f"{depths[-1]} layers at least, deeper ones while about {time_s:g} s of CPU hold), their "
-                      "growth fitted; --rank-costs-exact computes the job itself; cached for the next run")
+                      f"{depths[-1]} layers" + (f" at least, deeper ones while about {time_s:g} s of CPU hold"
+                                                if len(depths) > 3 else "") + "), their growth fitted; "
+                      "--rank-costs-exact computes the job itself; cached for the next run")
         costs = sampled_rank_costs(job, time_s, budget_s)
         # Where the budget reached the model's own depth the result is the exact one (a sum over a sample of the
         # ranks aside): cached as such.
         exact = costs.method != "extrapolated" and not any(step.rank_sample for step in costs.steps)
-        _write(cached if exact else fitted, costs)
+        write_json(cached if exact else fitted, costs.as_dict())
         return costs
     progress.show(f"computing the {job.engine} engine's global steps at {job.world_size:,} ranks with its own code "
                   f"(on one core, at most {budget_s:g} s a step; cached for the next run)")
@@ -142,5 +142,5 @@ def rank_costs(job: JobCheckpoint, budget_s: float = DEFAULT_BUDGET_S, exact: bo
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise RuntimeError(f"computing the rank-count costs failed: {last}")
     costs = RankCosts.from_dict(json.loads(done.stdout))
-    _write(cached, costs)
+    write_json(cached, costs.as_dict())
     return costs

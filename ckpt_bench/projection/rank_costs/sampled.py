@@ -265,7 +265,7 @@ def sampled_rank_costs(job: JobCheckpoint, time_s: float, step_budget_s: float) 
                                                                       "sums": {"steps": "others"}}))
             spent += costs.spent_s or 0.0
             following = depths[index + 1] if index + 1 < len(depths) else None
-            then = (f"; next {following} layers, about {guess(following):.0f} s CPU" if following and runs(following)
+            then = (f"; next {following} layers, about {guess(following):.1f} s CPU" if following and runs(following)
                     else "")
             progress.show(f"rank-count steps: {job.world_size:,} ranks x {depth} layers computed "
                           f"({costs.spent_s:.1f} s CPU; {len(computed)} of at most {len(depths)}, "
