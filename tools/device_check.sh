@@ -18,7 +18,7 @@
 # Run from the repository root: tools/device_check.sh; STEPS="a b" runs only those steps. The install's line and the
 # machine's stack go to $OUT/env.txt; every step's JSON report, stderr and run directory into $OUT/steps.tar.gz;
 # $OUT/summary.txt says how each step ended. The steps before first-plan took 7.5 minutes on the H200 (2026-11-30)
-# and the device tool runs a command 10 at most: give first-plan, and a rerun, a call of their own with STEPS.
+# and the device tool runs a command 10 minutes at most: give first-plan, and a rerun, a call of their own with STEPS.
 set -u
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-/tmp/device-check}
