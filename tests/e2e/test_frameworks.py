@@ -105,15 +105,22 @@ modules:
 """
 
 
-def test_primus(tmp_path, upstream_primus):
-    """Primus's real presets (its checkout's primus/configs), its launcher script faked: what we write for it."""
+def primus_checkout(tmp_path: Path, upstream_primus: Path, run_pretrain: str) -> tuple[Path, Path]:
+    """A Primus checkout with the snapshot's real presets and `run_pretrain` as its launcher script, and the tiny
+    experiment beside it."""
     primus = tmp_path / "Primus"
     shutil.copytree(upstream_primus / "primus" / "configs", primus / "primus" / "configs")
     (primus / "examples").mkdir(parents=True)
-    (primus / "examples" / "fake.py").write_text(PRIMUS_FAKE)
-    (primus / "examples" / "run_pretrain.sh").write_text('exec "$FAKE_PYTHON" "$(dirname "$0")/fake.py"\n')
+    (primus / "examples" / "run_pretrain.sh").write_text(run_pretrain)
     experiment = tmp_path / "tiny_llama.yaml"
     experiment.write_text(TINY_PRIMUS_EXPERIMENT)
+    return primus, experiment
+
+
+def test_primus(tmp_path, upstream_primus):
+    """Primus's real presets (its checkout's primus/configs), its launcher script faked: what we write for it."""
+    primus, experiment = primus_checkout(tmp_path, upstream_primus, 'exec "$FAKE_PYTHON" "$(dirname "$0")/fake.py"\n')
+    (primus / "examples" / "fake.py").write_text(PRIMUS_FAKE)
     report, recorded = run(tmp_path, "--framework", "primus", "--primus-path", str(primus), "--master-port", "29555",
                            "--config", experiment, "--train-iters", "6", "--save-interval", "2")
     assert_report(report, "primus")
@@ -148,13 +155,9 @@ def test_primus_needs_an_experiment_primus_can_read(tmp_path, upstream_primus):
 def test_a_primus_launcher_that_stops_before_training_says_why(tmp_path, upstream_primus):
     """The Primus snapshot's run_pretrain.sh stops at its missing examples/scripts/prepare_experiment.py (seen on
     the GPU machine too): its own last lines on stderr, and a report that says no log of Primus's was found."""
-    primus = tmp_path / "Primus"
-    shutil.copytree(upstream_primus / "primus" / "configs", primus / "primus" / "configs")
-    (primus / "examples").mkdir(parents=True)
-    (primus / "examples" / "run_pretrain.sh").write_text(
+    primus, experiment = primus_checkout(
+        tmp_path, upstream_primus,
         'echo "[NODE-0(vm)] [ERROR] $(dirname "$0")/scripts/prepare_experiment.py failed, aborting."\nexit 1\n')
-    experiment = tmp_path / "tiny_llama.yaml"
-    experiment.write_text(TINY_PRIMUS_EXPERIMENT)
     result = subprocess.run(
         [sys.executable, str(ROOT / "ckpt_launch.py"), "--nproc-per-node", "1", "--runs-dir", str(tmp_path / "runs"),
          "--framework", "primus", "--primus-path", str(primus), "--config", str(experiment), "--format", "json"],
