@@ -100,8 +100,8 @@ class ProjectionOptions(Options):
         f"a sum over the ranks over a sample of them (the default above {EXACT_UP_TO} ranks).",
         type=bool).field(False)
     rank_costs_time: float = Flag(
-        ("--rank-costs-time",), "CPU seconds the fitted computation of the global steps may take, its copies of the "
-        "job computed one after another on one core (three are computed whatever it says).", type=float,
+        ("--rank-costs-time",), "CPU seconds the fitted computation of the global steps may take (three copies of the "
+        "job are computed whatever it says, at once, one process a core; deeper ones one after another).", type=float,
         metavar="S", default=DEFAULT_TIME_S, show_default=True).field(DEFAULT_TIME_S)
 
     @classmethod

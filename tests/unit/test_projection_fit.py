@@ -7,6 +7,7 @@ import dataclasses
 import importlib
 import math
 
+import psutil
 import pytest
 from helpers import ROOT
 
@@ -177,6 +178,24 @@ def test_the_fitted_steps_count_what_the_exact_computation_counts_at_the_jobs_de
             assert got.extrapolated["error"] is not None and got.cpu_s > 0
     # .metadata's bytes, a power law through 2, 4, 8 layers taken to 32: within 30 % here (23 % measured)
     assert fitted.metadata_file_bytes == pytest.approx(exact.metadata_file_bytes, rel=0.3)
+
+
+def test_the_copies_run_at_once_one_process_a_core_and_a_failed_one_stops_the_others(monkeypatch):
+    """The first three copies and the sums over a sample of the ranks: one worker process a core, at most four; a
+    computation that fails ends the others at once (a RuntimeError naming the failure), no worker left running."""
+    depths = sampled.depth_sizes(_job())
+    monkeypatch.setattr(sampled, "_cores", lambda: 16)
+    assert sampled.workers_for(depths) == 4 and sampled.workers_for(depths[-1:]) == 2
+    monkeypatch.setattr(sampled, "_cores", lambda: 1)
+    assert sampled.workers_for(depths) == 1
+    monkeypatch.setattr(sampled, "_cores", lambda: 2)
+    job = _job(24)
+    broken = dataclasses.replace(job, workload={**job.workload, "megatron": {
+        **job.workload["megatron"], "architecture": {**job.workload["megatron"]["architecture"], "hidden_size": "x"}}})
+    before = {child.pid for child in psutil.Process().children(recursive=True)}  # the session's (an S3 endpoint)
+    with pytest.raises(RuntimeError, match="computing the rank-count costs failed"):
+        sampled.sampled_rank_costs(broken, time_s=0.01, step_budget_s=60)
+    assert {child.pid for child in psutil.Process().children(recursive=True)} <= before
 
 
 def test_a_sum_over_the_ranks_is_scaled_from_each_class_and_its_error_is_the_widest_class_spread():

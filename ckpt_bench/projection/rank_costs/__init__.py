@@ -31,7 +31,7 @@ from ckpt_bench.core.cache import cache_dir, key_of, read_json, write_json
 from ckpt_bench.core.environment import megatron_core_version, package_versions
 from ckpt_bench.projection.job import JobCheckpoint
 from ckpt_bench.projection.rank_costs.base import Budget, RankCosts, Step
-from ckpt_bench.projection.rank_costs.sampled import DEFAULT_TIME_S, depth_sizes, sampled_rank_costs
+from ckpt_bench.projection.rank_costs.sampled import DEFAULT_TIME_S, depth_sizes, sampled_rank_costs, workers_for
 
 __all__ = ["DEFAULT_BUDGET_S", "DEFAULT_TIME_S", "ENGINES", "EXACT_UP_TO", "RankCosts", "Step", "cached_rank_costs",
            "rank_costs"]
@@ -120,10 +120,12 @@ def rank_costs(job: JobCheckpoint, budget_s: float = DEFAULT_BUDGET_S, exact: bo
         if _enough(known, budget_s):
             return known
         depths = depth_sizes(job)
+        workers = workers_for(depths)
         progress.show(f"computing the {job.engine} engine's global steps on smaller copies of the "
                       f"{job.world_size:,}-rank job with its own code ({', '.join(map(str, depths[:3]))} of its "
                       f"{depths[-1]} layers" + (f" at least, deeper ones while about {time_s:g} s of CPU hold"
-                                                if len(depths) > 3 else "") + "), their growth fitted; "
+                                                if len(depths) > 3 else "")
+                      + (f"; {workers} processes at once" if workers > 1 else "") + "), their growth fitted; "
                       "--rank-costs-exact computes the job itself; cached for the next run")
         costs = sampled_rank_costs(job, time_s, budget_s)
         # Where the budget reached the model's own depth the result is the exact one (a sum over a sample of the

@@ -26,19 +26,24 @@ lies within CPU / (1 + error) and CPU x (1 + error) (a power law's error is a fa
 `extrapolated` with that error; `--rank-costs-exact` computes the job itself (minutes; cached).
 
 Which samples run is decided on CPU seconds (each predicted from the one before it), not wall time, so a busy
-machine computes the same samples, more slowly. They run one after another in a worker process that imports torch
-and megatron-core once (`python -m ckpt_bench.projection.rank_costs --serve`).
+machine computes the same samples, more slowly. The three first copies and the sums run at once, one worker process
+a core, each importing torch and megatron-core once (`python -m ckpt_bench.projection.rank_costs --serve`); deeper
+copies one after another.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import json
 import math
+import os
+import queue
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from ckpt_bench.core import progress
 from ckpt_bench.projection.job import JobCheckpoint
@@ -203,19 +208,26 @@ class _Worker:
         self.process = subprocess.Popen([sys.executable, "-m", "ckpt_bench.projection.rank_costs", "--serve"],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                         text=True)
+        self.failure: str | None = None
 
     def ask(self, request: dict) -> dict:
-        self.process.stdin.write(json.dumps(request) + "\n")
-        self.process.stdin.flush()
-        line = self.process.stdout.readline()
+        try:
+            self.process.stdin.write(json.dumps(request) + "\n")
+            self.process.stdin.flush()
+        except BrokenPipeError:  # it ended after a request that failed
+            line = ""
+        else:
+            line = self.process.stdout.readline()
         if not line:
-            last = (self.process.stderr.read().strip().splitlines() or ["no output"])[-1]
-            raise RuntimeError(f"computing the rank-count costs failed: {last}")
+            if self.failure is None:  # its last words, kept for a later request
+                self.failure = (self.process.stderr.read().strip().splitlines() or ["no output"])[-1]
+            raise RuntimeError(f"computing the rank-count costs failed: {self.failure}")
         return json.loads(line)
 
     def close(self) -> None:
         if self.process.stdin:
-            self.process.stdin.close()
+            with contextlib.suppress(BrokenPipeError):  # it ended: what was written for it is dropped
+                self.process.stdin.close()
         try:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -226,52 +238,126 @@ def _predicted(spent: float, growth: float) -> float:
     return spent * growth ** _PREDICTED_GROWTH
 
 
+def _cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+class _Pool:
+    """Worker processes, each answering one request at a time: `ask` takes a free one (the threads asking wait on
+    the pipes, without the GIL)."""
+
+    def __init__(self, size: int):
+        self.workers = [_Worker() for _ in range(size)]
+        self.free: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
+        for worker in self.workers:
+            self.free.put(worker)
+
+    def ask(self, request: dict) -> dict:
+        worker = self.free.get()
+        try:
+            return worker.ask(request)
+        finally:
+            self.free.put(worker)
+
+    def close(self) -> None:
+        for worker in self.workers:
+            worker.close()
+
+    def kill(self) -> None:
+        """Stop every worker now (an error or an interrupt elsewhere): a request they were answering fails."""
+        for worker in self.workers:
+            worker.process.kill()
+
+
+def workers_for(depths: list[int]) -> int:
+    """How many worker processes compute a job's copies: one a core, at most one a computation that always runs
+    (the first three copies and the sums over a sample of the ranks)."""
+    return max(1, min(_cores(), min(len(depths), 3) + 1))
+
+
 def sampled_rank_costs(job: JobCheckpoint, time_s: float, step_budget_s: float) -> RankCosts:
     """The job's rank-count costs fitted from copies of it at its own ranks with fewer layers (`depth_sizes`): the
     first three always (a fit needs three to know its error), more while about `time_s` CPU seconds hold (the sum
-    over a sample of the ranks included), each step at most `step_budget_s`; one after another, in one worker
-    process. Two at a time, one a core, the copies measured each other: DeepSeek-V3's 4-layer copy beside its 8-layer
-    one, each from a settled collector (`base.settled_heap`), took 14 % more for its sharding validation,
-    20-22 % for its distributions, 8-18 % for its global plan and finalize (the two cores share caches and memory)."""
+    over a sample of the ranks included), each step at most `step_budget_s`.
+
+    The first three copies and the sums over a sample of the ranks run at once, one worker process a core
+    (`workers_for`): the deepest copy first, on a worker of its own, while the others take the rest in turn (on
+    two cores, DeepSeek-V3's 8-layer copy beside the sums, then its 2- and 4-layer copies: about the deepest copy's
+    time). Each copy is thus timed beside another computation, as a rank's global steps run beside its host's
+    other ranks running theirs; alone, DeepSeek-V3's 4-layer copy took 14 % less for its sharding validation and
+    20-22 % less for its distributions than beside its 8-layer one (the two cores share caches and memory). Deeper
+    copies run one after another once those are done, each while the CPU seconds hold."""
     full_layers = _layers(job)
     depths = depth_sizes(job)
+    first = depths[:3]
     started = time.monotonic()
-    worker = _Worker()
     computed: dict[int, RankCosts] = {}
     units: dict[int, int] = {}
     sized = {depth: (at_depth(job, depth) if depth != full_layers else job).as_dict() for depth in depths}
-    try:
-        for depth in depths:  # rank 0's shards at each depth: the depth axis
-            units[depth] = worker.ask({"job": sized[depth], "count_only": True})["rank0_units"]
-        # The sums over the ranks at the job's own size, over a sample of its ranks: no fit
-        sums = RankCosts.from_dict(worker.ask({"job": job.as_dict(), "budget": step_budget_s,
-                                               "sums": {"ranks": RANK_SAMPLE, "steps": "sums"}}))
+    size = workers_for(depths)
+    pool = _Pool(size)
+
+    def elapsed() -> str:
+        return f"{time.monotonic() - started:.0f} s elapsed"
+
+    def count() -> None:  # rank 0's shards at each depth: the depth axis
+        for depth in depths:
+            units[depth] = pool.ask({"job": sized[depth], "count_only": True})["rank0_units"]
+
+    def sample_sums() -> RankCosts:  # the sums over the ranks at the job's own size, over a sample of its ranks
+        sums = RankCosts.from_dict(pool.ask({"job": job.as_dict(), "budget": step_budget_s,
+                                             "sums": {"ranks": RANK_SAMPLE, "steps": "sums"}}))
         progress.show(f"rank-count steps: the restart's load plan at {job.world_size:,} ranks x {full_layers} "
-                      f"layers computed over a sample of its ranks ({sums.spent_s:.1f} s CPU, "
-                      f"{time.monotonic() - started:.0f} s elapsed)")
-        spent = sums.spent_s or 0.0
+                      f"layers computed over a sample of its ranks ({sums.spent_s:.1f} s CPU, {elapsed()})")
+        return sums
+
+    def copy(depth: int) -> RankCosts:
+        costs = computed[depth] = RankCosts.from_dict(pool.ask({"job": sized[depth], "budget": step_budget_s,
+                                                                "sums": {"steps": "others"}}))
+        return costs
+
+    def show(depth: int, then: str = "") -> None:
+        progress.show(f"rank-count steps: {job.world_size:,} ranks x {depth} layers computed "
+                      f"({computed[depth].spent_s:.1f} s CPU; {len(computed)} of at most {len(depths)}, "
+                      f"{elapsed()}{then})")
+
+    def copy_shown(depth: int) -> None:
+        copy(depth)
+        show(depth)
+
+    executor = ThreadPoolExecutor(size)
+    try:
+        deepest = executor.submit(copy_shown, first[-1])
+        sums_done = executor.submit(sample_sums)
+        counted = executor.submit(count)
+        rest = [executor.submit(copy_shown, depth) for depth in first[:-1]]
+        for done in (deepest, counted, *rest):
+            done.result()
+        sums = sums_done.result()
+        spent = (sums.spent_s or 0.0) + sum(costs.spent_s or 0.0 for costs in computed.values())
 
         def guess(depth: int) -> float:  # the next copy's CPU, from the last one's
-            last = max(computed, default=None)
-            return _predicted(computed[last].spent_s or 0.0, units[depth] / units[last]) if last else 0.0
+            last = max(computed)
+            return _predicted(computed[last].spent_s or 0.0, units[depth] / units[last])
 
-        def runs(depth: int) -> bool:
-            return len(computed) < 3 or spent + guess(depth) <= time_s
-
-        for index, depth in enumerate(depths):
-            if not runs(depth):
+        deeper = depths[len(first):]
+        for index, depth in enumerate(deeper):
+            if spent + guess(depth) > time_s:
                 break
-            costs = computed[depth] = RankCosts.from_dict(worker.ask({"job": sized[depth], "budget": step_budget_s,
-                                                                      "sums": {"steps": "others"}}))
-            spent += costs.spent_s or 0.0
-            following = depths[index + 1] if index + 1 < len(depths) else None
-            then = (f"; next {following} layers, about {guess(following):.1f} s CPU" if following and runs(following)
-                    else "")
-            progress.show(f"rank-count steps: {job.world_size:,} ranks x {depth} layers computed "
-                          f"({costs.spent_s:.1f} s CPU; {len(computed)} of at most {len(depths)}, "
-                          f"{time.monotonic() - started:.0f} s elapsed{then})")
+            spent += copy(depth).spent_s or 0.0
+            following = deeper[index + 1] if index + 1 < len(deeper) else None
+            show(depth, f"; next {following} layers, about {guess(following):.1f} s CPU"
+                 if following and spent + guess(following) <= time_s else "")
+    except BaseException:  # the computations still running are not waited for (a failed one, Ctrl-C)
+        pool.kill()
+        raise
     finally:
-        worker.close()
+        executor.shutdown()
+        pool.close()
     return _fitted(job, computed, units, full_layers, sums)
 
 
