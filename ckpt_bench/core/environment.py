@@ -57,6 +57,25 @@ def describe_environment(save_dir: str | os.PathLike | None = None) -> dict:
     return env
 
 
+def usable_cores(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
+    """The cores this process may keep busy: those it may run on (its affinity), fewer where its cgroup's CPU quota
+    allows fewer (a container's limit: cgroup v2's `cpu.max`, v1's `cpu/cpu.cfs_quota_us` over its period)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+    for quota_file, period_file in (("cpu.max", None), ("cpu/cpu.cfs_quota_us", "cpu/cpu.cfs_period_us")):
+        try:
+            words = (cgroup / quota_file).read_text().split()
+            quota, period = (words[0], words[1]) if period_file is None else (
+                words[0], (cgroup / period_file).read_text().strip())
+            if quota not in ("max", "-1"):
+                return max(1, min(cores, -(-int(quota) // int(period))))
+        except (OSError, ValueError, IndexError):
+            continue
+    return cores
+
+
 def gpu_stack() -> dict[str, str | None]:
     """What torch was built for, Transformer Engine, Apex and megatron-core, without importing any of them."""
     build = torch_build()

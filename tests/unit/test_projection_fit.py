@@ -6,8 +6,11 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import math
+import os
+import threading
+import time
+import types
 
-import psutil
 import pytest
 from helpers import ROOT
 
@@ -181,21 +184,81 @@ def test_the_fitted_steps_count_what_the_exact_computation_counts_at_the_jobs_de
 
 
 def test_the_copies_run_at_once_one_process_a_core_and_a_failed_one_stops_the_others(monkeypatch):
-    """The first three copies and the sums over a sample of the ranks: one worker process a core, at most four; a
-    computation that fails ends the others at once (a RuntimeError naming the failure), no worker left running."""
+    """The first three copies and the sums over a sample of the ranks: one worker process a core (the cgroup's quota
+    counted), at most four. A computation that fails ends the others at once, the deepest copy's too (minutes at
+    1,024 ranks), with its own error; no worker is left running."""
     depths = sampled.depth_sizes(_job())
-    monkeypatch.setattr(sampled, "_cores", lambda: 16)
+    monkeypatch.setattr(sampled, "usable_cores", lambda: 16)
     assert sampled.workers_for(depths) == 4 and sampled.workers_for(depths[-1:]) == 2
-    monkeypatch.setattr(sampled, "_cores", lambda: 1)
+    monkeypatch.setattr(sampled, "usable_cores", lambda: 1)
     assert sampled.workers_for(depths) == 1
-    monkeypatch.setattr(sampled, "_cores", lambda: 2)
+    monkeypatch.setattr(sampled, "usable_cores", lambda: 2)
+
+    class Worker:
+        """A worker whose copies run until it is killed, and whose sums fail at once."""
+
+        started: list = []
+
+        def __init__(self):
+            self.killed, self.closed = threading.Event(), False
+            self.process = types.SimpleNamespace(kill=self.killed.set)
+            Worker.started.append(self)
+
+        def ask(self, request: dict) -> dict:
+            if request.get("count_only"):
+                return {"rank0_units": 10}
+            if request["sums"]["steps"] == "sums":
+                raise RuntimeError("computing the rank-count costs failed: the sums broke")
+            self.killed.wait(60)
+            raise RuntimeError("computing the rank-count costs failed: killed")
+
+        def close(self) -> None:
+            self.closed = True
+
+    monkeypatch.setattr(sampled, "_Worker", Worker)
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="the sums broke"):
+        sampled.sampled_rank_costs(_job(24), time_s=0.01, step_budget_s=60)
+    assert time.monotonic() - started < 10  # not the 60 s the deepest copy would have taken
+    assert len(Worker.started) == 2 and all(worker.killed.is_set() and worker.closed for worker in Worker.started)
+
+
+def test_a_worker_that_failed_names_its_failure_to_every_request_and_closes():
+    """A real worker process: a request it cannot compute ends it; that request and any later one raise with its
+    last line, and closing it raises nothing (its pipe is broken)."""
     job = _job(24)
     broken = dataclasses.replace(job, workload={**job.workload, "megatron": {
         **job.workload["megatron"], "architecture": {**job.workload["megatron"]["architecture"], "hidden_size": "x"}}})
-    before = {child.pid for child in psutil.Process().children(recursive=True)}  # the session's (an S3 endpoint)
-    with pytest.raises(RuntimeError, match="computing the rank-count costs failed"):
-        sampled.sampled_rank_costs(broken, time_s=0.01, step_budget_s=60)
-    assert {child.pid for child in psutil.Process().children(recursive=True)} <= before
+    worker = sampled._Worker()
+    try:
+        with pytest.raises(RuntimeError, match="computing the rank-count costs failed: .*Error") as first:
+            worker.ask({"job": broken.as_dict(), "budget": 60, "sums": {"steps": "others"}})
+        with pytest.raises(RuntimeError) as again:
+            worker.ask({"job": job.as_dict(), "count_only": True})
+        assert str(again.value) == str(first.value)
+    finally:
+        worker.close()
+    assert worker.process.poll() is not None
+
+
+def test_the_usable_cores_are_the_affinity_or_the_cgroups_quota_where_lower(tmp_path, monkeypatch):
+    from ckpt_bench.core.environment import usable_cores
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert usable_cores(tmp_path) == 16  # no cgroup files: the affinity
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert usable_cores(tmp_path) == 16
+    (tmp_path / "cpu.max").write_text("150000 100000\n")  # a pod's limit of 1.5 CPUs: two cores, partly
+    assert usable_cores(tmp_path) == 2
+    (tmp_path / "cpu.max").write_text("6400000 100000\n")  # a quota above the affinity
+    assert usable_cores(tmp_path) == 16
+    (tmp_path / "cpu.max").unlink()
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("400000\n")  # cgroup v1
+    (tmp_path / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    assert usable_cores(tmp_path) == 4
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
+    assert usable_cores(tmp_path) == 16
 
 
 def test_a_sum_over_the_ranks_is_scaled_from_each_class_and_its_error_is_the_widest_class_spread():

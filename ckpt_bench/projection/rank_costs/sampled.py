@@ -38,14 +38,14 @@ import dataclasses
 import itertools
 import json
 import math
-import os
 import queue
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
 from ckpt_bench.core import progress
+from ckpt_bench.core.environment import usable_cores
 from ckpt_bench.projection.job import JobCheckpoint
 from ckpt_bench.projection.rank_costs.base import CHECK_SPREAD, NOISE, TIMING_SPREAD, RankCosts, Step
 
@@ -238,23 +238,20 @@ def _predicted(spent: float, growth: float) -> float:
     return spent * growth ** _PREDICTED_GROWTH
 
 
-def _cores() -> int:
-    """The cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
 class _Pool:
     """Worker processes, each answering one request at a time: `ask` takes a free one (the threads asking wait on
     the pipes, without the GIL)."""
 
     def __init__(self, size: int):
-        self.workers = [_Worker() for _ in range(size)]
+        self.workers: list[_Worker] = []
         self.free: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
-        for worker in self.workers:
-            self.free.put(worker)
+        try:
+            for _ in range(size):
+                self.workers.append(_Worker())
+                self.free.put(self.workers[-1])
+        except BaseException:  # those started so far are not left running
+            self.kill()
+            raise
 
     def ask(self, request: dict) -> dict:
         worker = self.free.get()
@@ -276,7 +273,7 @@ class _Pool:
 def workers_for(depths: list[int]) -> int:
     """How many worker processes compute a job's copies: one a core, at most one a computation that always runs
     (the first three copies and the sums over a sample of the ranks)."""
-    return max(1, min(_cores(), min(len(depths), 3) + 1))
+    return max(1, min(usable_cores(), min(len(depths), 3) + 1))
 
 
 def sampled_rank_costs(job: JobCheckpoint, time_s: float, step_budget_s: float) -> RankCosts:
@@ -287,10 +284,11 @@ def sampled_rank_costs(job: JobCheckpoint, time_s: float, step_budget_s: float) 
     The first three copies and the sums over a sample of the ranks run at once, one worker process a core
     (`workers_for`): the deepest copy first, on a worker of its own, while the others take the rest in turn (on
     two cores, DeepSeek-V3's 8-layer copy beside the sums, then its 2- and 4-layer copies: about the deepest copy's
-    time). Each copy is thus timed beside another computation, as a rank's global steps run beside its host's
-    other ranks running theirs; alone, DeepSeek-V3's 4-layer copy took 14 % less for its sharding validation and
-    20-22 % less for its distributions than beside its 8-layer one (the two cores share caches and memory). Deeper
-    copies run one after another once those are done, each while the CPU seconds hold."""
+    time). Those copies are thus timed beside another computation (as a rank's global steps run beside its host's
+    other ranks running theirs), but on one core, and for the tail of whichever outlasts the others; alone,
+    DeepSeek-V3's 4-layer copy took 14 % less for its sharding validation and 20-22 % less for its distributions
+    than beside its 8-layer one (the two cores share caches and memory). Deeper copies run one after another once
+    those are done, alone, each while the CPU seconds hold: a fit through them and the first ones mixes the two."""
     full_layers = _layers(job)
     depths = depth_sizes(job)
     first = depths[:3]
@@ -299,7 +297,8 @@ def sampled_rank_costs(job: JobCheckpoint, time_s: float, step_budget_s: float) 
     units: dict[int, int] = {}
     sized = {depth: (at_depth(job, depth) if depth != full_layers else job).as_dict() for depth in depths}
     size = workers_for(depths)
-    pool = _Pool(size)
+    pool: _Pool | None = None
+    executor = ThreadPoolExecutor(size)
 
     def elapsed() -> str:
         return f"{time.monotonic() - started:.0f} s elapsed"
@@ -329,13 +328,18 @@ def sampled_rank_costs(job: JobCheckpoint, time_s: float, step_budget_s: float) 
         copy(depth)
         show(depth)
 
-    executor = ThreadPoolExecutor(size)
     try:
+        pool = _Pool(size)
         deepest = executor.submit(copy_shown, first[-1])
         sums_done = executor.submit(sample_sums)
         counted = executor.submit(count)
         rest = [executor.submit(copy_shown, depth) for depth in first[:-1]]
-        for done in (deepest, counted, *rest):
+        every = [deepest, sums_done, counted, *rest]
+        finished, _ = wait(every, return_when=FIRST_EXCEPTION)
+        for done in finished:  # a failure ends the others at once, not once the deepest copy is done
+            if done.exception() is not None:
+                done.result()
+        for done in every:
             done.result()
         sums = sums_done.result()
         spent = (sums.spent_s or 0.0) + sum(costs.spent_s or 0.0 for costs in computed.values())
@@ -353,11 +357,14 @@ def sampled_rank_costs(job: JobCheckpoint, time_s: float, step_budget_s: float) 
             show(depth, f"; next {following} layers, about {guess(following):.1f} s CPU"
                  if following and spent + guess(following) <= time_s else "")
     except BaseException:  # the computations still running are not waited for (a failed one, Ctrl-C)
-        pool.kill()
+        if pool is not None:
+            pool.kill()
+        executor.shutdown(cancel_futures=True)
         raise
     finally:
         executor.shutdown()
-        pool.close()
+        if pool is not None:
+            pool.close()
     return _fitted(job, computed, units, full_layers, sums)
 
 
