@@ -7,7 +7,8 @@ figure (issue 44: within 60 s idle and 4 GB at 1,024 ranks; the same binding lim
     python benchmarks/first_plan.py PRIMUS CONFIG... [--nodes 128] [--per-node 8] [--hog] [--engine torch_dist]
 
 CONFIG: a path under PRIMUS's examples/megatron/configs/ (MI300X/deepseek_v3-BF16-pretrain.yaml). Prints one
-line a config and run: wall seconds, peak RSS (GB, the largest process), the first save, the later saves, the
+line a config and run: wall seconds, peak RSS (GB: the largest process, and the processes of the plan summed, sampled
+every 0.25 s, the copies' workers running at once), the first save, the later saves, the
 restart (each its range), the binding limits, and the samples the steps were fitted from.
 """
 
@@ -20,8 +21,11 @@ import os
 import resource
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+
+import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))  # the Primus --plan helpers of tools/projection_table.py
@@ -34,6 +38,35 @@ def _hog() -> None:
         pass
 
 
+class TreeMemory:
+    """The peak of the summed RSS of this process's children but `skip` (the plan and the workers computing its
+    copies at once), sampled every `every` seconds while in the block."""
+
+    def __init__(self, skip: set[int], every: float = 0.25):
+        self.skip, self.every, self.peak = skip, every, 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._done.wait(self.every):
+            total = 0
+            for child in psutil.Process().children(recursive=True):
+                if child.pid not in self.skip:
+                    try:
+                        total += child.memory_info().rss
+                    except psutil.Error:  # ended between the listing and the reading
+                        pass
+            self.peak = max(self.peak, total)
+
+    def __enter__(self) -> TreeMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._thread.join()
+
+
 def first_plan(primus: Path, config: str, args, hog: bool) -> dict:
     command = plan_command(config, args, [
         "--engine", args.engine, "--storage-write-gbps", "100", "--storage-read-gbps", "100",
@@ -42,7 +75,8 @@ def first_plan(primus: Path, config: str, args, hog: bool) -> dict:
     if hogging:
         hogging.start()
     try:
-        with tempfile.TemporaryDirectory(prefix="ckpt-bench-first-plan-") as cache:
+        with (tempfile.TemporaryDirectory(prefix="ckpt-bench-first-plan-") as cache,
+              TreeMemory({hogging.pid} if hogging else set()) as memory):
             started = time.monotonic()
             done = run_plan(primus, command, env={**os.environ, "CKPT_BENCH_CACHE": cache})
             wall = time.monotonic() - started
@@ -54,6 +88,7 @@ def first_plan(primus: Path, config: str, args, hog: bool) -> dict:
     plan = done["projection"]
     return {"wall_s": round(wall, 1),
             "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024 / 1e9, 2),
+            "peak_tree_rss_gb": round(memory.peak / 1e9, 2),
             **{key: (plan[key].get("range_s"), plan[key].get("binding")) for key in ("save", "steady_save", "load")},
             "samples": plan["rank_costs"].get("samples"), "method": plan["rank_costs"].get("method"),
             "steps": [[step["operation"], step["name"], step["cpu_s"],
