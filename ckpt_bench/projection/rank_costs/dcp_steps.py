@@ -131,6 +131,7 @@ class DcpSteps:
         self.plans, self.reads = plans, reads
         self.metadata = None
         self.metadata_bytes: int | None = None
+        self._metadata_file: bytes | None = None  # `.metadata` as the finalize wrote it, for the restart's read
         self.global_plans: list[SavePlan] | None = None
         self._sizes: dict[MetadataIndex, int] = {}
 
@@ -215,19 +216,23 @@ class DcpSteps:
 
             run_step(step, self.budget, work)
             if step.complete:
-                self.metadata_bytes = (Path(folder) / ".metadata").stat().st_size
+                self._metadata_file = (Path(folder) / ".metadata").read_bytes()
+                self.metadata_bytes = len(self._metadata_file)
         step.host_bytes = gather_bytes(self.world, largest)
         return step
 
     def metadata_read(self) -> Step:
-        """A restart: every rank reads `.metadata` and unpickles it (its bytes are counted with the loads')."""
+        """A restart: every rank reads `.metadata` and unpickles it (its bytes are counted with the loads'): the file
+        the finalize wrote (`FileSystemWriter.finish` pickled it), else the global metadata pickled here."""
         self.budget.restart()
         step = Step("metadata", "load", "every rank reads the checkpoint's .metadata and unpickles it "
                     "(FileSystemReader.read_metadata)")
         if self.metadata is None:
             step.why = "no global metadata (the budget ran out before the save's global plan)"
             return step
-        payload = pickle.dumps(self.metadata, protocol=pickle.HIGHEST_PROTOCOL)
+        payload, self._metadata_file = self._metadata_file, None
+        if payload is None:  # the finalize's budget ran out
+            payload = pickle.dumps(self.metadata, protocol=pickle.HIGHEST_PROTOCOL)
         pickle.loads(payload)  # once untimed: the classes it names imported, as in a training process
         run_step(step, self.budget, lambda: pickle.loads(payload))
         return step
