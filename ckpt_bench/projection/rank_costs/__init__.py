@@ -30,7 +30,7 @@ from ckpt_bench.core import progress
 from ckpt_bench.core.cache import cache_dir, key_of, read_json, write_json
 from ckpt_bench.core.environment import megatron_core_version, package_versions
 from ckpt_bench.projection.job import JobCheckpoint
-from ckpt_bench.projection.rank_costs.base import Budget, RankCosts, Step
+from ckpt_bench.projection.rank_costs.base import Budget, RankCosts, Step, computation_failed
 from ckpt_bench.projection.rank_costs.sampled import DEFAULT_TIME_S, depth_sizes, sampled_rank_costs, workers_for
 
 __all__ = ["DEFAULT_BUDGET_S", "DEFAULT_TIME_S", "ENGINES", "EXACT_UP_TO", "RankCosts", "Step", "cached_rank_costs",
@@ -141,8 +141,7 @@ def rank_costs(job: JobCheckpoint, budget_s: float = DEFAULT_BUDGET_S, exact: bo
         done = subprocess.run([sys.executable, "-m", _PACKAGE, str(path), str(budget_s)], capture_output=True,
                               text=True)
     if done.returncode:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise RuntimeError(f"computing the rank-count costs failed: {last}")
+        raise computation_failed(done.stderr)
     costs = RankCosts.from_dict(json.loads(done.stdout))
     write_json(cached, costs.as_dict())
     return costs

@@ -250,6 +250,11 @@ def gather_bytes(world_size: int, largest: int) -> int:
     return world_size * largest if world_size > 1 else 0
 
 
+def computation_failed(stderr: str) -> RuntimeError:
+    """The error of a computation's process that ended without its answer: the last line it wrote to stderr."""
+    return RuntimeError(f"computing the rank-count costs failed: {(stderr.strip().splitlines() or ['no output'])[-1]}")
+
+
 def unpickled(payloads: list[bytes], budget: Budget) -> list:
     """Each payload unpickled, as a rank does with what an object collective brought it."""
     gathered = []

@@ -47,7 +47,14 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from ckpt_bench.core import progress
 from ckpt_bench.core.environment import usable_cores
 from ckpt_bench.projection.job import JobCheckpoint
-from ckpt_bench.projection.rank_costs.base import CHECK_SPREAD, NOISE, TIMING_SPREAD, RankCosts, Step
+from ckpt_bench.projection.rank_costs.base import (
+    CHECK_SPREAD,
+    NOISE,
+    TIMING_SPREAD,
+    RankCosts,
+    Step,
+    computation_failed,
+)
 
 __all__ = ["DEFAULT_TIME_S", "at_depth", "depth_sizes", "fit_axis", "fit_error", "sampled_rank_costs"]
 
@@ -208,7 +215,7 @@ class _Worker:
         self.process = subprocess.Popen([sys.executable, "-m", "ckpt_bench.projection.rank_costs", "--serve"],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                         text=True)
-        self.failure: str | None = None
+        self.stderr: str | None = None  # what it wrote there, read once it ended
 
     def ask(self, request: dict) -> dict:
         try:
@@ -219,9 +226,9 @@ class _Worker:
         else:
             line = self.process.stdout.readline()
         if not line:
-            if self.failure is None:  # its last words, kept for a later request
-                self.failure = (self.process.stderr.read().strip().splitlines() or ["no output"])[-1]
-            raise RuntimeError(f"computing the rank-count costs failed: {self.failure}")
+            if self.stderr is None:  # kept for a later request
+                self.stderr = self.process.stderr.read()
+            raise computation_failed(self.stderr)
         return json.loads(line)
 
     def close(self) -> None:
@@ -336,10 +343,7 @@ def sampled_rank_costs(job: JobCheckpoint, time_s: float, step_budget_s: float) 
         rest = [executor.submit(copy_shown, depth) for depth in first[:-1]]
         every = [deepest, sums_done, counted, *rest]
         finished, _ = wait(every, return_when=FIRST_EXCEPTION)
-        for done in finished:  # a failure ends the others at once, not once the deepest copy is done
-            if done.exception() is not None:
-                done.result()
-        for done in every:
+        for done in [*finished, *every]:  # a failure raised at once, not once the deepest copy is done
             done.result()
         sums = sums_done.result()
         spent = (sums.spent_s or 0.0) + sum(costs.spent_s or 0.0 for costs in computed.values())
@@ -359,10 +363,9 @@ def sampled_rank_costs(job: JobCheckpoint, time_s: float, step_budget_s: float) 
     except BaseException:  # the computations still running are not waited for (a failed one, Ctrl-C)
         if pool is not None:
             pool.kill()
-        executor.shutdown(cancel_futures=True)
         raise
     finally:
-        executor.shutdown()
+        executor.shutdown(cancel_futures=True)  # nothing is queued but after a failure
         if pool is not None:
             pool.close()
     return _fitted(job, computed, units, full_layers, sums)
